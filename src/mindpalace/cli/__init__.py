@@ -1,0 +1,31 @@
+"""Command-line interface: thin commands over the facade; errors exit non-zero with a message."""
+
+from __future__ import annotations
+
+import sys
+
+from mindpalace.cli import workspace as _workspace  # noqa: F401  (registers commands)
+from mindpalace.cli.app import app, err_console
+from mindpalace.errors import MindPalaceError
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app(standalone_mode=False)
+    except MindPalaceError as exc:
+        err_console.print(f"[red]error:[/] {exc}")
+        sys.exit(1)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors etc.
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        raise

@@ -1,0 +1,152 @@
+"""The one exception tree of mindpalace: every error the library raises is a MindPalaceError.
+
+    MindPalaceError
+    ├── ConfigError (ValueError)            bad mindpalace.toml / environment value
+    ├── WorkspaceError                      missing or unusable workspace folder
+    │   └── SchemaVersionError              database newer than this code; nothing written
+    ├── ValidationError (ValueError)        bad input: text, names, datetimes, dimensions
+    │   ├── InvalidTextError                lone surrogates, NUL bytes, non-string text
+    │   ├── InvalidNameError                record names with path tricks / too long
+    │   └── DimensionMismatchError          embedding of the wrong width for the index
+    ├── NotFoundError (KeyError)            unknown record / session / task / fact key
+    ├── StoreError                          persistence failure (sqlite3, psycopg …)
+    │   ├── ConcurrencyError                optimistic append lost: expected version moved
+    │   └── StoreBusyError                  lock not acquired after bounded retries
+    ├── ProviderError                       LLM / embedding provider failure
+    │   ├── ProviderTimeoutError
+    │   ├── ProviderResponseError           HTML error page, empty / malformed reply
+    │   ├── CircuitOpenError                breaker open: provider failing, not called
+    │   └── TokenBudgetExceededError        the job's token budget is spent
+    └── ConstraintError                     protected-constraint refusal or guard violation
+
+Constructors take structured arguments and build a message that says what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MindPalaceError(Exception):
+    """Base of every mindpalace error."""
+
+
+class ConfigError(MindPalaceError, ValueError):
+    """A setting is malformed.
+
+    Args:
+        file: the config file (or ``"environment"``) the value came from.
+        key: dotted setting name, e.g. ``steps.budget_tokens``.
+        problem: what was wrong, e.g. ``expected an integer, got 'abc'``.
+    """
+
+    def __init__(self, file: str, key: str, problem: str) -> None:
+        self.file, self.key, self.problem = file, key, problem
+        super().__init__(f"{file}: setting {key!r}: {problem}")
+
+
+class WorkspaceError(MindPalaceError):
+    """The workspace folder is missing or unusable."""
+
+
+class SchemaVersionError(WorkspaceError):
+    """The database schema is newer than this code understands; nothing was written."""
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path, self.found, self.supported = path, found, supported
+        super().__init__(
+            f"{path}: schema version {found} is newer than this mindpalace supports "
+            f"({supported}); upgrade mindpalace to open it. Nothing was written."
+        )
+
+
+class ValidationError(MindPalaceError, ValueError):
+    """Input was rejected before anything was stored."""
+
+
+class InvalidTextError(ValidationError):
+    """Text that cannot be stored safely (lone surrogate, NUL, not a string)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field, self.problem = field, problem
+        super().__init__(f"{field}: {problem}")
+
+
+class InvalidNameError(ValidationError):
+    """A record or file name that is empty, too long or tries to escape its folder."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(f"invalid name {name!r}: {problem}")
+
+
+class DimensionMismatchError(ValidationError):
+    """An embedding's width does not match the index it is written to or searched in."""
+
+    def __init__(self, expected: int, got: int, model: str) -> None:
+        self.expected, self.got, self.model = expected, got, model
+        super().__init__(
+            f"embedding for model {model!r} has dimension {got}, expected {expected}"
+        )
+
+
+class NotFoundError(MindPalaceError, KeyError):
+    """A named thing does not exist in the requested scope."""
+
+    def __init__(self, kind: str, name: Any, scope: Any = None) -> None:
+        self.kind, self.name, self.scope = kind, name, scope
+        where = f" in scope {scope}" if scope is not None else ""
+        super().__init__(f"unknown {kind} {name!r}{where}")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class StoreError(MindPalaceError):
+    """A persistence operation failed; the transaction was rolled back."""
+
+
+class ConcurrencyError(StoreError):
+    """Optimistic concurrency lost: another writer appended to the stream first.
+
+    Re-read the stream (its version is now ``actual``) and retry the append.
+    """
+
+    def __init__(self, stream: str, expected: int, actual: int) -> None:
+        self.stream, self.expected, self.actual = stream, expected, actual
+        super().__init__(
+            f"stream {stream!r}: expected version {expected} but it is at {actual}; "
+            "another writer appended first — re-read and retry"
+        )
+
+
+class StoreBusyError(StoreError):
+    """The database stayed locked through every bounded retry."""
+
+
+class ProviderError(MindPalaceError):
+    """An LLM or embedding provider failed."""
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider did not answer within the configured timeout (seconds)."""
+
+
+class ProviderResponseError(ProviderError):
+    """The provider answered with something unusable (HTML error page, empty reply, bad JSON)."""
+
+
+class CircuitOpenError(ProviderError):
+    """The circuit breaker is open after repeated failures; the provider was not called."""
+
+
+class TokenBudgetExceededError(ProviderError):
+    """The job's token budget is spent; the job must stop."""
+
+    def __init__(self, job: str, budget: int, spent: int) -> None:
+        self.job, self.budget, self.spent = job, budget, spent
+        super().__init__(f"job {job!r} spent {spent} of its {budget}-token budget; stopping")
+
+
+class ConstraintError(MindPalaceError):
+    """A protected constraint refused a change, or a guard blocked an action."""

@@ -1,0 +1,107 @@
+"""The facade: `Memory` (one workspace) and `Session` (one agent conversation) — the one way in.
+
+Every component is reached from here, already scoped; CLI, REST and MCP are thin layers over
+the same calls (DESIGN.md §7).
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mindpalace.scope import Scope
+from mindpalace.store import Store, open_store
+from mindpalace.tokens import TokenCounter, get_counter
+from mindpalace.workspace import Workspace
+
+if TYPE_CHECKING:
+    from mindpalace.providers.embed.base import Embedder
+    from mindpalace.providers.llm.base import LLMProvider
+
+
+class Memory:
+    """One workspace: settings, store, token counter, LLM and embedder.
+
+    Example:
+        >>> mem = Memory.open("./ws")                       # doctest: +SKIP
+        >>> s = mem.session("trip-42", user="u1", agent="planner")  # doctest: +SKIP
+
+    Args (of :meth:`open`):
+        location: a workspace folder (created if missing).
+        tenant: the tenant every scope of this handle belongs to.
+        **overrides: setting sections to override, e.g. ``steps={"budget_tokens": 500}``.
+
+    Raises:
+        ConfigError: malformed mindpalace.toml or environment value.
+        SchemaVersionError: the database is newer than this code (nothing written).
+    """
+
+    def __init__(self, workspace: Workspace, store: Store, *, tenant: str = "default") -> None:
+        self.workspace = workspace
+        self.settings = workspace.settings
+        self.store = store
+        self.tenant = tenant
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, location: str | Path, *, tenant: str = "default", **overrides: Any) -> Memory:
+        workspace = Workspace.open(location, **overrides)
+        store = open_store(workspace.db_path, workspace.settings.store)
+        return cls(workspace, store, tenant=tenant)
+
+    @cached_property
+    def tokens(self) -> TokenCounter:
+        """The configured token counter (exact tiktoken, or the high-erring estimate)."""
+        return get_counter(self.settings.tokens.tokenizer)
+
+    @cached_property
+    def llm(self) -> LLMProvider:
+        """The configured LLM provider; the offline extractive provider when none is set."""
+        from mindpalace.providers.llm import make_llm
+
+        return make_llm(self.settings.llm, self.tokens)
+
+    @cached_property
+    def embedder(self) -> Embedder | None:
+        """The configured embedder, or None when ``embed.provider = "none"``."""
+        from mindpalace.providers.embed import make_embedder
+
+        return make_embedder(self.settings.embed)
+
+    def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
+        """A concrete scope in this handle's tenant."""
+        return Scope(self.tenant, user, agent, session)
+
+    def session(self, session_id: str, *, user: str = "", agent: str = "") -> Session:
+        """The session `session_id` of (`user`, `agent`); created on first write."""
+        return Session(self, self.scope(user=user, agent=agent, session=session_id))
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """One agent conversation: every component, scoped to (tenant, user, agent, session)."""
+
+    def __init__(self, memory: Memory, scope: Scope) -> None:
+        self.memory = memory
+        self.scope = scope.require_concrete()
+
+    @property
+    def id(self) -> str:
+        return str(self.scope.session)
+
+    @property
+    def store(self) -> Store:
+        return self.memory.store
+
+    def __repr__(self) -> str:
+        return f"Session({self.scope})"

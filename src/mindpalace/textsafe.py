@@ -1,0 +1,84 @@
+"""Text hygiene at the boundary: lone surrogates and NUL never reach a write half-done."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mindpalace.errors import InvalidTextError
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def require_text(field: str, value: Any, *, allow_empty: bool = True) -> str:
+    """Return `value` if it is a storable string, else raise.
+
+    Raises:
+        InvalidTextError: not a str, contains NUL, contains a lone surrogate (which UTF-8
+            cannot encode), or is empty when `allow_empty` is False. The message names the field
+            and the offset of the first bad character.
+    """
+    if not isinstance(value, str):
+        raise InvalidTextError(field, f"expected text, got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise InvalidTextError(field, "must not be empty")
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise InvalidTextError(field, f"contains a NUL character at offset {nul}")
+    m = _SURROGATE.search(value)
+    if m:
+        raise InvalidTextError(
+            field, f"contains a lone surrogate {m.group()!a} at offset {m.start()}; "
+            "decode the source with errors='replace' or pass it through clean_text()"
+        )
+    return value
+
+
+def clean_text(value: str) -> str:
+    """Escape what UTF-8 storage cannot hold: NUL → ``\\x00``, lone surrogates → ``\\udXXX``.
+
+    Used for untrusted bulk content (tool outputs, transcripts) that must be kept rather than
+    refused; the escape is visible and reversible by a reader, never silent data loss.
+    """
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+
+
+def clean_json(value: Any) -> Any:
+    """`clean_text` applied to every string (keys included) of a JSON-like structure."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_json(v) for v in value]
+    return value
+
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$")
+MAX_NAME_CHARS = 128  # record names become file names in exports; keep them portable
+
+
+def require_name(value: Any, *, field: str = "name") -> str:
+    """Validate a record / file name: letters, digits and ``_ . : @ + -``, no path tricks.
+
+    Raises:
+        InvalidNameError: empty, longer than 128 characters, contains a path separator,
+            ``..``, a leading dot, whitespace or other characters outside the allowed set.
+    """
+    from mindpalace.errors import InvalidNameError
+
+    if not isinstance(value, str) or not value:
+        raise InvalidNameError(str(value), f"{field} must be a non-empty string")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidNameError(value[:40] + "…", f"longer than {MAX_NAME_CHARS} characters")
+    if "/" in value or "\\" in value:
+        raise InvalidNameError(value, "contains a path separator")
+    if ".." in value:
+        raise InvalidNameError(value, "contains '..'")
+    if not _NAME_OK.match(value):
+        raise InvalidNameError(
+            value, "use letters, digits and _ . : @ + - only, starting with a letter or digit"
+        )
+    return value
