@@ -7,11 +7,13 @@ the same calls (DESIGN.md §7).
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindpalace.scope import Scope
+from mindpalace.session.messages import MessageLog
 from mindpalace.store import Store, open_store
 from mindpalace.tokens import TokenCounter, get_counter
 from mindpalace.workspace import Workspace
@@ -102,6 +104,15 @@ class Session:
     @property
     def store(self) -> Store:
         return self.memory.store
+
+    @cached_property
+    def messages(self) -> MessageLog:
+        """The session's durable chat log (OpenAI format, append-only)."""
+        return MessageLog(self.store, self.scope)
+
+    def add_message(self, message: dict[str, Any], *, timestamp: datetime | None = None) -> int:
+        """Append one OpenAI-format message; returns its 1-based index. See MessageLog.add."""
+        return self.messages.add(message, timestamp=timestamp)
 
     def __repr__(self) -> str:
         return f"Session({self.scope})"

@@ -1,0 +1,142 @@
+"""Session messages: the durable, append-only OpenAI-format chat log of one session (seed 002).
+
+Each message is one event on the session's ``messages`` stream (its 1-based index = the event
+version, so the order is total and survives restarts) and one search document of kind
+``message`` (ref = index) so recall can find it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mindpalace.errors import ValidationError
+from mindpalace.scope import Scope
+from mindpalace.store import NewEvent, Store
+from mindpalace.textsafe import clean_json
+from mindpalace.timeutil import from_iso, require_aware, to_iso, utcnow
+
+STREAM = "messages"
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message with its 1-based position in the session and its timestamp (UTC)."""
+
+    index: int
+    message: dict[str, Any]
+    timestamp: datetime
+
+
+def validate_message(message: Any) -> dict[str, Any]:
+    """Check the OpenAI chat shape and return a storable copy (NUL / lone surrogates escaped).
+
+    Raises:
+        ValidationError: not a dict, unknown role, content of the wrong type, a tool message
+            without ``tool_call_id``, malformed ``tool_calls`` (each needs an id and a function
+            name; arguments must be a JSON string or object).
+    """
+    if not isinstance(message, dict):
+        raise ValidationError(f"message must be a dict, got {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise ValidationError(f"message role must be one of {sorted(ROLES)}, got {role!r}")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise ValidationError(f"message content must be text or a list of parts, got {type(content).__name__}")
+    if role == "tool" and not message.get("tool_call_id"):
+        raise ValidationError("a tool message needs the tool_call_id of the call it answers")
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            raise ValidationError("tool_calls must be a list on an assistant message")
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not call.get("id") or not fn.get("name"):
+                raise ValidationError(f"malformed tool call {call!r}: needs id and function.name")
+            args = fn.get("arguments", "")
+            if not isinstance(args, str | dict):
+                raise ValidationError(f"tool call {call['id']}: arguments must be a JSON string")
+    return clean_json(message)
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """Plain text of a message for search and summaries: ``speaker: content`` plus tool calls."""
+    speaker = message.get("name") or message.get("role", "")
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    parts = [f"{speaker}: {content}" if content else str(speaker) + ":"]
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        args = fn.get("arguments", "")
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False)
+        parts.append(f"[tool call {fn.get('name')}({args})]")
+    return " ".join(parts)
+
+
+class MessageLog:
+    """Append-only message log of one session scope. Thread- and process-safe via the store.
+
+    Example:
+        >>> log = session.messages                                         # doctest: +SKIP
+        >>> log.add({"role": "user", "content": "5 days in Tokyo"})        # doctest: +SKIP
+        1
+    """
+
+    def __init__(self, store: Store, scope: Scope) -> None:
+        self.store = store
+        self.scope = scope.require_concrete()
+
+    def add(self, message: dict[str, Any], *, timestamp: datetime | None = None) -> int:
+        """Append one message; returns its 1-based index.
+
+        Raises:
+            ValidationError: malformed message or naive `timestamp`; nothing is stored.
+        """
+        return self.add_many([message], timestamps=[timestamp])[0]
+
+    def add_many(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        timestamps: Sequence[datetime | None] | None = None,
+    ) -> list[int]:
+        """Append messages atomically (all or none); returns their indexes."""
+        stamps = list(timestamps) if timestamps is not None else [None] * len(messages)
+        if len(stamps) != len(messages):
+            raise ValidationError("timestamps must have one entry per message")
+        now = utcnow()
+        clean = [validate_message(m) for m in messages]
+        when = [now if t is None else require_aware("timestamp", t) for t in stamps]
+        events = [
+            NewEvent("message", {"message": m, "timestamp": to_iso(t)})
+            for m, t in zip(clean, when, strict=True)
+        ]
+        with self.store.transaction():
+            stored = self.store.append_events(self.scope, STREAM, events)
+            for ev, m, t in zip(stored, clean, when, strict=True):
+                self.store.index_document(
+                    self.scope, "message", str(ev.version), message_text(m),
+                    {"role": m.get("role"), "name": m.get("name"), "timestamp": to_iso(t),
+                     "index": ev.version},
+                )
+        return [ev.version for ev in stored]
+
+    def list(self, *, from_index: int = 1, to_index: int | None = None) -> list[StoredMessage]:
+        """Messages with from_index ≤ index ≤ to_index, oldest first."""
+        return [
+            StoredMessage(ev.version, ev.data["message"], from_iso(ev.data["timestamp"]))
+            for ev in self.store.read_events(
+                self.scope, STREAM, from_version=from_index, to_version=to_index
+            )
+        ]
+
+    def count(self) -> int:
+        """Number of messages in the session."""
+        return self.store.stream_version(self.scope, STREAM)
