@@ -1,0 +1,48 @@
+"""MessageLog: durable, ordered, validated, searchable."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from mindpalace import Memory, ValidationError
+
+
+class TestMessageLog:
+    def test_messages_keep_order_and_survive_reopen(self, memory: Memory, uid: str) -> None:
+        s = memory.session(uid, user="u")
+        assert s.add_message({"role": "user", "content": "book Senso-ji"}) == 1
+        s.messages.add_many([{"role": "assistant", "content": "ok"}, {"role": "user", "content": "thanks"}])
+        root = memory.workspace.root
+        memory.close()
+        with Memory.open(root) as again:
+            got = [m.message["content"] for m in again.session(uid, user="u").messages.list()]
+        assert got == ["book Senso-ji", "ok", "thanks"]
+
+    def test_naive_timestamp_is_refused_and_nothing_stored(self, memory: Memory, uid: str) -> None:
+        s = memory.session(uid)
+        with pytest.raises(ValidationError, match="naive"):
+            s.messages.add_many([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+                                timestamps=[datetime.now(UTC), datetime(2025, 1, 1)])
+        assert s.messages.count() == 0
+
+    @pytest.mark.parametrize(
+        "bad",
+        [{"role": "robot", "content": "x"}, {"role": "tool", "content": "x"}, "not a dict",
+         {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}],
+    )
+    def test_malformed_messages_are_refused(self, memory: Memory, uid: str, bad: object) -> None:
+        with pytest.raises(ValidationError):
+            memory.session(uid).add_message(bad)  # type: ignore[arg-type]
+
+    def test_lone_surrogates_in_tool_output_are_escaped_not_lost(self, memory: Memory, uid: str) -> None:
+        s = memory.session(uid)
+        s.add_message({"role": "user", "content": "bad \ud800 bytes"})
+        assert s.messages.list()[0].message["content"] == "bad \\ud800 bytes"
+
+    def test_messages_are_searchable_in_their_scope_only(self, memory: Memory, uid: str) -> None:
+        memory.session(uid, user="alice").add_message({"role": "user", "content": "hotel budget 2000"})
+        mine = memory.store.keyword_search(memory.scope(user="alice", session=uid), "budget")
+        theirs = memory.store.keyword_search(memory.scope(user="bob", session=uid), "budget")
+        assert [h.doc.kind for h in mine] == ["message"] and theirs == []
