@@ -12,7 +12,7 @@ from mindpalace.textsafe import clean_json, clean_text, require_name, require_te
 
 class TestRequireText:
     def test_lone_surrogate_is_refused_with_offset(self) -> None:
-        with pytest.raises(InvalidTextError, match="lone surrogate.*offset 3"):
+        with pytest.raises(InvalidTextError, match=r"lone surrogate.*offset 3"):
             require_text("body", "abc\ud800def")
 
     def test_nul_is_refused(self) -> None:
