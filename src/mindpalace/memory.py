@@ -21,6 +21,7 @@ from mindpalace.workspace import Workspace
 if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
     from mindpalace.providers.llm.base import LLMProvider
+    from mindpalace.retrieval.embedding_sync import Progress, SyncReport
 
 
 class Memory:
@@ -71,6 +72,21 @@ class Memory:
         from mindpalace.providers.embed import make_embedder
 
         return make_embedder(self.settings.embed)
+
+    def sync_embeddings(self, *, progress: Progress | None = None) -> SyncReport | None:
+        """Embed every document that lacks a vector from the configured embedder (all scopes);
+        after an embedder change, re-embed everything and only then drop the old vectors.
+
+        Never runs implicitly (``open`` stays cheap): call it, or ``mindpalace embed sync``.
+        Returns None when ``embed.provider = "none"`` (existing vectors are kept).
+        Raises ProviderError / DimensionMismatchError (see
+        :func:`mindpalace.retrieval.embedding_sync.sync_embeddings`).
+        """
+        if self.embedder is None:
+            return None
+        from mindpalace.retrieval.embedding_sync import sync_embeddings
+
+        return sync_embeddings(self.store, self.embedder, progress=progress)
 
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
         """A concrete scope in this handle's tenant."""

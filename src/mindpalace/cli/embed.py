@@ -1,0 +1,51 @@
+"""CLI: `mindpalace embed sync` — bring stored vectors in line with the configured embedder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mindpalace.cli.app import app, console, print_json
+from mindpalace.memory import Memory
+from mindpalace.workspace import Workspace
+
+embed_app = typer.Typer(help="Embeddings: keep vectors in sync with the configured embedder.")
+app.add_typer(embed_app, name="embed")
+
+
+@embed_app.command("sync")
+def sync(
+    directory: Path = typer.Argument(Path("."), help="Workspace folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Embed documents that lack a vector; after an embedder change re-embed all, then drop old vectors."""
+    ws = Workspace.open(directory, create=False)
+    with Memory.open(ws.root) as mem:
+        if mem.embedder is None:
+            console.print('embed.provider is "none": nothing to embed (keyword search only)')
+            return
+        with Progress(
+            TextColumn(f"embedding with [bold]{mem.embedder.model_id}[/]"), BarColumn(),
+            MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=as_json,
+            transient=as_json,
+        ) as bar:
+            task = bar.add_task("embed", total=None)
+            report = mem.sync_embeddings(
+                progress=lambda done, total: bar.update(task, completed=done, total=total)
+            )
+    assert report is not None
+    data = {
+        "model": report.model, "dim": report.dim, "embedded": report.embedded,
+        "retired_models": report.retired_models, "dropped_vectors": report.dropped_vectors,
+        "seconds": round(report.seconds, 3),
+    }
+    if as_json:
+        print_json(data)
+        return
+    retired = ", ".join(report.retired_models) or "none"
+    console.print(
+        f"{report.embedded} documents embedded with {report.model} ({report.dim}-d) in "
+        f"{report.seconds:.1f} s; retired models: {retired} ({report.dropped_vectors} vectors dropped)"
+    )
