@@ -17,7 +17,8 @@
     │   ├── ProviderResponseError           HTML error page, empty / malformed reply
     │   ├── CircuitOpenError                breaker open: provider failing, not called
     │   └── TokenBudgetExceededError        the job's token budget is spent
-    └── ConstraintError                     protected-constraint refusal or guard violation
+    ├── ConstraintError                     protected-constraint refusal or guard violation
+    └── OutcomeUnknownError                 a side effect started but its outcome was never recorded
 
 Constructors take structured arguments and build a message that says what to do next.
 """
@@ -125,7 +126,18 @@ class StoreBusyError(StoreError):
 
 
 class ProviderError(MindPalaceError):
-    """An LLM or embedding provider failed."""
+    """An LLM or embedding provider failed.
+
+    Args:
+        message: what failed and what to do next.
+        retryable: True for transient failures (timeouts, 429, 5xx, empty or malformed
+            replies) that the provider's bounded retry loop may try again; False fails fast.
+        status_code: the HTTP status of the reply, when there was one.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False, status_code: int | None = None) -> None:
+        self.retryable, self.status_code = retryable, status_code
+        super().__init__(message)
 
 
 class ProviderTimeoutError(ProviderError):
@@ -143,10 +155,28 @@ class CircuitOpenError(ProviderError):
 class TokenBudgetExceededError(ProviderError):
     """The job's token budget is spent; the job must stop."""
 
-    def __init__(self, job: str, budget: int, spent: int) -> None:
-        self.job, self.budget, self.spent = job, budget, spent
-        super().__init__(f"job {job!r} spent {spent} of its {budget}-token budget; stopping")
+    def __init__(self, job: str, budget: int, spent: int, needed: int = 0) -> None:
+        self.job, self.budget, self.spent, self.needed = job, budget, spent, needed
+        why = f"; the next call needs at least {needed}" if needed else ""
+        super().__init__(f"job {job!r} spent {spent} of its {budget}-token budget{why}; stopping")
 
 
 class ConstraintError(MindPalaceError):
     """A protected constraint refused a change, or a guard blocked an action."""
+
+
+class OutcomeUnknownError(MindPalaceError):
+    """A non-idempotent tool call was recorded as started but never finished (the process died
+    mid-call): it may or may not have happened, so it is never re-run automatically (I8).
+
+    Resolve it with a reconcile hook (``Ledger.reconciler``) or by hand
+    (``Ledger.resolve`` / ``mindpalace ledger``), after checking the external system.
+    """
+
+    def __init__(self, task: str, key: str, tool: str, attempt: int) -> None:
+        self.task, self.key, self.tool, self.attempt = task, key, tool, attempt
+        super().__init__(
+            f"task {task!r}: tool call {tool!r} (ledger key {key!r}, attempt {attempt}) started "
+            "but its outcome was never recorded; it is not re-run automatically — check the "
+            "external system, then resolve it with a reconcile hook or Ledger.resolve()"
+        )

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
     from mindpalace.providers.llm.base import LLMProvider
     from mindpalace.retrieval.embedding_sync import Progress, SyncReport
+    from mindpalace.tasks import Constraints, Task, Tasks, ToolCall
 
 
 class Memory:
@@ -129,6 +130,32 @@ class Session:
     def add_message(self, message: dict[str, Any], *, timestamp: datetime | None = None) -> int:
         """Append one OpenAI-format message; returns its 1-based index. See MessageLog.add."""
         return self.messages.add(message, timestamp=timestamp)
+
+    # -- durable task state (seed 004; mindpalace.tasks) --------------------------------------
+    @cached_property
+    def tasks(self) -> Tasks:
+        """The session's event-sourced tasks: ``s.tasks("trip")``, ``s.tasks.ledger``."""
+        from mindpalace.tasks import Tasks
+
+        return Tasks(self.store, self.scope, self.memory.settings.tasks)
+
+    @property
+    def task(self) -> Task:
+        """The session's default task (id = session id)."""
+        return self.tasks.current
+
+    @property
+    def constraints(self) -> Constraints:
+        """Protected constraints of the default task: ``s.constraints.set(k, v, source="user")``."""
+        return self.task.constraints
+
+    def tool_call(self, name: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None) -> ToolCall:
+        """Exactly-once tool call of the default task (see :meth:`mindpalace.tasks.Task.tool_call`)."""
+        return self.task.tool_call(name, args, idempotent=idempotent, key=key)
+
+    def checkpoint(self, **state: Any) -> int:
+        """Atomic checkpoint of the default task (see :meth:`mindpalace.tasks.Task.checkpoint`)."""
+        return self.task.checkpoint(**state)
 
     def __repr__(self) -> str:
         return f"Session({self.scope})"

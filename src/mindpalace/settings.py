@@ -61,6 +61,9 @@ class LLMSettings(_Section):
     breaker_fail_max: int = Field(5, ge=1, description="Consecutive failed calls that open the circuit breaker.")
     breaker_reset_seconds: float = Field(60.0, gt=0, description="Seconds before an open breaker lets one call try again.")
     job_token_budget: int = Field(200_000, ge=1, description="Default token budget of one background job (tokens).")
+    extractive_max_tokens: int = Field(
+        512, ge=16, description="Reply length of the offline extractive provider when a call sets no max_tokens (tokens)."
+    )
 
 
 class EmbedSettings(_Section):
@@ -110,6 +113,12 @@ class StepSettings(_Section):
     summary_lines_injected: int = Field(40, ge=0, description="Last <summary> lines re-injected each turn (seed 003).")
     max_read_files_reinvocations: int = Field(3, ge=0, description="read_files re-invocations allowed per step.")
     compaction_max_attempts: int = Field(3, ge=1, description="Summarizer attempts per compaction before giving up.")
+    summary_target_ratio: float = Field(0.25, gt=0, le=1, description="A summary asks for at most ratio × its source tier's budget (tokens); halved on each retry.")
+    compaction_breaker_fail_max: int = Field(3, ge=1, description="Consecutive failed compactions that open the compaction breaker.")
+    compaction_breaker_reset_seconds: float = Field(60.0, gt=0, description="Seconds an open compaction breaker waits before one trial compaction.")
+    line_max_chars: int = Field(300, ge=40, description="Cap on one tier line (characters); the full text stays in the step record.")
+    record_tool_output_max_chars: int = Field(20_000, ge=100, description="Cap on one tool output kept in a step record (characters).")
+    fallback_args_max_chars: int = Field(120, ge=10, description="Cap on the compacted tool arguments of a fallback <summary> line (characters).")
 
 
 class SessionSettings(_Section):
@@ -123,6 +132,21 @@ class SessionSettings(_Section):
     summary_max_tokens: int = Field(512, ge=16, description="Cap on one consolidation summary (tokens).")
     raw_breadcrumb_max_chars: int = Field(4_000, ge=100, description="Cap on a raw archive breadcrumb (characters).")
     history_entry_max_chars: int = Field(16_000, ge=100, description="Cap on one history.jsonl entry (characters).")
+    summary_min_tokens: int = Field(10, ge=1, description="A consolidation summary shorter than this is rejected (tokens).")
+    summary_share_of_target: float = Field(
+        0.25, gt=0, le=1, description="The injected archived summary may use at most this share of the "
+        "consolidation target ratio·budget (tokens), and never more than summary_max_tokens.",
+    )
+    summary_input_max_tokens: int = Field(
+        8_000, ge=256, description="Largest chunk sent to the summarizer in one call (tokens); a longer "
+        "archive is split at safe boundaries into several history entries.",
+    )
+    idle_keep_recent_messages: int = Field(
+        8, ge=0, description="Recent window an idle session keeps in the prompt (messages, snapped to a "
+        "safe boundary; an idle session always archives all but at least its last turn).",
+    )
+    lease_ttl_seconds: float = Field(600.0, gt=0, description="A turn lease expires after this unless renewed (seconds).")
+    lock_timeout_seconds: float = Field(120.0, gt=0, description="Wait for the per-session consolidation lock (seconds).")
 
 
 class KnowledgeSettings(_Section):
@@ -141,12 +165,27 @@ class FactSettings(_Section):
     importance_threshold: float = Field(0.6, ge=0, le=1, description="Items at or above are archived long-term.")
     recall_top_k: int = Field(5, ge=1, description="Default hits returned by recall (seed: 2–5).")
     decay_half_life_days: float = Field(0.0, ge=0, description="Importance half-life (days); 0 = no decay.")
+    recall_scope: Literal["user", "session"] = Field(
+        "user", description="What Session.recall searches: 'user' = every session of this user and agent (plus user-level facts); 'session' = this session only."
+    )
+    recall_candidates: int = Field(100, ge=1, description="Hits fetched from each of the keyword and vector lists before fusion.")
+    fusion: Literal["rrf", "zscore"] = Field(
+        "zscore", description="How keyword and vector lists are fused: 'rrf' = reciprocal rank fusion; 'zscore' = weighted sum of per-list standardised scores (measured better on LoCoMo dev)."
+    )
+    rrf_k: float = Field(60.0, gt=0, description="RRF constant k in 1/(k + rank).")
+    keyword_weight: float = Field(1.0, ge=0, description="Weight of the BM25 list in fusion.")
+    vector_weight: float = Field(0.3, ge=0, description="Weight of the vector list in fusion.")
+    neighbor_weights: list[float] = Field(
+        default_factory=lambda: [0.5, 0.25],
+        description="Context scoring of session messages: a message also earns weight[d-1] × the best fused score of the messages d turns before or after it (d = 1, 2, …); [] = off.",
+    )
 
 
 class TaskSettings(_Section):
     """Durable task state (seed 004)."""
 
     snapshot_every_events: int = Field(100, ge=1, description="A task snapshot is written every N events.")
+    corrections_in_prompt: int = Field(5, ge=0, description="Newest user corrections shown at the top of every prompt.")
 
 
 class Settings(BaseSettings):

@@ -167,6 +167,14 @@ class Store(abc.ABC):
     def stream_version(self, scope: Scope, stream: str) -> int:
         """Current version of `stream` (0 when it has no events)."""
 
+    def delete_stream(self, scope: Scope, stream: str) -> int:
+        """Delete every event of `stream` in the concrete `scope`; returns how many were removed.
+
+        Only for explicit user requests (e.g. ``clear_task(..., drop_events=True)``); logs are
+        otherwise append-only. Backends override this; the base raises NotImplementedError.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support delete_stream")
+
     @abc.abstractmethod
     def list_streams(self, scope: Scope, *, prefix: str = "") -> list[tuple[Scope, str, int]]:
         """(scope, stream, version) of streams whose name starts with `prefix`."""
@@ -236,6 +244,32 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def get_documents(self, ids: Sequence[int]) -> dict[int, Document]:
         """Documents by id (ids not found are absent)."""
+
+    def get_documents_by_ref(
+        self, scope: Scope, kind: str, refs: Sequence[str]
+    ) -> dict[str, Document]:
+        """Documents of `kind` by ref in a concrete `scope` (refs not found are absent).
+
+        Used by recall to fetch a message's neighbours and by writers to find the document
+        they just indexed. The default pages through :meth:`iter_documents`; backends override
+        it with an indexed lookup.
+        """
+        wanted = set(refs)
+        if not wanted:
+            return {}
+        return {
+            d.ref: d for d in self.iter_documents(scope.require_concrete(), kinds=[kind])
+            if d.ref in wanted
+        }
+
+    def search_generation(self) -> object:
+        """An opaque value that changes whenever a search document is added, changed or
+        removed, or an embedding is written or dropped (any scope).
+
+        Readers cache derived state (vector indexes, "nothing left to embed") until it changes.
+        The default returns a fresh object every call, i.e. "always changed".
+        """
+        return object()
 
     @abc.abstractmethod
     def keyword_search(

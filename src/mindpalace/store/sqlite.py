@@ -16,6 +16,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from mindpalace.errors import (
     ConcurrencyError,
     DimensionMismatchError,
+    NotFoundError,
     SchemaVersionError,
     StoreBusyError,
     StoreError,
@@ -393,6 +394,16 @@ class SQLiteStore(Store):
         ).fetchone()
         return row[0] or 0
 
+    def delete_stream(self, scope: Scope, stream: str) -> int:
+        scope.require_concrete()
+        with self.transaction():
+            cur = self._execute(
+                "DELETE FROM events WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
+                "AND stream = ?",
+                (*scope.values(), stream),
+            )
+            return cur.rowcount
+
     def list_streams(self, scope: Scope, *, prefix: str = "") -> list[tuple[Scope, str, int]]:
         where, params = _scope_where(scope)
         rows = self._execute(
@@ -571,6 +582,32 @@ class SQLiteStore(Store):
                 out[int(r["id"])] = self._doc(r)
         return out
 
+    def get_documents_by_ref(
+        self, scope: Scope, kind: str, refs: Sequence[str]
+    ) -> dict[str, Document]:
+        scope.require_concrete()
+        out: dict[str, Document] = {}
+        refs = list(refs)
+        for i in range(0, len(refs), 500):  # stay under SQLite's bound-parameter limit
+            chunk = refs[i : i + 500]
+            rows = self._execute(
+                "SELECT * FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
+                f"AND kind = ? AND ref IN ({','.join('?' * len(chunk))})",
+                (*scope.values(), kind, *chunk),
+            )
+            for r in rows:
+                out[r["ref"]] = self._doc(r)
+        return out
+
+    def search_generation(self) -> object:
+        # AUTOINCREMENT ids never repeat, so (max id, embedding generation) moves on every
+        # insert, text change, delete (which bumps the generation) and embedding write/drop.
+        row = self._execute(
+            "SELECT (SELECT max(id) FROM docs), "
+            "(SELECT value FROM meta WHERE key = 'embedding_generation')"
+        ).fetchone()
+        return (row[0] or 0, int(row[1]))
+
     def iter_documents(self, scope: Scope, *, kinds: Sequence[str] | None = None) -> Iterator[Document]:
         where, params = _scope_where(scope)
         sql = f"SELECT * FROM docs WHERE {where}"
@@ -645,10 +682,15 @@ class SQLiteStore(Store):
             ).fetchone()
             if existing is not None and existing[0] != dim:
                 raise DimensionMismatchError(existing[0], dim, model)
-            self._conn().executemany(
-                "INSERT OR REPLACE INTO embeddings (doc_id, model, dim, vector) VALUES (?, ?, ?, ?)",
-                [(int(i), model, dim, mat[j].tobytes()) for j, i in enumerate(doc_ids)],
-            )
+            try:
+                self._conn().executemany(
+                    "INSERT OR REPLACE INTO embeddings (doc_id, model, dim, vector) VALUES (?, ?, ?, ?)",
+                    [(int(i), model, dim, mat[j].tobytes()) for j, i in enumerate(doc_ids)],
+                )
+            except sqlite3.IntegrityError as exc:  # a doc id that does not exist (foreign key)
+                known = self.get_documents([int(i) for i in doc_ids])
+                missing = [int(i) for i in doc_ids if int(i) not in known]
+                raise NotFoundError("document", missing[:10]) from exc
             self._bump_generation()
 
     def vector_search(

@@ -1,0 +1,216 @@
+"""TaskEventStore: append-only task event streams with snapshots and exact recovery (seed 004).
+
+Each task is the event stream ``task:<id>`` in its session's scope. Appends go through
+``Store.append_events`` in one transaction with optimistic concurrency; a snapshot of the folded
+state is written to kv namespace ``task_snapshots`` **in the same transaction** as the append
+that crosses a multiple of ``settings.tasks.snapshot_every_events`` (so a snapshot can never be
+ahead of, or inconsistent with, the log). Recovery = latest snapshot + replay of later events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mindpalace.errors import ConcurrencyError, NotFoundError, ValidationError
+from mindpalace.scope import Scope
+from mindpalace.settings import TaskSettings
+from mindpalace.store import NewEvent, Store
+from mindpalace.tasks.events import DEFAULT_REGISTRY, EventRegistry, TaskEvent, payload_of
+from mindpalace.tasks.state import TaskState, apply, initial_state
+from mindpalace.textsafe import require_name
+
+STREAM_PREFIX = "task:"
+SNAPSHOT_NS = "task_snapshots"
+LEDGER_NS = "task_ledger"
+WORKING_NS = "task_working"
+"""kv namespaces holding task-scoped working state (keys of the ledger/working ones: ``<task>/…``)."""
+
+EventLike = TaskEvent | tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEventRecord:
+    """One stored task event: its 1-based ``version`` in the task, the validated model, when."""
+
+    task: str
+    version: int
+    type: str
+    event: TaskEvent
+    data: dict[str, Any]
+    created_at: datetime
+
+
+def stream_of(task: str) -> str:
+    """The event stream name of `task`. Raises InvalidNameError for unsafe task ids."""
+    return STREAM_PREFIX + require_name(task, field="task id")
+
+
+class TaskEventStore:
+    """Event-sourced task state of one session scope.
+
+    Args:
+        store: the persistence protocol (any backend).
+        scope: a concrete session scope; every read and write is filtered by it (I10).
+        settings: ``snapshot_every_events`` (N).
+        registry: event models and reducers (user-defined types).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        scope: Scope,
+        settings: TaskSettings | None = None,
+        registry: EventRegistry = DEFAULT_REGISTRY,
+    ) -> None:
+        self.store = store
+        self.scope = scope.require_concrete()
+        self.settings = settings or TaskSettings()
+        self.registry = registry
+
+    # -- writes ----------------------------------------------------------------------------
+    def append(
+        self,
+        task: str,
+        events: Sequence[EventLike],
+        *,
+        expected_version: int | None = None,
+        snapshot: bool = False,
+    ) -> list[TaskEventRecord]:
+        """Validate and append `events` to `task` atomically; returns them with their versions.
+
+        Args:
+            expected_version: the task version the caller decided on (0 = new task); None = no
+                check. On mismatch nothing is written.
+            snapshot: also write a snapshot now (it is written anyway when the append crosses a
+                multiple of ``snapshot_every_events``), in the same transaction.
+        Raises:
+            ConcurrencyError: another writer appended first; re-read the state and retry.
+            ValidationError: an event does not fit its model / is of an unregistered type.
+        """
+        stream = stream_of(task)
+        models = [self.registry.coerce(e) for e in events]
+        if not models:
+            return []
+        new = [NewEvent(m.type, payload_of(m)) for m in models]
+        every = self.settings.snapshot_every_events
+        with self.store.transaction():
+            stored = self.store.append_events(self.scope, stream, new, expected_version=expected_version)
+            last = stored[-1].version
+            if snapshot or last // every > (last - len(stored)) // every:
+                self._write_snapshot(task, self.recover(task))
+        return [
+            TaskEventRecord(task, s.version, s.type, self.registry.parse(s.type, n.data), n.data, s.created_at)
+            for s, n in zip(stored, new, strict=True)
+        ]
+
+    def update(
+        self,
+        task: str,
+        decide: Callable[[TaskState], Sequence[EventLike]],
+        *,
+        max_attempts: int = 5,
+    ) -> tuple[TaskState, list[TaskEventRecord]]:
+        """Read the state, let `decide` pick events, append them at that version; retry on conflict.
+
+        `decide` must be pure (it may run more than once). Returns (state after, records).
+
+        Raises:
+            ConcurrencyError: still conflicting after `max_attempts` (heavy contention).
+            Whatever `decide` raises (nothing is written then).
+        """
+        for attempt in range(1, max_attempts + 1):
+            state = self.recover(task)
+            events = list(decide(state))
+            try:
+                records = self.append(task, events, expected_version=state.version)
+            except ConcurrencyError:
+                if attempt == max_attempts:
+                    raise
+                continue
+            for r in records:
+                state = apply(state, r.event, self.registry)
+            return state, records
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def snapshot(self, task: str) -> int:
+        """Write a snapshot of the current state now; returns its version (0 for a new task)."""
+        with self.store.transaction():
+            state = self.recover(task)
+            if state.version:
+                self._write_snapshot(task, state)
+        return state.version
+
+    def _write_snapshot(self, task: str, state: TaskState) -> None:
+        self.store.kv_put(self.scope, SNAPSHOT_NS, task, {"version": state.version, "state": state.to_json()})
+
+    # -- reads -----------------------------------------------------------------------------
+    def version(self, task: str) -> int:
+        """Current version of `task` (0 = no events)."""
+        return self.store.stream_version(self.scope, stream_of(task))
+
+    def exists(self, task: str) -> bool:
+        return self.version(task) > 0
+
+    def read(self, task: str, from_version: int = 1, to_version: int | None = None) -> list[TaskEventRecord]:
+        """Events with from_version ≤ version ≤ to_version, oldest first."""
+        if from_version < 1:
+            raise ValidationError(f"from_version must be ≥ 1, got {from_version}")
+        rows = self.store.read_events(
+            self.scope, stream_of(task), from_version=from_version, to_version=to_version
+        )
+        return [
+            TaskEventRecord(task, r.version, r.type, self.registry.parse(r.type, r.data), r.data, r.created_at)
+            for r in rows
+        ]
+
+    def history(self, task: str) -> list[TaskEventRecord]:
+        """Every event of `task`, oldest first. Raises NotFoundError for a task with no events."""
+        records = self.read(task)
+        if not records:
+            raise NotFoundError("task", task, self.scope)
+        return records
+
+    def latest_snapshot(self, task: str) -> TaskState | None:
+        """The stored snapshot (any version ≤ the log's), or None."""
+        raw = self.store.kv_get(self.scope, SNAPSHOT_NS, require_name(task, field="task id"))
+        return None if raw is None else TaskState.model_validate(raw["state"])
+
+    def recover(self, task: str, *, use_snapshot: bool = True) -> TaskState:
+        """The exact current state: latest snapshot (if any) + replay of every later event.
+
+        A task with no events recovers to its initial state (version 0).
+        """
+        state = (self.latest_snapshot(task) if use_snapshot else None) or initial_state(task)
+        rows = self.store.read_events(self.scope, stream_of(task), from_version=state.version + 1)
+        for r in rows:
+            state = apply(state, self.registry.parse(r.type, r.data), self.registry)
+        return state
+
+    def list_tasks(self) -> list[tuple[str, int]]:
+        """(task id, version) of every task in this scope."""
+        return [
+            (stream[len(STREAM_PREFIX):], version)
+            for _, stream, version in self.store.list_streams(self.scope, prefix=STREAM_PREFIX)
+        ]
+
+    # -- end of task -----------------------------------------------------------------------
+    def clear_task(self, task: str, *, drop_events: bool = False) -> dict[str, int]:
+        """Remove task-scoped working state (snapshot, ledger rows, working kv) in one transaction.
+
+        The event log — the durable record of what happened — and long-term memory stay unless
+        ``drop_events=True`` (seed 004 checklist 7 and 10: session memory is cleared at task end,
+        long-term memory is kept). Returns counts of what was removed.
+        """
+        stream = stream_of(task)
+        removed = {"snapshots": 0, "ledger_rows": 0, "working_rows": 0, "events": 0}
+        with self.store.transaction():
+            removed["snapshots"] = int(self.store.kv_delete(self.scope, SNAPSHOT_NS, task))
+            for ns, field in ((LEDGER_NS, "ledger_rows"), (WORKING_NS, "working_rows")):
+                for _, key, _ in self.store.kv_list(self.scope, ns, prefix=f"{task}/"):
+                    removed[field] += int(self.store.kv_delete(self.scope, ns, key))
+            if drop_events:
+                removed["events"] = self.store.delete_stream(self.scope, stream)
+        return removed

@@ -1,0 +1,291 @@
+"""Idempotency ledger: exactly-once side effects across crashes (seed 004's triple booking).
+
+A side-effecting tool call is written to the ledger as ``started`` **before** it runs and as
+``completed`` (with its result) or ``failed`` after (I8). Each row is a kv entry
+(namespace ``task_ledger``, key ``<task>/<ledger key>``) written in the same transaction as the
+matching task event (``tool_call_recorded`` / ``tool_call_completed``), so ledger and task log
+never disagree. On a repeat of the same call:
+
+* ``completed`` → the recorded result is returned; the tool is not run again;
+* ``failed`` → the tool may run again (a new attempt);
+* ``started`` with no outcome (the process died mid-call) → for a non-idempotent tool it is
+  **never** re-run automatically: a registered reconcile hook is asked, else
+  :class:`~mindpalace.errors.OutcomeUnknownError` is raised; idempotent / read-only tools
+  (``idempotent=True`` or :meth:`Ledger.mark_safe`) simply run again.
+
+The ledger key is the tool name + a hash of the canonical JSON of the arguments (sorted keys,
+no whitespace), or an explicit idempotency key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mindpalace.errors import NotFoundError, OutcomeUnknownError, ValidationError
+from mindpalace.tasks.events import ToolCallCompleted, ToolCallRecorded
+from mindpalace.tasks.eventstore import LEDGER_NS, TaskEventStore
+from mindpalace.textsafe import clean_json, require_name, require_text
+
+Status = Literal["started", "completed", "failed"]
+
+
+class _NotRun:
+    """Sentinel a reconcile hook returns when it confirmed the side effect did NOT happen."""
+
+    def __repr__(self) -> str:
+        return "NOT_RUN"
+
+
+NOT_RUN = _NotRun()
+Reconciler = Callable[["LedgerEntry"], Any]
+"""``hook(entry)`` → the call's result if it happened, :data:`NOT_RUN` if it did not, None if
+it cannot tell (the call stays unknown)."""
+
+
+def canonical_json(value: Any) -> str:
+    """Normalized JSON: sorted keys, no whitespace, UTF-8 text (equal args ⇒ equal text).
+
+    Raises:
+        ValidationError: the value is not JSON-serialisable.
+    """
+    try:
+        return json.dumps(clean_json(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"tool arguments must be JSON-serialisable: {exc}") from exc
+
+
+def ledger_key(tool: str, args: dict[str, Any], key: str | None = None) -> str:
+    """``<tool>:<explicit key>`` or ``<tool>:<sha256 of canonical args, 32 hex>``."""
+    require_name(tool, field="tool name")
+    if key is not None:
+        return f"{tool}:{require_text('idempotency key', key, allow_empty=False)}"
+    return f"{tool}:{hashlib.sha256(canonical_json(args).encode()).hexdigest()[:32]}"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One ledger row: the latest attempt of a keyed tool call."""
+
+    task: str
+    key: str
+    tool: str
+    args: dict[str, Any]
+    status: Status
+    attempt: int
+    idempotent: bool
+    result: Any = None
+    error: str | None = None
+    reconciled: bool = False
+    version: int = 0
+    """Task version of the event that wrote this row."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "key": self.key, "tool": self.tool, "args": self.args,
+            "status": self.status, "attempt": self.attempt, "idempotent": self.idempotent,
+            "result": self.result, "error": self.error, "reconciled": self.reconciled,
+            "version": self.version,
+        }
+
+
+def _normalize_result(result: Any) -> Any:
+    """The JSON form stored and returned (a replay returns exactly what the first run did)."""
+    try:
+        return json.loads(canonical_json(result))
+    except ValidationError:
+        return {"unserializable_result": repr(result)}
+
+
+class Ledger:
+    """The idempotency ledger of one session scope's tasks.
+
+    Args:
+        events: the task event store the ledger events go to (same scope and store).
+    """
+
+    def __init__(self, events: TaskEventStore) -> None:
+        self.events = events
+        self.store = events.store
+        self.scope = events.scope
+        self._safe: set[str] = set()
+        self._reconcilers: dict[str, Reconciler] = {}
+        self._lock = threading.Lock()
+
+    # -- configuration ---------------------------------------------------------------------
+    def mark_safe(self, *tools: str) -> None:
+        """Mark read-only tools as safe to repeat (an unknown outcome simply runs again)."""
+        with self._lock:
+            self._safe.update(require_name(t, field="tool name") for t in tools)
+
+    def is_safe(self, tool: str) -> bool:
+        return tool in self._safe
+
+    def reconciler(self, tool: str, hook: Reconciler) -> None:
+        """Register `hook` to settle unknown outcomes of `tool` (e.g. look the booking up by its
+        client reference in the external system)."""
+        with self._lock:
+            self._reconcilers[require_name(tool, field="tool name")] = hook
+
+    # -- rows ------------------------------------------------------------------------------
+    def get(self, task: str, key: str) -> LedgerEntry | None:
+        raw = self.store.kv_get(self.scope, LEDGER_NS, f"{task}/{key}")
+        return None if raw is None else LedgerEntry(**raw)
+
+    def entries(self, task: str) -> list[LedgerEntry]:
+        """Every row of `task`, ordered by the task version of each row's latest event."""
+        rows = [LedgerEntry(**v) for _, _, v in self.store.kv_list(self.scope, LEDGER_NS, prefix=f"{task}/")]
+        return sorted(rows, key=lambda e: e.version)
+
+    def _put(self, entry: LedgerEntry) -> None:
+        self.store.kv_put(self.scope, LEDGER_NS, f"{entry.task}/{entry.key}", entry.to_json())
+
+    # -- the protocol ----------------------------------------------------------------------
+    def start(
+        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None
+    ) -> LedgerEntry:
+        """Record ``started`` for a call about to run (one transaction with its event).
+
+        Raises:
+            ValidationError: the call is already ``completed`` (use :meth:`prepare` / the result).
+            OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
+        """
+        k = ledger_key(tool, args, key)
+        clean_args = json.loads(canonical_json(args))
+        safe = idempotent or self.is_safe(tool)
+        with self.store.transaction():
+            prev = self.get(task, k)
+            if prev is not None and prev.status == "completed":
+                raise ValidationError(f"tool call {k!r} of task {task!r} already completed; use its recorded result")
+            if prev is not None and prev.status == "started" and not safe:
+                raise OutcomeUnknownError(task, k, tool, prev.attempt)
+            attempt = 1 if prev is None else prev.attempt + 1
+            [rec] = self.events.append(
+                task, [ToolCallRecorded(key=k, tool=tool, args=clean_args, idempotent=safe, attempt=attempt)]
+            )
+            entry = LedgerEntry(task, k, tool, clean_args, "started", attempt, safe, version=rec.version)
+            self._put(entry)
+        return entry
+
+    def finish(
+        self, entry: LedgerEntry, *, result: Any = None, error: str | None = None, reconciled: bool = False
+    ) -> LedgerEntry:
+        """Record the outcome of a started call: ``failed`` when `error` is given, else ``completed``."""
+        status: Status = "failed" if error is not None else "completed"
+        value = None if error is not None else _normalize_result(result)
+        with self.store.transaction():
+            [rec] = self.events.append(
+                entry.task,
+                [ToolCallCompleted(key=entry.key, tool=entry.tool, status=status, result=value, error=error, reconciled=reconciled)],
+            )
+            done = LedgerEntry(
+                entry.task, entry.key, entry.tool, entry.args, status, entry.attempt, entry.idempotent,
+                result=value, error=error, reconciled=reconciled, version=rec.version,
+            )
+            self._put(done)
+        return done
+
+    def resolve(self, task: str, key: str, *, result: Any = None, error: str | None = None) -> LedgerEntry:
+        """Settle an unknown outcome by hand (after checking the external system).
+
+        Raises:
+            NotFoundError: no such ledger row. ValidationError: the row is not ``started``.
+        """
+        entry = self.get(task, key)
+        if entry is None:
+            raise NotFoundError("ledger entry", key, self.scope)
+        if entry.status != "started":
+            raise ValidationError(f"ledger entry {key!r} is already {entry.status}; nothing to resolve")
+        return self.finish(entry, result=result, error=error, reconciled=True)
+
+    def prepare(
+        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None
+    ) -> LedgerEntry | None:
+        """What a repeat of this call must do: the ``completed`` entry to reuse, or None to run.
+
+        An unknown outcome of a non-idempotent call is handed to the tool's reconcile hook:
+        a result → recorded as completed (reconciled) and returned; :data:`NOT_RUN` → recorded as
+        failed and the call may run. With no hook, or a hook that cannot tell:
+
+        Raises:
+            OutcomeUnknownError: never re-run automatically (I8).
+        """
+        entry = self.get(task, ledger_key(tool, args, key))
+        if entry is None or entry.status == "failed":
+            return None
+        if entry.status == "completed":
+            return entry
+        if idempotent or entry.idempotent or self.is_safe(tool):
+            return None
+        hook = self._reconcilers.get(tool)
+        verdict = hook(entry) if hook is not None else None
+        if verdict is None:
+            raise OutcomeUnknownError(task, entry.key, tool, entry.attempt)
+        if verdict is NOT_RUN:
+            self.finish(entry, error="reconciled: the side effect did not happen", reconciled=True)
+            return None
+        return self.finish(entry, result=verdict, reconciled=True)
+
+
+@dataclass
+class ToolCall:
+    """One keyed tool call, exactly once: ``result = call.result if call.done else call.run(fn)``.
+
+    ``run(fn)`` calls ``fn(**args)`` between the ``started`` and ``completed``/``failed`` rows;
+    an exception from `fn` is recorded as ``failed`` and re-raised. `before_run` (guards) runs
+    before ``started`` is written and may refuse; `after_run` sees the result (constraint
+    screening). Both are optional hooks the task facade supplies.
+    """
+
+    ledger: Ledger
+    task: str
+    tool: str
+    args: dict[str, Any]
+    idempotent: bool = False
+    key: str | None = None
+    before_run: Callable[[str, dict[str, Any]], None] | None = None
+    after_run: Callable[[str, Any], Any] | None = None
+    entry: LedgerEntry | None = None
+    notes: list[Any] = field(default_factory=list)
+
+    def __enter__(self) -> ToolCall:
+        self.entry = self.ledger.prepare(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Nothing to do: a call started but not finished stays `started` — the honest record
+        # of a side effect whose outcome nobody knows.
+        return None
+
+    @property
+    def done(self) -> bool:
+        """True when the call already completed (now or in an earlier run / process)."""
+        return self.entry is not None and self.entry.status == "completed"
+
+    @property
+    def result(self) -> Any:
+        """The recorded result. Raises ValidationError when the call has not completed."""
+        if not self.done:
+            raise ValidationError(f"tool call {self.tool!r} has no recorded result yet; call run(fn)")
+        return self.entry.result  # type: ignore[union-attr]
+
+    def run(self, fn: Callable[..., Any]) -> Any:
+        """Run the tool once (or return the recorded result); returns its JSON-normalized result."""
+        if self.done:
+            return self.result
+        if self.before_run is not None:
+            self.before_run(self.tool, self.args)
+        started = self.ledger.start(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        try:
+            value = fn(**self.args)
+        except Exception as exc:
+            self.entry = self.ledger.finish(started, error=f"{type(exc).__name__}: {exc}")
+            raise
+        self.entry = self.ledger.finish(started, result=value)
+        if self.after_run is not None:
+            self.notes.extend(self.after_run(self.tool, self.entry.result) or [])
+        return self.entry.result

@@ -1,0 +1,219 @@
+"""The task handle: checkpoints, resume, exactly-once tool calls and constraints of one task.
+
+``Tasks`` is a session's entry point (``session.tasks``); ``Task`` binds one task id. This is the
+seed-004 agent loop's API: ``start_step`` → tool calls through the ledger → ``finish_step`` /
+``checkpoint`` (atomic, one append) → after a crash ``resume()`` returns the exact state and the
+step to run next.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from mindpalace.scope import Scope
+from mindpalace.settings import TaskSettings
+from mindpalace.store import Store
+from mindpalace.tasks.constraints import Constraints, render_feedback, render_state
+from mindpalace.tasks.events import (
+    DEFAULT_REGISTRY,
+    Checkpoint,
+    ErrorOccurred,
+    EventRegistry,
+    PlanCreated,
+    StepFinished,
+    StepStarted,
+    TaskCompleted,
+)
+from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore
+from mindpalace.tasks.ledger import Ledger, ToolCall
+from mindpalace.tasks.state import TaskState
+from mindpalace.textsafe import clean_json, require_name
+
+if TYPE_CHECKING:
+    from mindpalace.memory import Session
+
+
+@dataclass(frozen=True, slots=True)
+class NextStep:
+    """The step to run after a resume. ``retry`` = it was started and never finished."""
+
+    index: int
+    name: str
+    retry: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """What ``resume`` found: the exact state, the next step (None when the plan is done or
+    there is no plan) and the ledger keys whose outcome is unknown (never re-run blindly)."""
+
+    state: TaskState
+    next_step: NextStep | None
+    unknown_calls: list[str]
+
+
+class Task:
+    """One task of a session (event-sourced; see :class:`TaskEventStore`)."""
+
+    def __init__(self, events: TaskEventStore, ledger: Ledger, task_id: str) -> None:
+        self.id = require_name(task_id, field="task id")
+        self.events = events
+        self.ledger = ledger
+
+    @cached_property
+    def constraints(self) -> Constraints:
+        """Protected constraints, guards and user corrections of this task."""
+        return Constraints(self.events, self.id)
+
+    # -- reads -----------------------------------------------------------------------------
+    def state(self) -> TaskState:
+        """The exact current state (snapshot + replay)."""
+        return self.events.recover(self.id)
+
+    @property
+    def version(self) -> int:
+        return self.events.version(self.id)
+
+    def history(self) -> list[TaskEventRecord]:
+        return self.events.history(self.id)
+
+    def resume(self) -> Resumption:
+        """Recover the state and decide where to continue.
+
+        The next step is the started-but-unfinished one (``retry=True``), else ``plan[state.step]``.
+        """
+        state = self.state()
+        nxt: NextStep | None = None
+        if state.current is not None:
+            nxt = NextStep(state.current.index, state.current.name, True)
+        elif state.status != "completed" and state.step < len(state.plan):
+            nxt = NextStep(state.step, state.plan[state.step], False)
+        unknown = [k for k, f in state.in_flight.items() if not f.idempotent]
+        return Resumption(state, nxt, unknown)
+
+    # -- writes ----------------------------------------------------------------------------
+    def record(self, *events: EventLike, expected_version: int | None = None) -> list[TaskEventRecord]:
+        """Append events (built-in or registered user types) atomically."""
+        return self.events.append(self.id, events, expected_version=expected_version)
+
+    def plan(self, steps: Sequence[str], *, plan_id: str | None = None) -> int:
+        """Record the plan (ordered step names); returns the task version."""
+        [r] = self.record(PlanCreated(plan_id=plan_id or self.id, steps=list(steps)))
+        return r.version
+
+    def start_step(self, index: int, name: str = "") -> int:
+        """Record ``step_started``; returns the task version."""
+        [r] = self.record(StepStarted(index=index, name=name))
+        return r.version
+
+    def finish_step(
+        self,
+        index: int,
+        *,
+        outcome: str = "success",
+        output: Any = None,
+        artifacts: dict[str, Any] | None = None,
+        pending: list[str] | None = None,
+    ) -> int:
+        """Record ``step_finished`` + its checkpoint in ONE atomic append; returns the version."""
+        events: list[EventLike] = [StepFinished(index=index, outcome=outcome, output=clean_json(output))]  # type: ignore[arg-type]
+        if artifacts or pending is not None:
+            events.append(Checkpoint(artifacts=clean_json(artifacts or {}), pending=pending))
+        return self.record(*events)[-1].version
+
+    def checkpoint(
+        self,
+        *,
+        step: int | None = None,
+        artifacts: dict[str, Any] | None = None,
+        pending: list[str] | None = None,
+        snapshot: bool = False,
+    ) -> int:
+        """Persist working variables atomically (one event; a snapshot in the same transaction
+        when due or when `snapshot`); cheap enough to call after every step. Returns the version.
+        """
+        [r] = self.events.append(
+            self.id,
+            [Checkpoint(step=step, artifacts=clean_json(artifacts or {}), pending=pending)],
+            snapshot=snapshot,
+        )
+        return r.version
+
+    def error(self, message: str, *, code: str = "error", retryable: bool = False, tool: str | None = None) -> int:
+        [r] = self.record(ErrorOccurred(message=message, code=code, retryable=retryable, tool=tool))
+        return r.version
+
+    def complete(self, summary: str = "") -> int:
+        [r] = self.record(TaskCompleted(summary=summary))
+        return r.version
+
+    def clear(self, *, drop_events: bool = False) -> dict[str, int]:
+        """End of task: drop working state (see :meth:`TaskEventStore.clear_task`)."""
+        return self.events.clear_task(self.id, drop_events=drop_events)
+
+    def tool_call(
+        self, name: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None
+    ) -> ToolCall:
+        """An exactly-once tool call: guards run before it, its result is screened after.
+
+        Example:
+            >>> with task.tool_call("book_ticket", {"place": "Senso-ji"}) as call:  # doctest: +SKIP
+            ...     result = call.result if call.done else call.run(book_ticket)
+
+        Raises (from ``__enter__`` / ``run``):
+            OutcomeUnknownError: an earlier attempt of this non-idempotent call never finished.
+            ConstraintError: a guard blocked the call (recorded; the tool did not run).
+        """
+        return ToolCall(
+            self.ledger, self.id, require_name(name, field="tool name"), clean_json(args),
+            idempotent=idempotent, key=key,
+            before_run=self.constraints.enforce, after_run=self.constraints.screen,
+        )
+
+
+class Tasks:
+    """A session's tasks: ``tasks("trip")`` → :class:`Task`; ``tasks.current`` is the task named
+    like the session. One shared event store and ledger (reconcile hooks, safe tools)."""
+
+    def __init__(
+        self,
+        store: Store,
+        scope: Scope,
+        settings: TaskSettings | None = None,
+        registry: EventRegistry = DEFAULT_REGISTRY,
+    ) -> None:
+        self.events = TaskEventStore(store, scope, settings, registry)
+        self.ledger = Ledger(self.events)
+        self.settings = self.events.settings
+        self._tasks: dict[str, Task] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, task_id: str) -> Task:
+        with self._lock:
+            if task_id not in self._tasks:
+                self._tasks[task_id] = Task(self.events, self.ledger, task_id)
+            return self._tasks[task_id]
+
+    @property
+    def current(self) -> Task:
+        """The session's default task (its id is the session id)."""
+        return self(str(self.events.scope.session))
+
+    def list(self) -> list[tuple[str, int]]:
+        """(task id, version) of the session's tasks."""
+        return self.events.list_tasks()
+
+
+def render_constraints(session: Session) -> str | None:
+    """The context builder's "protected constraints" block for `session`'s current task:
+    constraint values verbatim + guards (I7), or None when the task has none."""
+    return render_state(session.task.state())
+
+
+def render_corrections(session: Session) -> str | None:
+    """The newest user corrections of `session`'s current task — for the very top of the prompt."""
+    return render_feedback(session.task.state(), session.task.events.settings.corrections_in_prompt)
