@@ -1,0 +1,346 @@
+"""The offline extractive summarizer: deterministic, keeps ids, numbers, dates and constraints.
+
+Used when no LLM is configured (DESIGN.md §5), so the embedded default runs fully offline. It
+never invents text: it picks whole source sentences (seed 004's erased-budget failure is why
+constraint sentences win) and appends a compact ``Key facts:`` line with the identifiers,
+numbers with units, money and dates of the sentences that did not fit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mindpalace.errors import ValidationError
+from mindpalace.providers.llm.base import (
+    Completion,
+    LLMProvider,
+    Message,
+    TokenBudget,
+    Usage,
+)
+from mindpalace.settings import LLMSettings
+from mindpalace.textsafe import require_text
+from mindpalace.tokens import TokenCounter
+
+MODEL_NAME = "extractive"
+KEY_FACTS_LABEL = "Key facts:"
+KEY_FACTS_SHARE = 0.25  # at most this share of the limit is reserved for the Key facts line
+MIN_SPLIT_TOKENS = 24  # a unit longer than max(limit/2, this) is split into clauses
+
+# --- what makes a sentence worth keeping -----------------------------------------------------
+
+_CONSTRAINT_EN = re.compile(
+    r"\b(?:must|never|do not|don't|does not|doesn't|should not|shouldn't|cannot|can't|"
+    r"not allowed|forbidden|required?|budget|at most|at least|no more than|no less than|"
+    r"not exceed|maximum|minimum|deadline|due by|only|always|limit|avoid)\b",
+    re.IGNORECASE,
+)
+_CONSTRAINT_ZH = re.compile(
+    r"不要|必须|预算|不能|至多|至少|最多|最少|不超过|不得|禁止|务必|只能|只要|仅|截止|一定要|"
+    r"不可|避免|上限|下限|不允许|别|限制|要求"
+)
+_URL = re.compile(r"https?://[^\s<>\"'，。；）)\]]+[^\s<>\"'，。；）)\].,;:!?]")
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_PATH = re.compile(
+    r"(?<![A-Za-z0-9_/.:])(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]+)+/?"  # unix, ≥ 2 parts
+    r"|(?<![A-Za-z0-9_])[A-Za-z]:\\[\w.\\-]*[\w.]"  # windows paths
+    r"|(?<![A-Za-z0-9_.-])[A-Za-z0-9_-]+\.(?:py|md|json|jsonl|txt|csv|yaml|yml|toml|js|ts|html|"
+    r"pdf|log|sql|sh|db|zip)(?![A-Za-z0-9_])"
+)
+# Letters and digits mixed, ≥ 4 characters: TK001, u_10086, PNR7X2K9, order-7781. ASCII
+# boundaries on purpose: Chinese text glues ids to words (订单号TK001) and \w would eat them.
+_ID_CH = "A-Za-z0-9_-"
+_IDENT = re.compile(
+    rf"(?<![{_ID_CH}])(?=[{_ID_CH}]{{4}})(?=[{_ID_CH}]*[A-Za-z])(?=[{_ID_CH}]*\d)"
+    rf"[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)*(?![{_ID_CH}])"
+)
+_HASH_REF = re.compile(r"#\d{2,}(?!\d)")
+_MONEY = re.compile(
+    r"[$¥€£￥]\s?\d[\d,]*(?:\.\d+)?(?:\s?[kKmM]\b)?"
+    r"|\d[\d,]*(?:\.\d+)?\s?(?:CNY|RMB|USD|EUR|JPY|GBP|HKD|dollars?|yuan|元|块|美元|日元|欧元|万元?)"
+)
+_UNIT = re.compile(
+    r"\d+(?:[.,]\d+)?\s?(?:%|‰|(?:km|m|cm|mm|kg|g|mg|ms|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|"
+    r"hours?|days?|nights?|weeks?|months?|years?|[KMGT]i?B|tokens?|people|persons?|adults?|"
+    r"children|guests?|rooms?|items?|pages?|steps?)\b|晚|天|小时|分钟|秒|人|个|次|公里|米|"
+    r"千克|公斤|岁|周|间|张|页|步)"
+)
+_DATE = re.compile(
+    r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?"
+    r"|\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]"
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?"
+    r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?"
+    r"(?:,?\s+\d{4})?\b"
+    r"|\b\d{1,2}(?:st|nd|rd|th)?\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*"
+    r"(?:\s+\d{4})?\b"
+    r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b|星期[一二三四五六日天]|周[一二三四五六日]"
+)
+_NAME = re.compile(r"(?<=[\w,;:)] )[A-Z][a-z]+(?:[- ][A-Z][a-z]+)*")
+_NUMBER = re.compile(r"\d")
+
+# Key facts are what the agent would otherwise lose for good; order = listing priority.
+_FACT_PATTERNS: tuple[re.Pattern[str], ...] = (
+    _URL, _EMAIL, _PATH, _IDENT, _HASH_REF, _MONEY, _DATE, _UNIT,
+)
+
+# Weights: a constraint outranks everything; identifiers next; then quantities and dates.
+W_CONSTRAINT = 8.0
+W_IDENTIFIER = 3.0
+W_QUANTITY = 2.0
+W_NAME = 1.0
+W_NUMBER = 0.5
+W_FIRST = 1.0  # the opening sentence usually names the topic
+MAX_HITS_PER_KIND = 3  # a table row full of ids should not drown out a constraint
+
+# --- splitting ---------------------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+")
+# Clause breaks for over-long sentences; ASCII ones only before a space so URLs stay whole.
+_CLAUSE_END = re.compile(r"(?<=[，、：])|(?<=[,:])\s+")
+_SPACE = re.compile(r"[ \t\u3000\r\f\v]+")
+_CJK_END = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]$")
+
+
+@dataclass(frozen=True)
+class _Unit:
+    pos: int
+    text: str
+    tokens: int
+    score: float
+
+
+def split_units(text: str) -> list[str]:
+    """Lines, then sentences (English and Chinese punctuation), whitespace compacted."""
+    units: list[str] = []
+    for line in text.splitlines():
+        line = _SPACE.sub(" ", line).strip()
+        if not line:
+            continue
+        units.extend(s.strip() for s in _SENTENCE_END.split(line) if s and s.strip())
+    return units
+
+
+def score_unit(text: str, *, first: bool = False, boost: re.Pattern[str] | None = None) -> float:
+    """How much a sentence is worth keeping (deterministic; higher = kept first)."""
+    score = W_FIRST if first else 0.0
+    if _CONSTRAINT_EN.search(text) or _CONSTRAINT_ZH.search(text):
+        score += W_CONSTRAINT
+    ids = sum(len(p.findall(text)) for p in (_URL, _EMAIL, _PATH, _IDENT, _HASH_REF))
+    score += W_IDENTIFIER * min(ids, MAX_HITS_PER_KIND)
+    quantities = sum(len(p.findall(text)) for p in (_MONEY, _UNIT, _DATE))
+    score += W_QUANTITY * min(quantities, MAX_HITS_PER_KIND)
+    score += W_NAME * min(len(_NAME.findall(text)), MAX_HITS_PER_KIND)
+    if not ids and not quantities and _NUMBER.search(text):
+        score += W_NUMBER
+    if boost is not None and boost.search(text):
+        score += W_IDENTIFIER
+    return score
+
+
+def key_facts(text: str) -> list[str]:
+    """Identifiers, paths, URLs, e-mails, money, dates and numbers with units in `text`.
+
+    Ordered by kind (identifiers before quantities, as in `_FACT_PATTERNS`), then by position;
+    a match inside a longer one (a path inside a URL) is dropped; duplicates once.
+    """
+    matches = [
+        (m.start(), -m.end(), rank, m.group().strip())
+        for rank, pattern in enumerate(_FACT_PATTERNS)
+        for m in pattern.finditer(text)
+    ]
+    matches.sort()  # by start, longest first
+    kept: list[tuple[int, int, str]] = []
+    reach = -1
+    for start, neg_end, rank, fact in matches:
+        if -neg_end <= reach:  # contained in an earlier, longer match
+            continue
+        reach = -neg_end
+        kept.append((rank, start, fact))
+    kept.sort()
+    return list(dict.fromkeys(fact for _, _, fact in kept if fact))
+
+
+class ExtractiveSummarizer:
+    """Pick the highest-value sentences of a text, in source order, within a token limit.
+
+    Args:
+        count: token count of a string (the configured `TokenCounter.count`).
+        truncate: longest prefix within a token count (`TokenCounter.truncate`).
+    """
+
+    def __init__(self, count: Callable[[str], int], truncate: Callable[[str, int], str]) -> None:
+        self.count = count
+        self.truncate = truncate
+
+    def summarize(self, text: str, max_tokens: int, *, instructions: str | None = None) -> str:
+        """At most `max_tokens` tokens of `text`: the best sentences, then a ``Key facts:`` line.
+
+        Text already within the limit comes back with its whitespace compacted. Longer text
+        always comes back shorter than `max_tokens` + 1 tokens, hence shorter than the source.
+        """
+        compact = "\n".join(_SPACE.sub(" ", ln).strip() for ln in text.splitlines() if ln.strip())
+        if self.count(compact) <= max_tokens:
+            return compact
+        units = self._units(compact, max_tokens, _boost_pattern(instructions))
+        all_facts = key_facts(compact)
+        # Reserve room for the facts line only as large as the facts need (≤ a quarter).
+        facts_cost = self.count(self._facts_line(all_facts)) if all_facts else 0
+        reserve = min(facts_cost, int(max_tokens * KEY_FACTS_SHARE))
+        chosen = self._select(units, max_tokens - reserve)
+        body = self._join(chosen)
+        missing = [f for f in all_facts if f not in body]
+        out = body
+        if missing:
+            room = max_tokens - self.count(body) - 1  # newline before the facts line
+            line = self._fit_facts(missing, room)
+            if line:
+                out = f"{body}\n{line}" if body else line
+        if self.count(out) > max_tokens:  # BPE merges across joins can shift counts slightly
+            out = self.truncate(out, max_tokens)
+        return out
+
+    def _units(self, text: str, max_tokens: int, boost: re.Pattern[str] | None) -> list[_Unit]:
+        split_above = max(max_tokens // 2, MIN_SPLIT_TOKENS)
+        pieces: list[str] = []
+        for unit in split_units(text):
+            if self.count(unit) > split_above:
+                pieces.extend(c for c in _CLAUSE_END.split(unit) if c.strip())
+            else:
+                pieces.append(unit)
+        out: list[_Unit] = []
+        seen: set[str] = set()
+        for pos, piece in enumerate(pieces):
+            key = piece.casefold()
+            if key in seen:  # repeated lines carry nothing new
+                continue
+            seen.add(key)
+            out.append(_Unit(pos, piece, self.count(piece) + 1, score_unit(piece, first=pos == 0, boost=boost)))
+        return out
+
+    def _select(self, units: list[_Unit], limit: int) -> list[_Unit]:
+        """Greedy by score (ties: shorter, then earlier), skipping what does not fit."""
+        chosen: list[_Unit] = []
+        used = 0
+        for unit in sorted(units, key=lambda u: (-u.score, u.tokens, u.pos)):
+            if used + unit.tokens <= limit:
+                chosen.append(unit)
+                used += unit.tokens
+        if not chosen and units:  # nothing fits whole: keep the head of the best unit
+            best = min(units, key=lambda u: (-u.score, u.pos))
+            head = self.truncate(best.text, max(limit - 1, 0))
+            return [_Unit(best.pos, head, self.count(head), best.score)] if head else []
+        return sorted(chosen, key=lambda u: u.pos)
+
+    @staticmethod
+    def _join(units: list[_Unit]) -> str:
+        parts: list[str] = []
+        for unit in units:
+            if parts and not _CJK_END.search(parts[-1]):
+                parts.append(" ")
+            parts.append(unit.text)
+        return "".join(parts)
+
+    @staticmethod
+    def _facts_line(facts: list[str]) -> str:
+        return f"{KEY_FACTS_LABEL} {'; '.join(facts)}"
+
+    def _fit_facts(self, facts: list[str], room: int) -> str:
+        """A facts line within `room` tokens: facts in priority order, skipping any that do not fit."""
+        label_cost = self.count(KEY_FACTS_LABEL)
+        taken: list[str] = []
+        used = label_cost
+        for fact in facts:
+            cost = self.count(f"; {fact}")  # the separator's tokens included
+            if used + cost <= room:
+                taken.append(fact)
+                used += cost
+        while taken and self.count(self._facts_line(taken)) > room:  # joins can merge tokens
+            taken.pop()
+        return self._facts_line(taken) if taken else ""
+
+
+def _boost_pattern(instructions: str | None) -> re.Pattern[str] | None:
+    """Words (≥ 4 letters) of the caller's instructions; sentences naming them rank higher."""
+    if not instructions:
+        return None
+    words = sorted({w.casefold() for w in re.findall(r"[A-Za-z]{4,}|[\u4e00-\u9fff]{2,}", instructions)})
+    if not words:
+        return None
+    return re.compile("|".join(re.escape(w) for w in words), re.IGNORECASE)
+
+
+class ExtractiveProvider(LLMProvider):
+    """The offline `LLMProvider`: ``complete`` summarizes the text of the user messages.
+
+    Deterministic (same input, same output); finish_reason is always ``"stop"``; usage is
+    counted with the configured counter (prompt = source text, completion = summary). A call
+    without ``max_tokens`` uses ``llm.extractive_max_tokens``. Budgets are charged like any
+    provider's, so job budgets bound offline work too.
+
+    Raises (besides `LLMProvider.complete`'s):
+        ValidationError: no user message carries text.
+    """
+
+    name = "extractive"
+
+    def __init__(self, settings: LLMSettings, counter: TokenCounter, **kwargs: Any) -> None:
+        super().__init__(settings, counter, **kwargs)
+        self.summarizer = ExtractiveSummarizer(counter.count, counter.truncate)
+
+    @property
+    def model(self) -> str:
+        return MODEL_NAME
+
+    def _complete(
+        self, messages: list[Message], *, max_tokens: int | None, temperature: float, **opts: Any
+    ) -> Completion:
+        text = "\n".join(_user_text(messages))
+        if not text.strip():
+            raise ValidationError("the extractive provider needs user messages with text to summarize")
+        return self._summary(text, max_tokens or self.settings.extractive_max_tokens, None)
+
+    def summarize(
+        self,
+        text: str,
+        *,
+        max_tokens: int,
+        instructions: str | None = None,
+        budget: TokenBudget | None = None,
+    ) -> Completion:
+        """Summarize `text` directly (no prompt template); `instructions` words boost sentences.
+
+        Raises:
+            InvalidTextError: empty or unsafe `text`. ValidationError: `max_tokens` < 1.
+            TokenBudgetExceededError: the budget cannot pay for the source text.
+        """
+        require_text("text", text, allow_empty=False)
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValidationError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
+        limit = self._budgeted_max_tokens(budget, self.counter.count(text), max_tokens) or max_tokens
+        completion = self._guarded(lambda: self._summary(text, limit, instructions))
+        if budget is not None:
+            budget.charge(completion.usage)
+        return completion
+
+    def _summary(self, text: str, max_tokens: int, instructions: str | None) -> Completion:
+        out = self.summarizer.summarize(text, max_tokens, instructions=instructions)
+        usage = Usage.of(self.counter.count(text), self.counter.count(out))
+        return Completion(text=out, finish_reason="stop", usage=usage, model=MODEL_NAME)
+
+
+def _user_text(messages: list[Message]) -> list[str]:
+    texts: list[str] = []
+    for msg in messages:
+        if msg.get("role") != "user":
+            continue
+        content = msg.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(
+                str(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+    return texts

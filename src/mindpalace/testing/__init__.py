@@ -1,0 +1,1 @@
+"""Test support shipped with the package: deterministic fakes (and, later, conformance suites)."""
