@@ -1,0 +1,453 @@
+"""Store conformance suite: the behaviour every backend of the store protocol must show.
+
+Plain pytest test classes that take a ``store`` fixture (a fresh, empty backend). A backend's
+test module imports the classes and provides the fixture, parametrized over backends, e.g.::
+
+    from mindpalace.testing.conformance import TestEvents, TestRecords  # …
+
+    @pytest.fixture(params=["sqlite"])
+    def store(request, tmp_path):
+        st = make_store(request.param, tmp_path)
+        yield st
+        st.close()
+
+Every test uses fresh random scope ids, so backends may share one database between tests.
+Capabilities covered: transactions, event log, records, key/value, keyword search, vector
+search, bad input. All are required; there are no optional capabilities yet.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mindpalace.errors import (
+    ConcurrencyError,
+    DimensionMismatchError,
+    InvalidNameError,
+    InvalidTextError,
+    MindPalaceError,
+    NotFoundError,
+    StoreError,
+    ValidationError,
+)
+from mindpalace.scope import ANY, Scope
+from mindpalace.store.base import NewEvent, Record, Store
+
+StoreFactory = Callable[[Path], Store]
+
+
+def _sqlite(tmp: Path) -> Store:
+    from mindpalace.store.sqlite import SQLiteStore
+
+    return SQLiteStore(tmp / "memory.db")
+
+
+BACKENDS: dict[str, StoreFactory] = {"sqlite": _sqlite}
+"""Backend name → factory building a fresh store under a temporary folder."""
+
+
+def make_store(backend: str, tmp: Path) -> Store:
+    """A fresh store of `backend` (a key of :data:`BACKENDS`) under the folder `tmp`."""
+    return BACKENDS[backend](tmp)
+
+
+def fresh_scope(**fields: str) -> Scope:
+    """A concrete scope with a random tenant, so no test sees another test's rows."""
+    values = {"tenant": "t-" + uuid.uuid4().hex[:10], "user": "u", "agent": "a", "session": "s"}
+    values.update(fields)
+    return Scope(**values)
+
+
+def unit(vec: list[float]) -> np.ndarray:
+    v = np.asarray(vec, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+class TestTransactions:
+    def test_outer_rollback_discards_every_write(self, store: Store) -> None:
+        scope = fresh_scope()
+        with pytest.raises(RuntimeError), store.transaction():
+            store.append_events(scope, "s", [NewEvent("a")])
+            store.kv_put(scope, "ns", "k", 1)
+            store.put_record(Record(scope, "step_1", "step", "body"))
+            store.index_document(scope, "note", "n1", "rolled back text")
+            raise RuntimeError("boom")
+        assert store.stream_version(scope, "s") == 0
+        assert store.kv_get(scope, "ns", "k") is None
+        assert store.get_records(scope, ["step_1"]) == {}
+        assert store.keyword_search(scope, "rolled back") == []
+
+    def test_nested_rollback_undoes_only_the_inner_block(self, store: Store) -> None:
+        scope = fresh_scope()
+        with store.transaction():
+            store.append_events(scope, "s", [NewEvent("outer")])
+            with pytest.raises(RuntimeError), store.transaction():
+                store.append_events(scope, "s", [NewEvent("inner")])
+                store.kv_put(scope, "ns", "inner", True)
+                raise RuntimeError("inner fails")
+            store.kv_put(scope, "ns", "outer", True)
+            store.append_events(scope, "s", [NewEvent("after")])
+        assert [e.type for e in store.read_events(scope, "s")] == ["outer", "after"]
+        assert [e.version for e in store.read_events(scope, "s")] == [1, 2]
+        assert store.kv_get(scope, "ns", "inner") is None
+        assert store.kv_get(scope, "ns", "outer") is True
+
+    def test_outer_rollback_also_discards_committed_inner_blocks(self, store: Store) -> None:
+        scope = fresh_scope()
+        with pytest.raises(RuntimeError), store.transaction():
+            with store.transaction():
+                store.kv_put(scope, "ns", "k", "inner done")
+            raise RuntimeError("outer fails")
+        assert store.kv_get(scope, "ns", "k") is None
+
+    def test_store_is_usable_after_a_rollback(self, store: Store) -> None:
+        scope = fresh_scope()
+        with pytest.raises(ValueError), store.transaction():
+            raise ValueError("x")
+        store.kv_put(scope, "ns", "k", 1)
+        assert store.kv_get(scope, "ns", "k") == 1
+
+
+class TestEvents:
+    def test_versions_start_at_one_and_are_contiguous(self, store: Store) -> None:
+        scope = fresh_scope()
+        first = store.append_events(scope, "s", [NewEvent("a"), NewEvent("b")])
+        second = store.append_events(scope, "s", [NewEvent("c", {"n": 3})])
+        assert [e.version for e in first + second] == [1, 2, 3]
+        positions = [e.position for e in first + second]
+        assert positions == sorted(positions) and len(set(positions)) == 3
+        assert store.stream_version(scope, "s") == 3
+        read = store.read_events(scope, "s")
+        assert [(e.version, e.type, e.data) for e in read] == [
+            (1, "a", {}), (2, "b", {}), (3, "c", {"n": 3})]
+        assert all(e.created_at.tzinfo is not None for e in read)
+
+    def test_expected_version_conflict_raises_and_appends_nothing(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.append_events(scope, "s", [NewEvent("a")], expected_version=0)
+        with pytest.raises(ConcurrencyError) as info:
+            store.append_events(scope, "s", [NewEvent("x"), NewEvent("y")], expected_version=0)
+        assert (info.value.expected, info.value.actual) == (0, 1)
+        assert [e.type for e in store.read_events(scope, "s")] == ["a"]
+        store.append_events(scope, "s", [NewEvent("b")], expected_version=1)
+        assert store.stream_version(scope, "s") == 2
+
+    def test_read_window_and_limit(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.append_events(scope, "s", [NewEvent(f"e{i}") for i in range(1, 11)])
+        window = store.read_events(scope, "s", from_version=3, to_version=6)
+        assert [e.version for e in window] == [3, 4, 5, 6]
+        assert [e.version for e in store.read_events(scope, "s", from_version=8, limit=2)] == [8, 9]
+
+    def test_streams_are_per_scope(self, store: Store) -> None:
+        a, b = fresh_scope(), fresh_scope()
+        b = b.with_(tenant=a.tenant, session="other")
+        store.append_events(a, "s", [NewEvent("a")])
+        store.append_events(b, "s", [NewEvent("b1"), NewEvent("b2")])
+        assert store.stream_version(a, "s") == 1 and store.stream_version(b, "s") == 2
+        assert [e.type for e in store.read_events(a, "s")] == ["a"]
+        widened = a.with_(session=ANY)
+        listed = {(sc.session, name, v) for sc, name, v in store.list_streams(widened)}
+        assert listed == {("s", "s", 1), ("other", "s", 2)}
+
+    def test_list_streams_by_prefix(self, store: Store) -> None:
+        scope = fresh_scope()
+        for name in ("task:1", "task:2", "messages"):
+            store.append_events(scope, name, [NewEvent("x")])
+        assert [n for _, n, _ in store.list_streams(scope, prefix="task:")] == ["task:1", "task:2"]
+
+    def test_empty_append_changes_nothing(self, store: Store) -> None:
+        scope = fresh_scope()
+        assert store.append_events(scope, "s", []) == []
+        assert store.stream_version(scope, "s") == 0
+
+    def test_write_needs_a_concrete_scope(self, store: Store) -> None:
+        with pytest.raises(ValidationError):
+            store.append_events(fresh_scope(session=ANY), "s", [NewEvent("a")])  # type: ignore[arg-type]
+
+
+class TestRecords:
+    @pytest.mark.parametrize("name", ["../x", "a/b", "a\\b", ".hidden", "", "x" * 129, "has space"])
+    def test_bad_names_are_rejected(self, store: Store, name: str) -> None:
+        scope = fresh_scope()
+        with pytest.raises(InvalidNameError):
+            store.put_record(Record(scope, name, "step", "body"))
+        assert store.list_records(scope) == []
+
+    def test_128_character_names_are_fine(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.put_record(Record(scope, "x" * 128, "info", "body"))
+        assert store.get_record(scope, "x" * 128).body == "body"
+
+    def test_round_trip_keeps_every_field(self, store: Store) -> None:
+        scope = fresh_scope()
+        when = datetime(2025, 5, 20, 9, 30, tzinfo=UTC)
+        store.put_record(Record(scope, "step_7", "step", "did X", "desc", 7, when, {"k": [1, "二"]}))
+        got = store.get_record(scope, "step_7")
+        assert (got.scope, got.name, got.type, got.body, got.description, got.step_id) == (
+            scope, "step_7", "step", "did X", "desc", 7)
+        assert got.created_at == when and got.meta == {"k": [1, "二"]}
+
+    def test_existing_name_needs_overwrite(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.put_record(Record(scope, "step_1", "step", "first version"))
+        with pytest.raises(ValidationError, match="already exists"):
+            store.put_record(Record(scope, "step_1", "step", "second version"))
+        assert store.get_record(scope, "step_1").body == "first version"
+        store.put_record(Record(scope, "step_1", "step", "second version"), overwrite=True)
+        assert store.get_record(scope, "step_1").body == "second version"
+        assert len(store.list_records(scope)) == 1
+
+    def test_overwrite_reindexes_the_body(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.put_record(Record(scope, "r", "info", "zebra crossing"))
+        store.put_record(Record(scope, "r", "info", "giraffe neck"), overwrite=True)
+        assert store.keyword_search(scope, "zebra") == []
+        assert [h.doc.ref for h in store.keyword_search(scope, "giraffe")] == ["r"]
+
+    def test_listing_is_newest_first_and_filters_by_type(self, store: Store) -> None:
+        scope = fresh_scope()
+        for i in range(1, 5):
+            store.put_record(Record(scope, f"step_{i}", "step", f"s{i}"))
+        store.put_record(Record(scope, "snap_1", "snapshot", "raw"))
+        assert [r.name for r in store.list_records(scope)] == [
+            "snap_1", "step_4", "step_3", "step_2", "step_1"]
+        assert [r.name for r in store.list_records(scope, type="step", limit=2)] == ["step_4", "step_3"]
+
+    def test_missing_names_are_absent_and_get_record_raises(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.put_record(Record(scope, "a", "info", "x"))
+        assert set(store.get_records(scope, ["a", "b"])) == {"a"}
+        with pytest.raises(NotFoundError, match="'b'"):
+            store.get_record(scope, "b")
+
+    def test_records_are_scoped(self, store: Store) -> None:
+        a = fresh_scope(user="alice")
+        b = a.with_(user="bob")
+        store.put_record(Record(a, "secret", "info", "alice only"))
+        assert store.get_records(b, ["secret"]) == {}
+        assert store.list_records(b) == []
+        assert store.keyword_search(b, "alice") == []
+
+
+class TestKeyValue:
+    def test_put_get_overwrite_delete(self, store: Store) -> None:
+        scope = fresh_scope()
+        assert store.kv_get(scope, "ns", "k", default="dflt") == "dflt"
+        store.kv_put(scope, "ns", "k", {"a": [1, 2.5, None, True, "字"]})
+        assert store.kv_get(scope, "ns", "k") == {"a": [1, 2.5, None, True, "字"]}
+        store.kv_put(scope, "ns", "k", 7)
+        assert store.kv_get(scope, "ns", "k") == 7
+        assert store.kv_delete(scope, "ns", "k") is True
+        assert store.kv_delete(scope, "ns", "k") is False
+        assert store.kv_get(scope, "ns", "k") is None
+
+    def test_list_by_prefix_in_key_order(self, store: Store) -> None:
+        scope = fresh_scope()
+        for key in ("fact:b", "fact:a", "other", "fact:c"):
+            store.kv_put(scope, "facts", key, key.upper())
+        store.kv_put(scope, "elsewhere", "fact:z", 0)
+        listed = store.kv_list(scope, "facts", prefix="fact:")
+        assert [(k, v) for _, k, v in listed] == [("fact:a", "FACT:A"), ("fact:b", "FACT:B"),
+                                                  ("fact:c", "FACT:C")]
+
+    def test_widened_list_sees_every_session_of_the_user_only(self, store: Store) -> None:
+        s1 = fresh_scope(user="alice", session="s1")
+        s2, other = s1.with_(session="s2"), s1.with_(user="bob")
+        for scope in (s1, s2, other):
+            store.kv_put(scope, "facts", "k", str(scope.session) + str(scope.user))
+        widened = store.kv_list(s1.with_(session=ANY), "facts")
+        assert sorted(v for _, _, v in widened) == ["s1alice", "s2alice"]
+
+    def test_non_json_values_are_refused(self, store: Store) -> None:
+        scope = fresh_scope()
+        for bad in (float("nan"), {1, 2}, object()):
+            with pytest.raises(ValidationError):
+                store.kv_put(scope, "ns", "k", bad)
+        assert store.kv_get(scope, "ns", "k") is None
+
+
+class TestKeywordSearch:
+    def test_english_stemming_matches_inflections(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "note", "n1", "The travellers were booking two hotels")
+        store.index_document(scope, "note", "n2", "Unrelated text about gardening")
+        hits = store.keyword_search(scope, "booked hotel")
+        assert [h.doc.ref for h in hits] == ["n1"] and hits[0].matched == "bm25"
+
+    def test_chinese_query_matches_chinese_text(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "note", "zh", "用户说每晚酒店预算不超过两千元")
+        store.index_document(scope, "note", "en", "hotel budget is 2000 CNY")
+        assert [h.doc.ref for h in store.keyword_search(scope, "酒店预算")] == ["zh"]
+        assert [h.doc.ref for h in store.keyword_search(scope, "预算是多少")] == ["zh"]
+
+    def test_best_match_ranks_first_with_higher_score(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "note", "weak", "budget mentioned once among many other words here")
+        store.index_document(scope, "note", "strong", "budget budget hotel budget")
+        hits = store.keyword_search(scope, "hotel budget")
+        assert [h.doc.ref for h in hits] == ["strong", "weak"]
+        assert hits[0].score > hits[1].score and [h.rank for h in hits] == [1, 2]
+
+    def test_identifier_substrings_fall_back_to_trigrams(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "note", "n1", "booking ref XQ7Z9K2 confirmed")
+        hits = store.keyword_search(scope, "Q7Z9")
+        assert [(h.doc.ref, h.matched) for h in hits] == [("n1", "trigram")]
+
+    def test_user_text_is_never_fts_syntax(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "note", "n1", "budget NEAR the hotel")
+        for query in ('budget" OR *', "NEAR(budget hotel)", "-hotel", "AND", '"', "(*)", "col:x"):
+            store.keyword_search(scope, query)  # must not raise
+        assert store.keyword_search(scope, "") == []
+
+    def test_kinds_filter(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "fact", "f", "hotel budget")
+        store.index_document(scope, "step", "s", "hotel budget")
+        assert [h.doc.kind for h in store.keyword_search(scope, "hotel", kinds=["fact"])] == ["fact"]
+
+    def test_user_a_never_sees_user_b(self, store: Store) -> None:
+        a = fresh_scope(user="alice")
+        b = a.with_(user="bob")
+        store.index_document(a, "note", "a1", "alice private hotel budget 预算 XQ7Z9K2")
+        store.index_document(b, "note", "b1", "bob private hotel budget 预算 XQ7Z9K3")
+        for query in ("hotel budget", "预算", "XQ7Z9", "private"):
+            for scope, own in ((a, "a1"), (b, "b1")):
+                refs = {h.doc.ref for h in store.keyword_search(scope, query)}
+                assert refs == {own}, query
+                widened = scope.with_(agent=ANY, session=ANY)
+                assert {h.doc.ref for h in store.keyword_search(widened, query)} == {own}
+
+    def test_deleted_documents_are_not_found(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "note", "n1", "ephemeral zebra")
+        assert store.delete_documents(scope, "note", ["n1", "missing"]) == 1
+        assert store.keyword_search(scope, "zebra") == []
+        assert store.keyword_search(scope, "ebra") == []  # the trigram index too
+
+
+class TestVectors:
+    def _docs(self, store: Store, scope: Scope, n: int) -> list[int]:
+        return [store.index_document(scope, "note", f"d{i}", f"doc {i}") for i in range(n)]
+
+    def test_nearest_first_by_cosine(self, store: Store) -> None:
+        scope = fresh_scope()
+        ids = self._docs(store, scope, 3)
+        store.put_embeddings(ids, np.stack([unit([1, 0, 0]), unit([1, 1, 0]), unit([0, 0, 1])]), "m")
+        hits = store.vector_search(scope, unit([1, 0.1, 0]), "m", k=2)
+        assert [h.doc.ref for h in hits] == ["d0", "d1"]
+        assert hits[0].score == pytest.approx(float(unit([1, 0.1, 0]) @ unit([1, 0, 0])), rel=1e-5)
+        assert hits[0].matched == "vector" and [h.rank for h in hits] == [1, 2]
+
+    def test_dimension_mismatch_on_write_and_search(self, store: Store) -> None:
+        scope = fresh_scope()
+        ids = self._docs(store, scope, 2)
+        store.put_embeddings(ids[:1], np.ones((1, 4), np.float32), "m4")
+        with pytest.raises(DimensionMismatchError, match="dimension 3, expected 4"):
+            store.put_embeddings(ids[1:], np.ones((1, 3), np.float32), "m4")
+        with pytest.raises(DimensionMismatchError):
+            store.put_embeddings(ids, np.ones((1, 4), np.float32), "m4")  # 2 ids, 1 row
+        with pytest.raises(DimensionMismatchError):
+            store.vector_search(scope, np.ones(5, np.float32), "m4")
+        assert store.embedding_models()["m4"] == (4, 1)
+
+    def test_non_finite_vectors_are_refused(self, store: Store) -> None:
+        scope = fresh_scope()
+        ids = self._docs(store, scope, 1)
+        with pytest.raises(ValidationError):
+            store.put_embeddings(ids, np.array([[1.0, np.nan]], np.float32), "m")
+        assert "m" not in store.embedding_models()
+
+    def test_vectors_for_unknown_documents_are_refused(self, store: Store) -> None:
+        scope = fresh_scope()
+        ids = self._docs(store, scope, 1)
+        with pytest.raises(MindPalaceError):
+            store.put_embeddings([ids[0], 987_654_321], np.ones((2, 3), np.float32), "m")
+        assert "m" not in store.embedding_models()  # the valid row was not half-written
+
+    def test_results_follow_writes_without_a_stale_cache(self, store: Store) -> None:
+        scope = fresh_scope()
+        ids = self._docs(store, scope, 2)
+        store.put_embeddings(ids, np.stack([unit([1, 0]), unit([0, 1])]), "m")
+        q = unit([1, 0.2])
+        assert [h.doc.ref for h in store.vector_search(scope, q, "m")] == ["d0", "d1"]
+        new = store.index_document(scope, "note", "d2", "doc 2")
+        store.put_embeddings([new], unit([1, 0.2])[None, :], "m")
+        assert store.vector_search(scope, q, "m")[0].doc.ref == "d2"
+        store.delete_documents(scope, "note", ["d2"])
+        assert [h.doc.ref for h in store.vector_search(scope, q, "m")] == ["d0", "d1"]
+        store.index_document(scope, "note", "d0", "changed text")  # its vector described the old text
+        assert [h.doc.ref for h in store.vector_search(scope, q, "m")] == ["d1"]
+        assert [d.ref for d in store.documents_missing_embeddings("m")] == ["d0"]
+
+    def test_user_a_never_sees_user_b(self, store: Store) -> None:
+        a = fresh_scope(user="alice")
+        b = a.with_(user="bob")
+        ia = store.index_document(a, "note", "a1", "alice")
+        ib = store.index_document(b, "note", "b1", "bob")
+        store.put_embeddings([ia, ib], np.stack([unit([1, 0]), unit([1, 0.01])]), "m")
+        for scope, own in ((a, "a1"), (b, "b1")):
+            for s in (scope, scope.with_(agent=ANY, session=ANY)):
+                assert [h.doc.ref for h in store.vector_search(s, unit([1, 0]), "m", k=10)] == [own]
+
+    def test_model_bookkeeping_and_retirement(self, store: Store) -> None:
+        scope = fresh_scope()
+        ids = self._docs(store, scope, 3)
+        store.put_embeddings(ids, np.ones((3, 2), np.float32), "old")
+        store.put_embeddings(ids[:1], np.ones((1, 5), np.float32), "new")
+        assert store.embedding_models() == {"old": (2, 3), "new": (5, 1)}
+        assert [d.id for d in store.documents_missing_embeddings("new")] == ids[1:]
+        assert store.delete_embeddings(keep_model="new") == 3
+        assert store.embedding_models() == {"new": (5, 1)}
+        assert store.vector_search(scope, np.ones(2, np.float32), "old") == []
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("bad", ["lone \ud83d surrogate", "nul \x00 byte"])
+    def test_bad_text_is_refused_with_nothing_written(self, store: Store, bad: str) -> None:
+        scope = fresh_scope()
+        with pytest.raises(InvalidTextError):
+            store.put_record(Record(scope, "r", "info", bad))
+        with pytest.raises(InvalidTextError):
+            store.put_record(Record(scope, "r2", "info", "ok body", description=bad))
+        with pytest.raises(InvalidTextError):
+            store.index_document(scope, "note", "n", bad)
+        with pytest.raises(InvalidTextError):
+            store.append_events(scope, "s", [NewEvent("ok"), NewEvent(bad)])
+        with pytest.raises(InvalidTextError):
+            store.append_events(scope, bad, [NewEvent("ok")])
+        with pytest.raises(InvalidTextError):
+            store.keyword_search(scope, bad)
+        assert store.list_records(scope) == []
+        assert store.stream_version(scope, "s") == 0
+        assert store.keyword_search(scope, "body") == []
+
+    def test_unserialisable_event_data_appends_nothing(self, store: Store) -> None:
+        scope = fresh_scope()
+        with pytest.raises(ValidationError):
+            store.append_events(scope, "s", [NewEvent("a", {"ok": 1}), NewEvent("b", {"x": {1, 2}})])
+        assert store.stream_version(scope, "s") == 0
+
+    def test_json_with_lone_surrogates_round_trips(self, store: Store) -> None:
+        scope = fresh_scope()
+        value = {"key \udc80": ["lone \ud800", "pair 😀", "nul \x00", {"中": "\udfff"}]}
+        store.kv_put(scope, "ns", "k", value)
+        assert store.kv_get(scope, "ns", "k") == value
+        store.append_events(scope, "s", [NewEvent("t", value)])
+        assert store.read_events(scope, "s")[0].data == value
+        store.put_record(Record(scope, "r", "info", "body", meta=value))
+        assert store.get_record(scope, "r").meta == value
+        store.index_document(scope, "note", "n", "text", meta=value)
+        assert store.keyword_search(scope, "text")[0].doc.meta == value
+
+    def test_store_errors_are_mindpalace_errors(self, store: Store) -> None:
+        assert issubclass(ConcurrencyError, StoreError) and issubclass(StoreError, MindPalaceError)
