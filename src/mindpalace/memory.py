@@ -7,6 +7,7 @@ the same calls (DESIGN.md §7).
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
     from mindpalace.providers.llm.base import LLMProvider
     from mindpalace.retrieval.embedding_sync import Progress, SyncReport
+    from mindpalace.session.consolidator import Consolidator
+    from mindpalace.session.lease import Lease
     from mindpalace.tasks import Constraints, Task, Tasks, ToolCall
 
 
@@ -130,6 +133,27 @@ class Session:
     def add_message(self, message: dict[str, Any], *, timestamp: datetime | None = None) -> int:
         """Append one OpenAI-format message; returns its 1-based index. See MessageLog.add."""
         return self.messages.add(message, timestamp=timestamp)
+
+    # -- consolidation (seed 002; mindpalace.session.consolidator / autocompact) -------------
+    @cached_property
+    def consolidator(self) -> Consolidator:
+        """Keeps the prompt under the input budget: ``.maybe_consolidate(system_tokens=…)``,
+        ``.last_consolidated``, ``.last_summary`` (the "Archived context summary")."""
+        from mindpalace.session.consolidator import Consolidator
+
+        return Consolidator(self)
+
+    def lease(self, *, holder: str = "", ttl_seconds: float | None = None) -> AbstractContextManager[Lease]:
+        """Hold the turn lease while a turn is in flight (idle compaction skips the session).
+
+        Durable in the store (holder, pid, host, expiry) so other processes see it; raises
+        SessionBusyError when another live holder has it. See mindpalace.session.lease."""
+        from mindpalace.session.lease import turn_lease
+
+        s = self.memory.settings.session
+        return turn_lease(self.store, self.scope, self.consolidator.lock, holder=holder,
+                          ttl_seconds=ttl_seconds or s.lease_ttl_seconds,
+                          lock_timeout_seconds=s.lock_timeout_seconds)
 
     # -- durable task state (seed 004; mindpalace.tasks) --------------------------------------
     @cached_property

@@ -1,0 +1,404 @@
+"""history.jsonl: the append-only archive that session consolidation writes (seed 002, nanobot).
+
+One JSON object per line::
+
+    {"cursor": 42, "timestamp": "2026-11-30T20:01:02.123456+00:00", "session": "trip-42",
+     "content": "- user chose the 8000 CNY budget", "kind": "summary",
+     "scope": {"tenant": "default", "user": "u1", "agent": "planner"},
+     "messages": [12, 40], "id": "3f2a…"}
+
+``cursor`` is a monotonic integer, also persisted in ``.cursor`` beside the file; ``kind`` is
+``summary`` (LLM or extractive summary) or ``raw`` (a bounded breadcrumb when summarizing
+failed); ``messages`` is the 1-based message range of the session the entry archives (so the
+raw messages stay recallable by name); ``id`` is the writer's idempotency key (crash recovery).
+
+Appends are serialized across threads and processes by a file lock and fsync'ed; reasoning
+text (``<think>…</think>`` and similar) is stripped and every entry is capped; a corrupt line is
+skipped with a warning and never blocks later appends; rewrites of the whole file are atomic
+(temp file + fsync + rename). Entries are also indexed in the store as search documents of kind
+``history`` in the session's scope, so recall finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from filelock import FileLock, Timeout
+
+from mindpalace.errors import StoreBusyError, StoreError, ValidationError
+from mindpalace.scope import ANY, Scope
+from mindpalace.store import Store
+from mindpalace.textsafe import clean_text
+from mindpalace.timeutil import from_iso, to_iso, utcnow
+
+log = logging.getLogger(__name__)
+
+HISTORY_FILENAME = "history.jsonl"
+CURSOR_FILENAME = ".cursor"
+DOC_KIND = "history"
+KINDS = ("summary", "raw")
+LOCK_TIMEOUT_SECONDS = 60.0  # an append holds the lock for one fsync; a minute means a dead holder
+_TAIL_BLOCK_BYTES = 65_536  # read the file backwards in blocks this size to find the last cursor
+
+EntryKind = Literal["summary", "raw"]
+
+# Reasoning a model leaks into its answer: closed blocks are removed, an unclosed opening tag
+# drops everything after it (the answer before the tag is kept) — nanobot's strip_think.
+_THINK_TAGS = ("think", "thinking", "reasoning", "reflection", "analysis")
+_THINK_CLOSED = re.compile(
+    r"<(" + "|".join(_THINK_TAGS) + r")\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL
+)
+_THINK_OPEN = re.compile(r"<(" + "|".join(_THINK_TAGS) + r")\b[^>]*>.*\Z", re.IGNORECASE | re.DOTALL)
+_THINK_STRAY_CLOSE = re.compile(r"\A.*?</(" + "|".join(_THINK_TAGS) + r")\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def strip_reasoning(text: str) -> str:
+    """Remove ``<think>…</think>`` (and thinking / reasoning / reflection / analysis) blocks.
+
+    A block whose opening tag was cut off (text starting inside it, ending with ``</think>``)
+    loses everything up to the closing tag; an unclosed opening tag loses everything after it.
+    """
+    text = _THINK_CLOSED.sub("", text)
+    text = _THINK_STRAY_CLOSE.sub("", text)
+    text = _THINK_OPEN.sub("", text)
+    return text.strip()
+
+
+def cap_text(text: str, max_chars: int) -> str:
+    """`text` cut to at most `max_chars` characters, marking how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    marker = f" … [truncated {len(text) - max_chars} chars]"
+    return text[: max(0, max_chars - len(marker))] + marker
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One line of history.jsonl. `messages` is the archived 1-based message range (inclusive)."""
+
+    cursor: int
+    timestamp: datetime
+    session: str
+    content: str
+    kind: EntryKind
+    scope: Scope
+    messages: tuple[int, int] | None = None
+    id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "cursor": self.cursor,
+            "timestamp": to_iso(self.timestamp),
+            "session": self.session,
+            "content": self.content,
+            "kind": self.kind,
+            "scope": {"tenant": self.scope.tenant, "user": self.scope.user, "agent": self.scope.agent},
+            "id": self.id,
+        }
+        if self.messages is not None:
+            data["messages"] = list(self.messages)
+        if self.extra:
+            data["extra"] = self.extra
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> HistoryEntry:
+        """Parse one decoded line. Raises ValueError/KeyError/TypeError on a malformed one."""
+        if not isinstance(data, dict):
+            raise TypeError("history line is not an object")
+        cursor = data["cursor"]
+        if not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 1:
+            raise ValueError(f"bad cursor {cursor!r}")
+        kind = data["kind"]
+        if kind not in KINDS:
+            raise ValueError(f"bad kind {kind!r}")
+        sc = data.get("scope") or {}
+        session = str(data["session"])
+        rng = data.get("messages")
+        return cls(
+            cursor=cursor,
+            timestamp=from_iso(str(data["timestamp"])),
+            session=session,
+            content=str(data["content"]),
+            kind=kind,
+            scope=Scope(str(sc.get("tenant", "default")), str(sc.get("user", "")),
+                        str(sc.get("agent", "")), session),
+            messages=(int(rng[0]), int(rng[1])) if rng else None,
+            id=str(data.get("id", "")),
+            extra=dict(data.get("extra") or {}),
+        )
+
+
+class HistoryLog:
+    """The workspace's ``history.jsonl`` with its ``.cursor`` (seed 002's append_history).
+
+    Example:
+        >>> h = HistoryLog(workspace.history_dir)                      # doctest: +SKIP
+        >>> e = h.append(session.scope, "- user prefers window seats", kind="summary")  # doctest: +SKIP
+        >>> h.tail(1)[0].cursor == e.cursor                              # doctest: +SKIP
+        True
+
+    Args:
+        directory: the folder holding history.jsonl (created if missing).
+        entry_max_chars: cap on one entry's content (characters) after reasoning is stripped.
+        lock_timeout_seconds: how long an append waits for the cross-process lock.
+
+    Thread- and process-safe: every append and rewrite holds ``history.jsonl.lock``.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        entry_max_chars: int = 16_000,
+        lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / HISTORY_FILENAME
+        self.cursor_path = self.directory / CURSOR_FILENAME
+        self.entry_max_chars = entry_max_chars
+        self.lock_timeout_seconds = lock_timeout_seconds
+        # One lock object per path in this process (re-entrant per thread); the OS lock under
+        # it excludes other threads and processes.
+        self._lock = FileLock(str(self.path) + ".lock", is_singleton=True)
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(
+        self,
+        scope: Scope,
+        content: str,
+        *,
+        kind: EntryKind = "summary",
+        messages: tuple[int, int] | None = None,
+        entry_id: str | None = None,
+        timestamp: datetime | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> HistoryEntry:
+        """Append one entry and return it with its new cursor (durable when this returns).
+
+        Args:
+            scope: the session scope the entry belongs to (must be concrete).
+            content: the text; reasoning blocks are stripped, then it is capped to
+                ``entry_max_chars`` characters.
+            kind: ``summary`` or ``raw``.
+            messages: the inclusive 1-based message range it archives, if any.
+            entry_id: idempotency key; a fresh uuid when None.
+        Raises:
+            ValidationError: unknown kind, bad range, or content empty after stripping.
+            StoreBusyError: the lock was not acquired within ``lock_timeout_seconds``.
+            StoreError: the file could not be written (nothing was appended).
+        """
+        scope = scope.require_concrete()
+        if kind not in KINDS:
+            raise ValidationError(f"history entry kind must be one of {KINDS}, got {kind!r}")
+        if messages is not None and not (1 <= messages[0] <= messages[1]):
+            raise ValidationError(f"history message range must be 1 ≤ first ≤ last, got {messages}")
+        text = cap_text(strip_reasoning(clean_text(str(content))), self.entry_max_chars)
+        if not text:
+            raise ValidationError("history entry content is empty after stripping reasoning text")
+        with self._locked():
+            cursor = self._current_cursor() + 1
+            entry = HistoryEntry(
+                cursor=cursor, timestamp=timestamp or utcnow(), session=str(scope.session),
+                content=text, kind=kind, scope=scope, messages=messages,
+                id=entry_id or uuid.uuid4().hex, extra=dict(extra or {}),
+            )
+            line = json.dumps(entry.to_json(), ensure_ascii=False) + "\n"
+            try:
+                with open(self.path, "a+b") as fh:
+                    # A crash mid-append can leave a partial last line: start on a fresh line
+                    # so that fragment stays one (skipped) corrupt line.
+                    fh.seek(0, os.SEEK_END)
+                    if fh.tell() > 0:
+                        fh.seek(-1, os.SEEK_END)
+                        if fh.read(1) != b"\n":
+                            fh.write(b"\n")
+                    fh.write(line.encode("utf-8"))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                self._write_cursor(cursor)
+            except OSError as exc:
+                raise StoreError(f"cannot append to {self.path}: {exc}") from exc
+        return entry
+
+    def rewrite(self, keep: Callable[[HistoryEntry], bool] | None = None) -> int:
+        """Atomically rewrite the file with the valid entries `keep` accepts (all when None).
+
+        Corrupt lines are dropped. The cursor never goes back: ``.cursor`` keeps its value even
+        when the newest entries are dropped. Returns the number of entries kept.
+
+        Raises:
+            StoreBusyError: lock not acquired. StoreError: the rewrite failed (file unchanged).
+        """
+        with self._locked():
+            cursor = self._current_cursor()
+            kept = [e for e in self._iter_entries() if keep is None or keep(e)]
+            body = "".join(json.dumps(e.to_json(), ensure_ascii=False) + "\n" for e in kept)
+            _atomic_write(self.path, body.encode("utf-8"))
+            self._write_cursor(cursor)
+        return len(kept)
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(
+        self, after_cursor: int = 0, *, session: Scope | None = None, limit: int | None = None
+    ) -> list[HistoryEntry]:
+        """Entries with cursor > `after_cursor`, oldest first; only `session`'s when given."""
+        out: list[HistoryEntry] = []
+        for e in self._iter_entries():
+            if e.cursor <= after_cursor:
+                continue
+            if session is not None and not _same_session(e, session):
+                continue
+            out.append(e)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def tail(self, n: int = 10, *, session: Scope | None = None) -> list[HistoryEntry]:
+        """The newest `n` entries (of `session` when given), oldest first."""
+        if n <= 0:
+            return []
+        return self.read(session=session)[-n:]
+
+    def find(self, entry_id: str) -> HistoryEntry | None:
+        """The entry with idempotency key `entry_id`, or None (newest match wins)."""
+        found = None
+        for e in self._iter_entries():
+            if e.id == entry_id:
+                found = e
+        return found
+
+    def cursor(self) -> int:
+        """The last cursor handed out (0 for an empty history)."""
+        with self._locked():
+            return self._current_cursor()
+
+    # -- indexing --------------------------------------------------------------------------
+    @staticmethod
+    def index_entry(store: Store, entry: HistoryEntry) -> int:
+        """Make `entry` searchable: a document of kind ``history``, ref = cursor, in its
+        session's scope. Idempotent (same ref replaces). Call inside the caller's transaction."""
+        meta: dict[str, Any] = {"cursor": entry.cursor, "kind": entry.kind,
+                                "timestamp": to_iso(entry.timestamp), "id": entry.id}
+        if entry.messages is not None:
+            meta["messages"] = list(entry.messages)
+        return store.index_document(entry.scope, DOC_KIND, str(entry.cursor), entry.content, meta)
+
+    # -- internals -------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            self._lock.acquire(timeout=self.lock_timeout_seconds)
+        except Timeout as exc:
+            raise StoreBusyError(
+                f"history lock {self._lock.lock_file} not acquired within "
+                f"{self.lock_timeout_seconds}s; another process is writing history — retry"
+            ) from exc
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _iter_entries(self) -> Iterator[HistoryEntry]:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                entry = _parse_line(raw, self.path, lineno)
+                if entry is not None:
+                    yield entry
+
+    def _current_cursor(self) -> int:
+        """max(.cursor, last valid line's cursor): a crash between the line and ``.cursor``
+        must never hand out a cursor twice."""
+        stored = 0
+        try:
+            stored = int(self.cursor_path.read_text(encoding="utf-8").strip() or 0)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError):
+            log.warning("history cursor file %s is unreadable; recomputing from the file",
+                        self.cursor_path)
+        return max(stored, self._last_line_cursor())
+
+    def _last_line_cursor(self) -> int:
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            buf = b""
+            pos = end
+            while pos > 0:
+                step = min(_TAIL_BLOCK_BYTES, pos)
+                pos -= step
+                fh.seek(pos)
+                buf = fh.read(step) + buf
+                lines = buf.split(b"\n")
+                # lines[0] may be partial unless we reached the start of the file
+                candidates = lines if pos == 0 else lines[1:]
+                for raw in reversed(candidates):
+                    if not raw.strip():
+                        continue
+                    entry = _parse_line(raw, self.path, None)
+                    if entry is not None:
+                        return entry.cursor
+                buf = lines[0] if pos > 0 else b""
+        return 0
+
+    def _write_cursor(self, cursor: int) -> None:
+        _atomic_write(self.cursor_path, f"{cursor}\n".encode())
+
+
+def _same_session(entry: HistoryEntry, scope: Scope) -> bool:
+    """True when `entry` belongs to `scope` (fields set to ANY match everything)."""
+    return all(
+        want is ANY or got == want
+        for got, want in zip(entry.scope.values(), scope.values(), strict=True)
+    )
+
+
+def _parse_line(raw: bytes, path: Path, lineno: int | None) -> HistoryEntry | None:
+    if not raw.strip():
+        return None
+    try:
+        return HistoryEntry.from_json(json.loads(raw.decode("utf-8")))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        if lineno is not None:
+            log.warning("%s:%d: skipping corrupt history line (%s)", path, lineno, exc)
+        return None
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write temp file in the same folder, fsync, rename over `path`, fsync the folder."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise StoreError(f"cannot write {path}: {exc}") from exc
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,514 @@
+"""Consolidator: keeps a session's prompt under its input budget by archiving old messages (seed 002).
+
+Before each model call the agent loop calls :meth:`Consolidator.maybe_consolidate` with the token
+count of the prompt's fixed parts. When the full prompt (fixed parts + tool schemas + archived
+summary + messages after ``last_consolidated``) is over the input budget (window − max
+completion − safety buffer), a **safe boundary** is chosen and the older chunk is summarized
+into ``history.jsonl`` until the prompt is at ``consolidation_ratio`` of the budget.
+
+Durability order (I2, I6): an intent is written to the store, the history line is appended and
+fsync'ed under the history lock, then one store transaction indexes the entry as a ``history``
+search document, advances ``last_consolidated`` and stores the last summary. A crash between the
+line and the transaction is reconciled on the next run (:meth:`Consolidator.recover`): the line
+is found by its id and applied once, or the intent is dropped when no line was written.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from mindpalace.errors import MindPalaceError, ValidationError
+from mindpalace.history.log import HistoryEntry, HistoryLog, cap_text, strip_reasoning
+from mindpalace.session.lease import LOCKS_DIRNAME, STATE_NAMESPACE, hold, session_lock
+from mindpalace.session.messages import StoredMessage, message_text
+from mindpalace.session.pairing import repair_pairing, tool_groups
+from mindpalace.timeutil import to_iso, utcnow
+
+if TYPE_CHECKING:
+    from mindpalace.memory import Session
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "consolidation"
+INTENT_KEY = "consolidation_intent"
+ARCHIVED_SUMMARY_HEADER = "Archived context summary"
+# A preferred user-turn boundary may archive more than needed, but not below this share of
+# the target: further than that, the nearest group boundary keeps more recent context.
+USER_TURN_FLOOR = 0.5
+_PLACEHOLDERS = frozenset({
+    "", "nothing", "none", "n/a", "na", "null", "empty", "no summary", "summary", "tbd", "todo",
+    "no content", "nothing to summarize", "无", "没有", "暂无",
+})
+
+
+@dataclass(frozen=True)
+class ConsolidationState:
+    """What the store holds for one session (kv ``session/consolidation``).
+
+    Attributes:
+        last_consolidated: index of the newest archived message (0 = none); the prompt holds
+            the messages after it.
+        last_summary: the archived summary injected as "Archived context summary" ("" = none).
+        last_kind: ``summary`` or ``raw`` for the entry `last_summary` came from.
+        history_cursor: cursor of the newest history entry of this session (0 = none).
+        entries: history entries written for this session.
+        idle_compacted_at: message count when idle compaction last ran (I5 for AutoCompact).
+    """
+
+    last_consolidated: int = 0
+    last_summary: str = ""
+    last_kind: str = ""
+    history_cursor: int = 0
+    entries: int = 0
+    idle_compacted_at: int | None = None
+    updated_at: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> ConsolidationState:
+        if not isinstance(data, dict):
+            return cls()
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class ConsolidationResult:
+    """The outcome of one :meth:`Consolidator.maybe_consolidate` (or idle compaction) run.
+
+    Attributes:
+        entries: history entries written (0 = nothing archived).
+        archived_messages: messages that left the prompt.
+        prompt_tokens_before / prompt_tokens_after: full prompt estimate (tokens).
+        budget_tokens / target_tokens: the input budget and the consolidation target (tokens).
+        over_budget: the prompt is still over budget (the newest group alone is too big;
+            the context builder's last-resort trimming must act).
+        summary_tokens_spent: LLM (or extractive) tokens used by summaries (prompt + reply).
+        raw_fallbacks: entries archived as raw breadcrumbs because the summary failed the gate.
+        last_consolidated: the cursor after the run.
+    """
+
+    entries: int = 0
+    archived_messages: int = 0
+    prompt_tokens_before: int = 0
+    prompt_tokens_after: int = 0
+    budget_tokens: int = 0
+    target_tokens: int = 0
+    over_budget: bool = False
+    summary_tokens_spent: int = 0
+    raw_fallbacks: int = 0
+    last_consolidated: int = 0
+    written: list[HistoryEntry] = field(default_factory=list)
+
+    @property
+    def consolidated(self) -> bool:
+        return self.entries > 0
+
+
+def choose_boundary(
+    messages: Sequence[dict[str, Any]],
+    group_tokens: Sequence[int],
+    *,
+    fixed_tokens: int,
+    target_tokens: int,
+) -> int | None:
+    """The safe cut k (keep ``messages[k:]``) that brings the prompt to `target_tokens`.
+
+    Args:
+        messages: the live messages (after the cursor), oldest first.
+        group_tokens: token cost of each :func:`tool_groups` group of `messages` (repaired).
+        fixed_tokens: everything else in the prompt (system, tools, summary bound, priming).
+        target_tokens: the occupancy to reach (ratio · budget).
+
+    Returns:
+        A group start > 0 — never inside a call/result group, never past the newest group —
+        or None when `messages` is a single group (nothing can be archived safely). The
+        first user-turn start at or after the smallest sufficient cut is preferred, unless it
+        would go below ``USER_TURN_FLOOR`` · target; otherwise the smallest sufficient cut
+        (the nearest group boundary, e.g. inside a long tool loop). When no cut reaches the
+        target, the newest group start (archive as much as is safe).
+    """
+    groups = tool_groups(list(messages))
+    if len(group_tokens) != len(groups):
+        raise ValidationError("group_tokens must have one entry per tool group")
+    if len(groups) < 2:
+        return None
+    # remaining[g] = prompt tokens when groups g… are kept
+    remaining = [0] * (len(groups) + 1)
+    remaining[len(groups)] = fixed_tokens
+    for g in range(len(groups) - 1, -1, -1):
+        remaining[g] = remaining[g + 1] + group_tokens[g]
+    first_ok = next((g for g in range(1, len(groups)) if remaining[g] <= target_tokens), None)
+    if first_ok is None:
+        return groups[-1][0]
+    floor = USER_TURN_FLOOR * target_tokens
+    for g in range(first_ok, len(groups)):
+        if remaining[g] < floor:
+            break
+        if messages[groups[g][0]].get("role") == "user":
+            return groups[g][0]
+    return groups[first_ok][0]
+
+
+def summary_gate(text: Any, source_tokens: int, *, count: Any, min_tokens: int,
+                 finish_reason: str = "stop") -> str | None:
+    """Why a summary is rejected (I3), or None when it passes.
+
+    Rejected: non-string, empty/whitespace, placeholder, error finish, fewer than `min_tokens`
+    tokens, or not shorter than its source (`source_tokens`).
+    """
+    if not isinstance(text, str):
+        return f"not text ({type(text).__name__})"
+    if finish_reason in ("error", "content_filter"):
+        return f"finish reason {finish_reason!r}"
+    stripped = text.strip()
+    if not stripped:
+        return "empty"
+    if re.sub(r"[\W_]+", " ", stripped.lower()).strip() in _PLACEHOLDERS:
+        return f"placeholder {stripped[:40]!r}"
+    n = count(stripped)
+    if n < min_tokens:
+        return f"{n} tokens < minimum {min_tokens}"
+    if n >= source_tokens:
+        return f"not shorter than its source ({n} ≥ {source_tokens} tokens)"
+    return None
+
+
+class Consolidator:
+    """Per-session consolidator (seed 002's ``maybe_consolidate_by_tokens``).
+
+    Example:
+        >>> c = session.consolidator                                           # doctest: +SKIP
+        >>> r = c.maybe_consolidate(system_tokens=850, tools=tool_schemas)      # doctest: +SKIP
+        >>> msgs = session.messages.list(from_index=c.last_consolidated + 1)    # doctest: +SKIP
+
+    Args:
+        session: the session (its store, scope, settings, token counter and LLM are used).
+        history: the history log; default the workspace's ``history/history.jsonl``.
+        llm: the summarizer; default ``session.memory.llm``.
+
+    Thread- and process-safe: every run holds the per-session lock shared with
+    :class:`~mindpalace.session.autocompact.AutoCompact`.
+    """
+
+    def __init__(self, session: Session, *, history: HistoryLog | None = None, llm: Any = None) -> None:
+        self.session = session
+        self.settings = session.memory.settings.session
+        self.counter = session.memory.tokens
+        hdir = session.memory.workspace.history_dir
+        self.history = history or HistoryLog(hdir, entry_max_chars=self.settings.history_entry_max_chars)
+        self._llm = llm
+        self.lock = session_lock(hdir / LOCKS_DIRNAME, session.scope)
+        self._msg_tokens: dict[int, int] = {}  # message index → tokens (messages never change)
+
+    @cached_property
+    def llm(self) -> Any:
+        return self._llm if self._llm is not None else self.session.memory.llm
+
+    # -- budget ----------------------------------------------------------------------------
+    @property
+    def budget_tokens(self) -> int:
+        """Input budget = context window − max completion − safety buffer (tokens, ≥ 1)."""
+        s = self.settings
+        return max(1, s.context_window_tokens - s.max_completion_tokens - s.safety_buffer_tokens)
+
+    @property
+    def target_tokens(self) -> int:
+        """Occupancy consolidation brings the prompt down to: ratio · budget (tokens)."""
+        return int(self.settings.consolidation_ratio * self.budget_tokens)
+
+    @property
+    def summary_cap_tokens(self) -> int:
+        """Cap on one summary: min(summary_max_tokens, share · target), at least 16 tokens."""
+        s = self.settings
+        return max(16, min(s.summary_max_tokens, int(s.summary_share_of_target * self.target_tokens)))
+
+    # -- state -----------------------------------------------------------------------------
+    def state(self) -> ConsolidationState:
+        """The stored consolidation state (read fresh from the store every time)."""
+        return ConsolidationState.from_json(
+            self.session.store.kv_get(self.session.scope, STATE_NAMESPACE, STATE_KEY))
+
+    @property
+    def last_consolidated(self) -> int:
+        """Index of the newest archived message (0 = none archived)."""
+        return self.state().last_consolidated
+
+    @property
+    def last_summary(self) -> str:
+        """The last archived summary (or bounded raw breadcrumb), "" when none."""
+        return self.state().last_summary
+
+    def live_messages(self) -> list[StoredMessage]:
+        """Messages still in the prompt: those after ``last_consolidated``, oldest first."""
+        return self.session.messages.list(from_index=self.last_consolidated + 1)
+
+    def summary_block(self, summary: str | None = None) -> dict[str, Any] | None:
+        """The "Archived context summary" system message for the prompt, or None when none."""
+        text = self.last_summary if summary is None else summary
+        if not text:
+            return None
+        return {"role": "system", "content": f"{ARCHIVED_SUMMARY_HEADER}:\n{text}"}
+
+    def prompt_tokens(self, *, system_tokens: int = 0, tools: list[dict[str, Any]] | None = None) -> int:
+        """The full prompt estimate now: fixed parts + tools + archived summary + repaired
+        live messages + reply priming (tokens; exact for the configured tokenizer, I9)."""
+        live = self.live_messages()
+        return self._fixed_tokens(system_tokens, tools, self.last_summary) + sum(
+            self._group_costs(live))
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the per-session lock (re-entrant in a thread; shared with AutoCompact)."""
+        with hold(self.lock, self.settings.lock_timeout_seconds):
+            yield
+
+    # -- the seed's maybe_consolidate_by_tokens ----------------------------------------------
+    def maybe_consolidate(
+        self, *, system_tokens: int = 0, tools: list[dict[str, Any]] | None = None
+    ) -> ConsolidationResult:
+        """Archive old messages when the full prompt is over the input budget.
+
+        Args:
+            system_tokens: tokens of the prompt's fixed messages (system prompt, injected
+                memory …) as counted by ``counter.count_message`` per message.
+            tools: the tool schemas sent with the request (counted with their overhead).
+
+        Returns:
+            A :class:`ConsolidationResult`; ``consolidated`` is False when the prompt fits
+            (running it again on unchanged input changes nothing, I5).
+
+        Raises:
+            ValidationError: negative `system_tokens`.
+            StoreBusyError: the session lock was not acquired within ``lock_timeout_seconds``.
+            StoreError: history.jsonl or the store could not be written; the messages stay in
+                the prompt (nothing leaves without a durable copy, I2).
+        """
+        if not isinstance(system_tokens, int) or system_tokens < 0:
+            raise ValidationError(f"system_tokens must be an int ≥ 0, got {system_tokens!r}")
+        with self.locked():
+            self.recover()
+            state = self.state()
+            live = self.session.messages.list(from_index=state.last_consolidated + 1)
+            costs = self._group_costs(live)
+            before = self._fixed_tokens(system_tokens, tools, state.last_summary) + sum(costs)
+            result = ConsolidationResult(
+                prompt_tokens_before=before, prompt_tokens_after=before,
+                budget_tokens=self.budget_tokens, target_tokens=self.target_tokens,
+                last_consolidated=state.last_consolidated)
+            if before <= self.budget_tokens:
+                return result
+            # Bound the summary block by its cap so the prompt still fits once it is replaced.
+            bound = self._fixed_tokens(system_tokens, tools, "x") + self.summary_cap_tokens
+            cut = choose_boundary([m.message for m in live], costs, fixed_tokens=bound,
+                                  target_tokens=self.target_tokens)
+            if cut is not None:
+                self._archive(live[:cut], result)
+            after = self.state()
+            rest = self.session.messages.list(from_index=after.last_consolidated + 1)
+            result.prompt_tokens_after = self._fixed_tokens(
+                system_tokens, tools, after.last_summary) + sum(self._group_costs(rest))
+            result.over_budget = result.prompt_tokens_after > self.budget_tokens
+            result.last_consolidated = after.last_consolidated
+            return result
+
+    def archive_before(self, cut_index: int, result: ConsolidationResult | None = None) -> ConsolidationResult:
+        """Archive every live message with index < `cut_index` (the caller picked a safe cut).
+
+        Used by idle compaction. Holds the session lock. Raises ValidationError when
+        `cut_index` would split a call/result group.
+        """
+        result = result or ConsolidationResult(budget_tokens=self.budget_tokens,
+                                               target_tokens=self.target_tokens)
+        with self.locked():
+            self.recover()
+            live = self.live_messages()
+            chunk = [m for m in live if m.index < cut_index]
+            if not chunk:
+                return result
+            starts = {live[s].index for s, _ in tool_groups([m.message for m in live])}
+            if cut_index <= live[-1].index and cut_index not in starts:
+                raise ValidationError(f"message {cut_index} is inside a tool call/result group")
+            self._archive(chunk, result)
+            result.last_consolidated = self.last_consolidated
+        return result
+
+    # -- recovery (I5, I6) -----------------------------------------------------------------
+    def recover(self) -> bool:
+        """Reconcile a crash between the history line and the cursor advance. Idempotent.
+
+        Returns True when a written-but-unapplied entry was applied.
+        """
+        store, scope = self.session.store, self.session.scope
+        if store.kv_get(scope, STATE_NAMESPACE, INTENT_KEY) is None:  # the common case
+            return False
+        with self.locked():
+            # re-read under the lock: a live writer's intent is gone once we get the lock
+            intent = store.kv_get(scope, STATE_NAMESPACE, INTENT_KEY)
+            if not isinstance(intent, dict):
+                return False
+            entry = self.history.find(str(intent.get("id", "")))
+            state = self.state()
+            applied = False
+            with store.transaction():
+                if entry is not None and entry.messages is not None and \
+                        entry.messages[0] == state.last_consolidated + 1:
+                    self._commit(entry, state, str(intent.get("summary", "")))
+                    applied = True
+                store.kv_delete(scope, STATE_NAMESPACE, INTENT_KEY)
+            if applied:
+                log.warning("session %s: applied history entry %d left by an interrupted "
+                            "consolidation", scope, entry.cursor if entry else -1)
+            return applied
+
+    # -- internals -------------------------------------------------------------------------
+    def _fixed_tokens(self, system_tokens: int, tools: list[dict[str, Any]] | None, summary: str) -> int:
+        block = self.summary_block(summary) if summary else None
+        # count_messages adds the reply priming and the tool schemas once
+        return system_tokens + self.counter.count_messages([block] if block else [], tools)
+
+    def _message_tokens(self, m: StoredMessage) -> int:
+        n = self._msg_tokens.get(m.index)
+        if n is None:
+            n = self._msg_tokens[m.index] = self.counter.count_message(m.message)
+        return n
+
+    def _group_costs(self, live: list[StoredMessage]) -> list[int]:
+        """Tokens of each tool group as it will appear in the prompt (after pairing repair)."""
+        msgs = [m.message for m in live]
+        costs = []
+        for a, b in tool_groups(msgs):
+            group = msgs[a:b]
+            repaired, report = repair_pairing(group)
+            if report.ok:
+                costs.append(sum(self._message_tokens(m) for m in live[a:b]))
+            else:
+                costs.append(sum(self.counter.count_message(m) for m in repaired))
+        return costs
+
+    def _pieces(self, chunk: list[StoredMessage]) -> list[list[StoredMessage]]:
+        """Split an archive chunk at group boundaries into summarizer-sized pieces."""
+        limit = self.settings.summary_input_max_tokens
+        msgs = [m.message for m in chunk]
+        pieces: list[list[StoredMessage]] = []
+        cur: list[StoredMessage] = []
+        cur_tokens = 0
+        for a, b in tool_groups(msgs):
+            n = sum(self._message_tokens(m) for m in chunk[a:b])
+            if cur and cur_tokens + n > limit:
+                pieces.append(cur)
+                cur, cur_tokens = [], 0
+            cur.extend(chunk[a:b])
+            cur_tokens += n
+        if cur:
+            pieces.append(cur)
+        return pieces
+
+    def _archive(self, chunk: list[StoredMessage], result: ConsolidationResult) -> None:
+        degraded = ""  # set after a failed summary: stop hammering the provider this round
+        for piece in self._pieces(chunk):
+            entry, _injected, spent, why = self._archive_piece(piece, degraded)
+            result.entries += 1
+            result.archived_messages += len(piece)
+            result.summary_tokens_spent += spent
+            result.written.append(entry)
+            if entry.kind == "raw":
+                result.raw_fallbacks += 1
+                degraded = degraded or why
+
+    def _archive_piece(
+        self, piece: list[StoredMessage], degraded: str
+    ) -> tuple[HistoryEntry, str, int, str]:
+        first, last = piece[0].index, piece[-1].index
+        source = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in piece)
+        source_tokens = self.counter.count(source)
+        summary, spent, why = "", 0, degraded or ""
+        if not degraded:
+            summary, spent, why = self._summarize(source, source_tokens)
+        if summary:
+            kind, content, injected = "summary", summary, summary
+        else:
+            kind = "raw"
+            content = self._breadcrumb(piece, first, last, why)
+            injected = self.counter.truncate(content, self.summary_cap_tokens)
+        entry = self._write(kind, content, (first, last), injected)
+        return entry, injected, spent, why
+
+    def _summarize(self, source: str, source_tokens: int) -> tuple[str, int, str]:
+        """(summary or "", tokens spent, rejection reason)."""
+        cap = self.summary_cap_tokens
+        try:
+            reply = self.llm.summarize(source, max_tokens=cap)
+        except MindPalaceError as exc:
+            return "", 0, f"summarizer failed: {exc}"
+        text = getattr(reply, "text", reply)
+        finish = str(getattr(reply, "finish_reason", "stop"))
+        usage = getattr(reply, "usage", None)
+        spent = int(getattr(usage, "total_tokens", 0)) or (
+            source_tokens + (self.counter.count(text) if isinstance(text, str) else 0))
+        if isinstance(text, str):
+            text = self.counter.truncate(strip_reasoning(text), cap)
+        why = summary_gate(text, source_tokens, count=self.counter.count,
+                           min_tokens=self.settings.summary_min_tokens, finish_reason=finish)
+        if why is not None:
+            return "", spent, f"summary rejected: {why}"
+        return text.strip(), spent, ""
+
+    def _breadcrumb(self, piece: list[StoredMessage], first: int, last: int, why: str) -> str:
+        """A bounded raw excerpt naming the archived range (the full messages stay in the log)."""
+        limit = self.settings.raw_breadcrumb_max_chars
+        head = f"[raw archive of messages {first}-{last}; {why or 'no summary'}]\n"
+        body = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in piece)
+        room = max(0, limit - len(head))
+        if len(body) > room:
+            marker = f"\n… [{len(body) - room} chars omitted; recall messages {first}-{last}] …\n"
+            keep = max(0, room - len(marker))
+            body = body[: keep - keep // 3] + marker + body[len(body) - keep // 3:] if keep else ""
+        return cap_text(head + body, limit)
+
+    def _write(self, kind: str, content: str, rng: tuple[int, int], injected: str) -> HistoryEntry:
+        """Intent → history line (fsync'ed) → one transaction: index + cursor + summary."""
+        store, scope = self.session.store, self.session.scope
+        state = self.state()
+        if rng[0] != state.last_consolidated + 1:  # the lock makes this impossible; be loud
+            raise ValidationError(f"archive range {rng} does not follow cursor {state.last_consolidated}")
+        entry_id = uuid.uuid4().hex
+        store.kv_put(scope, STATE_NAMESPACE, INTENT_KEY,
+                     {"id": entry_id, "messages": list(rng), "summary": injected})
+        entry = self.history.append(scope, content, kind=kind, messages=rng,  # type: ignore[arg-type]
+                                    entry_id=entry_id)
+        with store.transaction():
+            self._commit(entry, state, injected)
+            store.kv_delete(scope, STATE_NAMESPACE, INTENT_KEY)
+        return entry
+
+    def _commit(self, entry: HistoryEntry, state: ConsolidationState, injected: str) -> None:
+        assert entry.messages is not None
+        HistoryLog.index_entry(self.session.store, entry)
+        new = replace(
+            state, last_consolidated=entry.messages[1], last_summary=injected,
+            last_kind=entry.kind, history_cursor=entry.cursor, entries=state.entries + 1,
+            updated_at=to_iso(utcnow()))
+        self.session.store.kv_put(self.session.scope, STATE_NAMESPACE, STATE_KEY, new.to_json())
+
+    def mark_idle_compacted(self, count: int) -> None:
+        state = self.state()
+        self.session.store.kv_put(self.session.scope, STATE_NAMESPACE, STATE_KEY,
+                                  replace(state, idle_compacted_at=count).to_json())
+
+    def last_activity(self) -> datetime | None:
+        """Timestamp of the newest message (None for an empty session)."""
+        n = self.session.messages.count()
+        if n == 0:
+            return None
+        return self.session.messages.list(from_index=n)[0].timestamp
