@@ -7,6 +7,7 @@
     ├── ValidationError (ValueError)        bad input: text, names, datetimes, dimensions
     │   ├── InvalidTextError                lone surrogates, NUL bytes, non-string text
     │   ├── InvalidNameError                record names with path tricks / too long
+    │   ├── ContextBudgetError              prompt budget below the irreducible minimum
     │   └── DimensionMismatchError          embedding of the wrong width for the index
     ├── NotFoundError (KeyError)            unknown record / session / task / fact key
     ├── StoreError                          persistence failure (sqlite3, psycopg …)
@@ -88,6 +89,17 @@ class DimensionMismatchError(ValidationError):
         self.expected, self.got, self.model = expected, got, model
         super().__init__(
             f"embedding for model {model!r} has dimension {got}, expected {expected}"
+        )
+
+
+class ContextBudgetError(ValidationError):
+    """The requested prompt budget is below the irreducible minimum (tool schemas + priming)."""
+
+    def __init__(self, budget: int, minimum: int) -> None:
+        self.budget, self.minimum = budget, minimum
+        super().__init__(
+            f"a prompt budget of {budget} tokens is below the irreducible minimum of {minimum} "
+            "tokens (tool schemas and reply priming); raise budget_tokens or send fewer tools"
         )
 
 

@@ -1,0 +1,335 @@
+"""ContextBuilder: the ONLY place that assembles a prompt — every part counted, never over budget.
+
+Order of the prompt (one system message per block, then the conversation):
+
+1. system prompt (given, else the latest ``system`` message of the conversation)
+2. protected constraints (seed 004; :func:`_constraints_block`, filled by the tasks component)
+3. working checkpoint (seed 003)
+4. memory index (seed 000)
+5. "Summarized memory (compressed from earlier steps)" (seed 000 summary tier)
+6. recent steps, 7. pending steps (seed 000)
+8. the last ``<summary>`` lines (seed 003)
+9. archived context summary (seed 002; :func:`_archived_summary_block`, filled by the session
+   consolidator)
+10. the last messages (after the consolidation cursor)
+
+Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
+schemas and reply priming included). When the prompt would exceed the budget it degrades in
+the order of seed 000's ``cut_messages``: drop images, drop the oldest messages (whole tool
+groups, never a call without its results — I1), truncate the tail of the longest remaining
+block; each degradation is named in the report. The final messages always go through
+:func:`~mindpalace.session.pairing.repair_pairing`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from mindpalace.errors import ContextBudgetError, ValidationError
+from mindpalace.session.pairing import PairingReport, repair_pairing, tool_groups
+from mindpalace.steps.checkpoint import render_checkpoint, render_summary_lines
+from mindpalace.steps.index import INDEX_HEADER
+
+if TYPE_CHECKING:
+    from mindpalace.memory import Session
+
+Message = dict[str, Any]
+
+IMAGE_TYPES: Final = frozenset({"image_url", "image", "input_image"})
+IMAGE_PLACEHOLDER: Final = "[image omitted to fit the context budget]"
+TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
+FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
+
+
+@dataclass
+class ContextReport:
+    """What went into a prompt.
+
+    Attributes:
+        blocks: ``(name, tokens)`` per part in prompt order, plus ``messages (n)``,
+            ``tool schemas`` and ``reply priming``; the tokens sum to `total_tokens`.
+        total_tokens: ``count_messages(messages, tools)`` of the returned prompt.
+        budget_tokens: the budget asked for; ``total_tokens <= budget_tokens`` always.
+        degradations: what was dropped or cut, in order (empty when everything fit).
+        pairing: what :func:`repair_pairing` repaired (dangling calls closed, orphan results
+            dropped) in the conversation.
+    """
+
+    blocks: list[tuple[str, int]]
+    total_tokens: int
+    budget_tokens: int
+    degradations: list[str] = field(default_factory=list)
+    pairing: PairingReport = field(default_factory=PairingReport)
+
+
+@dataclass
+class BuiltContext:
+    """A prompt ready to send: ``messages`` (OpenAI format), the `tools` it was counted with,
+    and the :class:`ContextReport`."""
+
+    messages: list[Message]
+    report: ContextReport
+    tools: list[dict[str, Any]] | None = None
+
+
+# -- hooks other components fill --------------------------------------------------------------
+def _constraints_block(session: Session) -> str | None:
+    """Protected constraints, re-injected verbatim (seed 004, I7); None until tasks provides them."""
+    return None
+
+
+def _archived_summary_block(session: Session) -> str | None:
+    """The consolidator's archived summary of older messages (seed 002); None until provided."""
+    return None
+
+
+def _message_start(session: Session) -> int:
+    """1-based index of the first message not yet consolidated (seed 002 ``last_consolidated``)."""
+    return 1
+
+
+# -- the builder --------------------------------------------------------------------------------
+@dataclass
+class _Part:
+    name: str
+    message: Message
+
+
+class ContextBuilder:
+    """Builds the prompt of one session under a token budget.
+
+    Args:
+        session: the session whose memory (steps, constraints, messages) goes into the prompt.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.counter = session.memory.tokens
+
+    def default_budget(self) -> int:
+        """context window − max completion − safety buffer (tokens), from ``[session]``."""
+        s = self.session.memory.settings.session
+        return s.context_window_tokens - s.max_completion_tokens - s.safety_buffer_tokens
+
+    def build(
+        self,
+        budget_tokens: int | None = None,
+        *,
+        system_prompt: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        messages: list[Message] | None = None,
+    ) -> BuiltContext:
+        """Assemble the prompt for the next model call.
+
+        Args:
+            budget_tokens: hard cap on ``count_messages(result.messages, tools)`` (tokens);
+                None = :meth:`default_budget`.
+            system_prompt: the system prompt; None = the latest ``system`` message of the
+                conversation (system messages are always lifted out of the conversation).
+            tools: tool schemas sent with the request (counted, I9).
+            messages: the conversation; None = the session's stored messages after the
+                consolidation cursor (only the tail that can matter is read).
+
+        Returns:
+            A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
+
+        Raises:
+            ContextBudgetError: the budget is below the irreducible minimum (tool schemas +
+                reply priming).
+            ValidationError: `budget_tokens` is not a positive int.
+        """
+        budget = self.default_budget() if budget_tokens is None else budget_tokens
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValidationError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
+        minimum = self.counter.count_messages([], tools)
+        if budget < minimum:
+            raise ContextBudgetError(budget, minimum)
+        degradations: list[str] = []
+        if messages is None:
+            convo, unloaded = self._load_messages(budget)
+        else:
+            convo, unloaded = copy.deepcopy(list(messages)), 0
+        lifted = [m for m in convo if m.get("role") == "system"]
+        convo = [m for m in convo if m.get("role") != "system"]
+        if system_prompt is None and lifted:
+            system_prompt = _text(lifted[-1].get("content"))
+        convo, pairing = repair_pairing(convo)
+        blocks = self._blocks(system_prompt)
+        fitter = _Fitter(self.counter, blocks, convo, tools, budget)
+        if unloaded:
+            fitter.dropped_messages += unloaded
+        fitter.fit(degradations)
+        final, check = repair_pairing(fitter.flat())
+        if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
+            pairing.closed_calls += check.closed_calls
+            pairing.dropped_results += check.dropped_results
+        report = fitter.report(final, degradations, pairing)
+        return BuiltContext(final, report, tools)
+
+    def _blocks(self, system_prompt: str | None) -> list[_Part]:
+        steps = self.session.steps
+        index = steps.index()
+        texts = [
+            ("system prompt", system_prompt),
+            ("protected constraints", _constraints_block(self.session)),
+            ("working checkpoint", render_checkpoint(steps.state.checkpoint)),
+            ("memory index", INDEX_HEADER + "\n" + "\n".join(index) if index else None),
+            ("summarized memory", steps.render_summary()),
+            ("recent steps", steps.render_recent()),
+            ("pending steps", steps.render_pending()),
+            ("summary lines", render_summary_lines(steps.summary_lines)),
+            ("archived summary", _archived_summary_block(self.session)),
+        ]
+        return [_Part(name, {"role": "system", "content": t}) for name, t in texts if t]
+
+    def _load_messages(self, budget: int) -> tuple[list[Message], int]:
+        """The stored tail after the cursor: read backwards in growing chunks until the loaded
+        messages alone pass the budget (older ones would be dropped anyway). Returns
+        (messages, count of older messages not loaded)."""
+        log = self.session.messages
+        first, end = _message_start(self.session), log.count() + 1
+        loaded: list[Message] = []
+        lo, chunk = end, FIRST_LOAD_MESSAGES
+        while lo > first:
+            new_lo = max(first, lo - chunk)
+            loaded = [m.message for m in log.list(from_index=new_lo, to_index=lo - 1)] + loaded
+            lo, chunk = new_lo, chunk * 2
+            if self.counter.count_messages(loaded) > budget:
+                break
+        unloaded = lo - first
+        if unloaded:  # a partial load may start inside a tool group: its results go with it
+            while loaded and loaded[0].get("role") == "tool":
+                loaded.pop(0)
+                unloaded += 1
+        return loaded, unloaded
+
+
+class _Fitter:
+    """Applies the three degradations until the prompt fits; counts with the real counter."""
+
+    def __init__(
+        self,
+        counter: Any,
+        blocks: list[_Part],
+        convo: list[Message],
+        tools: list[dict[str, Any]] | None,
+        budget: int,
+    ) -> None:
+        self.counter = counter
+        self.blocks = blocks
+        self.groups = [convo[a:b] for a, b in tool_groups(convo)]
+        self.tools = tools
+        self.budget = budget
+        self.dropped_messages = 0
+
+    def flat(self) -> list[Message]:
+        return [p.message for p in self.blocks] + [m for g in self.groups for m in g]
+
+    def total(self) -> int:
+        return self.counter.count_messages(self.flat(), self.tools)
+
+    def fit(self, degradations: list[str]) -> None:
+        if self.dropped_messages:
+            degradations.append(f"dropped {self.dropped_messages} oldest messages (not loaded)")
+            self.dropped_messages = 0
+        total = self.total()
+        if total <= self.budget:
+            return
+        total = self._drop_images(total, degradations)
+        total = self._drop_oldest(total, degradations)
+        total = self._truncate(total, degradations)
+        self._drop_rest(total, degradations)
+
+    def _drop_images(self, total: int, degradations: list[str]) -> int:
+        dropped = 0
+        for group in self.groups:
+            for msg in group:
+                content = msg.get("content")
+                if isinstance(content, list):
+                    parts = []
+                    for part in content:
+                        if isinstance(part, dict) and part.get("type") in IMAGE_TYPES:
+                            parts.append({"type": "text", "text": IMAGE_PLACEHOLDER})
+                            dropped += 1
+                        else:
+                            parts.append(part)
+                    msg["content"] = parts
+        if not dropped:
+            return total
+        degradations.append(f"dropped {dropped} images")
+        return self.total()
+
+    def _drop_oldest(self, total: int, degradations: list[str]) -> int:
+        n = 0
+        while total > self.budget and len(self.groups) > 1:
+            group = self.groups.pop(0)
+            total -= sum(self.counter.count_message(m) for m in group)
+            n += len(group)
+        if n:
+            degradations.append(f"dropped {n} oldest messages")
+            total = self.total()
+        return total
+
+    def _candidates(self) -> list[tuple[int, str, Message]]:
+        """(content tokens, name, message) of every part whose text can be cut."""
+        out = [(self.counter.count(p.message["content"]), p.name, p.message) for p in self.blocks]
+        for group in self.groups:
+            for msg in group:
+                if isinstance(msg.get("content"), str) and msg["content"]:
+                    out.append((self.counter.count(msg["content"]), f"message ({msg.get('role')})", msg))
+        return [c for c in out if c[0] > 0]
+
+    def _truncate(self, total: int, degradations: list[str]) -> int:
+        mark = self.counter.count(TRUNCATION_MARK)
+        for _ in range(4 * (len(self.blocks) + 8)):  # each pass shrinks one part; bounded
+            if total <= self.budget:
+                break
+            cands = self._candidates()
+            if not cands:
+                break
+            tokens, name, msg = max(cands, key=lambda c: c[0])
+            keep = tokens - (total - self.budget)
+            if keep > mark:
+                msg["content"] = self.counter.truncate(msg["content"], keep - mark) + TRUNCATION_MARK
+                degradations.append(f"truncated the tail of {name} from {tokens} to {keep} tokens")
+            else:
+                msg["content"] = ""
+                degradations.append(f"emptied {name} ({tokens} tokens)")
+                self.blocks = [p for p in self.blocks if p.message is not msg]
+            total = self.total()
+        return total
+
+    def _drop_rest(self, total: int, degradations: list[str]) -> None:
+        """Last resort: what is left is not text (tool-call arguments, names)."""
+        while total > self.budget and self.groups:
+            group = self.groups.pop(0)
+            degradations.append(f"dropped {len(group)} more messages (non-text parts)")
+            total = self.total()
+        while total > self.budget and self.blocks:
+            part = self.blocks.pop(0)
+            degradations.append(f"dropped block {part.name}")
+            total = self.total()
+
+    def report(
+        self, final: list[Message], degradations: list[str], pairing: PairingReport
+    ) -> ContextReport:
+        rows = [(p.name, self.counter.count_message(p.message)) for p in self.blocks]
+        convo = final[len(self.blocks):]
+        if convo:
+            rows.append((f"messages ({len(convo)})", sum(self.counter.count_message(m) for m in convo)))
+        tools = self.counter.count_messages([], self.tools) - self.counter.count_messages([])
+        if tools:
+            rows.append(("tool schemas", tools))
+        rows.append(("reply priming", self.counter.count_messages([])))
+        total = self.counter.count_messages(final, self.tools)
+        return ContextReport(rows, total, self.budget, degradations, pairing)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""

@@ -1,0 +1,414 @@
+"""`StepMemory`: the step-memory component of one session (seeds 000 and 003), its public API."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from mindpalace.errors import NotFoundError, ValidationError
+from mindpalace.settings import StepSettings
+from mindpalace.steps.checkpoint import SUMMARY_STREAM, extract_summary
+from mindpalace.steps.compaction import CompactionResult, Compactor
+from mindpalace.steps.index import render_index
+from mindpalace.steps.records import STEP, ReadResult, RecordBook, step_record_name
+from mindpalace.steps.tiers import (
+    PENDING,
+    UNKNOWN,
+    Checkpoint,
+    PendingStep,
+    RecentLine,
+    SummaryBlock,
+    TierState,
+    TierStore,
+    Transition,
+    one_line,
+    step_line,
+)
+from mindpalace.store import NewEvent, Record
+from mindpalace.textsafe import clean_text, require_text
+from mindpalace.timeutil import to_iso, utcnow
+
+if TYPE_CHECKING:
+    from mindpalace.memory import Session
+
+log = logging.getLogger("mindpalace.steps")
+
+StepRef = int
+
+
+class StepMemory:
+    """Pending → recent → summary step tiers, step/info/snapshot records, the memory index, the
+    working checkpoint and the ``<summary>`` lines of one session.
+
+    Example:
+        >>> step = s.steps.begin("search Senso-ji opening hours", action="web_search(...)")  # doctest: +SKIP
+        >>> s.steps.evaluate(step, "success", analysis="free entry, 6:00-17:00")          # doctest: +SKIP
+        >>> s.steps.index()[0]                                                             # doctest: +SKIP
+        '- step_1 (step, step 1): Step 1 (success): search Senso-ji opening hours'
+
+    Tiers (seed 000): ``begin`` adds ``Step N | Eval: pending | Goal: …`` to *pending* (at most
+    ``pending_max_lines``, not counted against B; the oldest is swept as an orphan when full).
+    ``evaluate`` moves it to *recent* with its result and saves the record ``step_N``. Recent
+    over ``warn_ratio``·B logs a warning; over ``hard_ratio``·B it is compacted (snapshot first,
+    gated summary); the summary tier over ``summary_budget_multiplier``·B is compacted again.
+    All of it survives restarts exactly (one kv entry per transition, see ``tiers``).
+
+    Args:
+        session: the owning session (store, scope, settings, token counter, LLM).
+        llm: a provider to summarize with instead of ``session.memory.llm`` (tests, jobs).
+        settings: step settings overriding the workspace's ``[steps]``.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        llm: Any | None = None,
+        settings: StepSettings | None = None,
+    ) -> None:
+        self.session = session
+        self.settings = settings or session.memory.settings.steps
+        self.counter = session.memory.tokens
+        self.book = RecordBook(session.store, session.scope)
+        self.tiers = TierStore(session.store, session.scope)
+        self._llm = llm
+        self._lock = threading.RLock()
+        self.compactor = Compactor(self.book, self.counter, self.settings, self._summarizer)
+
+    def _summarizer(self) -> Callable[..., Any]:
+        llm = self._llm if self._llm is not None else self.session.memory.llm
+        return llm.summarize
+
+    # -- state views ---------------------------------------------------------------------
+    @property
+    def state(self) -> TierState:
+        """The current tier state (immutable)."""
+        return self.tiers.state
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return dict(self.state.counters)
+
+    @property
+    def records(self) -> RecordBook:
+        """The session's named records (step / info / snapshot)."""
+        return self.book
+
+    def reload(self) -> TierState:
+        """Drop the cached state and read it again from the store."""
+        with self._lock:
+            return self.tiers.reload()
+
+    # -- steps ---------------------------------------------------------------------------
+    def begin(self, goal: str, *, action: str = "") -> StepRef:
+        """Start a step: a pending line ``Step N | Eval: pending | Goal: <goal>``; returns N.
+
+        Raises:
+            InvalidTextError: `goal` is empty or not storable text.
+        """
+        goal = clean_text(require_text("goal", goal, allow_empty=False))
+        action = clean_text(require_text("action", action))
+        cap = self.settings.line_max_chars
+
+        def fn(state: TierState) -> Transition:
+            step_id = state.next_step
+            pending = state.pending
+            orphans: list[PendingStep] = []
+            while len(pending) >= self.settings.pending_max_lines:
+                orphans.append(pending[0])
+                pending = pending[1:]
+            line = step_line(step_id, PENDING, goal, cap)
+            new = replace(
+                state, next_step=step_id + 1,
+                pending=(*pending, PendingStep(step_id, goal, action, line)),
+            ).bump(steps_begun=1)
+            new, writes = self._sweep(new, orphans, "pending buffer full")
+            return Transition(new, "begin", {"step": step_id, "orphans": [o.step for o in orphans]}, writes)
+
+        with self._lock:
+            result = self.tiers.apply(fn)
+            self._maybe_compact(result.data["step"])
+            return int(result.data["step"])
+
+    def evaluate(
+        self,
+        step: StepRef,
+        evaluation: str,
+        *,
+        analysis: str = "",
+        tool_outputs: Sequence[str] = (),
+    ) -> Record:
+        """Evaluate a pending step: its line moves to recent and the record ``step_N`` is saved.
+
+        Args:
+            step: the id `begin` returned.
+            evaluation: ``"success"``, ``"failed"`` or free text (kept on one line in the tier,
+                in full in the record).
+            analysis: what was learned (record only).
+            tool_outputs: raw tool results (record only, each cut to
+                ``record_tool_output_max_chars`` characters).
+
+        Returns:
+            The saved step record.
+
+        Raises:
+            NotFoundError: `step` is not pending (never begun, already evaluated or swept).
+            InvalidTextError: `evaluation` is empty, or any text is not storable.
+        """
+        step_id = _step_id(step)
+        evaluation = clean_text(require_text("evaluation", evaluation, allow_empty=False))
+        analysis = clean_text(require_text("analysis", analysis))
+        outputs = [clean_text(require_text("tool_outputs[]", o)) for o in tool_outputs]
+        saved: list[Record] = []
+
+        def fn(state: TierState) -> Transition:
+            found = next((p for p in state.pending if p.step == step_id), None)
+            if found is None:
+                raise NotFoundError("pending step", step_id, self.session.scope)
+            new = self._promote(state, found, evaluation).bump(steps_evaluated=1)
+            new = self._warn(new, step_id)
+
+            def writes() -> None:
+                saved.append(self._put_step_record(found, evaluation, analysis, outputs))
+
+            return Transition(new, "evaluate", {"step": step_id}, writes)
+
+        with self._lock:
+            self.tiers.apply(fn)
+            self._maybe_compact(step_id)
+        return saved[0]
+
+    def sweep_orphans(self, reason: str = "model call failed") -> list[int]:
+        """Mark every pending line ``Eval: unknown``, move it to recent and save its record.
+
+        Call it when the model call that would have evaluated them failed (seed 000
+        ``_sweep_orphaned_pending``). Returns the swept step ids (oldest first).
+        """
+        reason = one_line(require_text("reason", reason), 200)
+
+        def fn(state: TierState) -> Transition:
+            orphans = list(state.pending)
+            new, writes = self._sweep(replace(state, pending=()), orphans, reason)
+            new = self._warn(new, orphans[-1].step if orphans else 0)
+            return Transition(new, "sweep", {"steps": [o.step for o in orphans]}, writes)
+
+        with self._lock:
+            result = self.tiers.apply(fn)
+            swept = list(result.data["steps"])
+            if swept:
+                self._maybe_compact(swept[-1])
+        return swept
+
+    def _promote(self, state: TierState, p: PendingStep, evaluation: str) -> TierState:
+        line = step_line(p.step, evaluation, p.goal, self.settings.line_max_chars)
+        return replace(
+            state,
+            pending=tuple(x for x in state.pending if x.step != p.step),
+            recent=(*state.recent, RecentLine(p.step, line)),
+        )
+
+    def _sweep(
+        self, state: TierState, orphans: list[PendingStep], reason: str
+    ) -> tuple[TierState, Callable[[], None] | None]:
+        if not orphans:
+            return state, None
+        for p in orphans:
+            state = self._promote(replace(state, pending=(*state.pending, p)), p, UNKNOWN)
+        state = state.bump(orphans_swept=len(orphans))
+
+        def writes() -> None:
+            for p in orphans:
+                self._put_step_record(p, UNKNOWN, f"orphaned pending step: {reason}", [])
+
+        return state, writes
+
+    def _put_step_record(
+        self, p: PendingStep, evaluation: str, analysis: str, outputs: list[str]
+    ) -> Record:
+        cap = self.settings.record_tool_output_max_chars
+        parts = [f"Goal: {p.goal}"]
+        if p.action:
+            parts.append(f"Action: {p.action}")
+        parts.append(f"Evaluation: {evaluation}")
+        if analysis:
+            parts.append(f"Analysis: {analysis}")
+        if outputs:
+            parts.append("Tool outputs:")
+            for i, out in enumerate(outputs, 1):
+                cut = out if len(out) <= cap else out[:cap] + f"\n…[{len(out) - cap} more characters cut]"
+                parts.append(f"[{i}] {cut}")
+        description = f"Step {p.step} ({one_line(evaluation, 40)}): {one_line(p.goal, 160)}"
+        return self.book.put(
+            step_record_name(p.step), STEP, "\n".join(parts), description=description,
+            step_id=p.step,
+        )
+
+    def _warn(self, state: TierState, step_id: int) -> TierState:
+        budget = self.settings.budget_tokens
+        tokens = state.recent_tokens(self.counter)
+        if self.settings.warn_ratio * budget < tokens <= self.settings.hard_ratio * budget:
+            log.warning("steps: recent memory at %d of %d tokens after step %d", tokens, budget, step_id)
+            return state.bump(warnings=1)
+        return state
+
+    # -- compaction ----------------------------------------------------------------------
+    def _maybe_compact(self, step_id: int) -> None:
+        state = self.state
+        budget = self.settings.budget_tokens
+        over = state.recent and state.recent_tokens(self.counter) > self.settings.hard_ratio * budget
+        if over and self._compact_recent(step_id) is not None:
+            state = self.state
+            limit = self.settings.summary_budget_multiplier * budget
+            if len(state.summary) > 1 and state.summary_tokens(self.counter) > limit:
+                self._compact_summary(step_id)
+
+    def compact(self, step_id: int | None = None) -> CompactionResult | None:
+        """Compact the recent tier now, whatever its size (None when it is empty)."""
+        with self._lock:
+            if not self.state.recent:
+                return None
+            return self._compact_recent(step_id or self.state.next_step - 1, force=True)
+
+    def _compact_recent(self, step_id: int, force: bool = False) -> CompactionResult | None:
+        lines = self.state.recent
+        covers = list(dict.fromkeys(step_record_name(r.step) for r in lines if r.step))
+        result = self.compactor.compact(
+            "recent", "\n".join(r.line for r in lines), step_id=step_id,
+            budget_tokens=self.settings.budget_tokens, covers=covers,
+        )
+        steps = [r.step for r in lines if r.step] or [step_id]
+        if not result.ok:
+            self._count_failure(result, "compaction_failures")
+            return None
+        block = SummaryBlock(str(result.summary), min(steps), max(steps), str(result.snapshot))
+        gone = set(lines)
+
+        def fn(state: TierState) -> Transition:
+            # Remove exactly the compacted lines: anything promoted meanwhile stays in recent.
+            recent = tuple(r for r in state.recent if r not in gone)
+            new = replace(state, recent=recent, summary=(*state.summary, block)).bump(compactions=1)
+            return Transition(new, "compact", {"tier": "recent", "snapshot": result.snapshot,
+                                               "attempts": result.attempts})
+
+        self.tiers.apply(fn)
+        return result
+
+    def _compact_summary(self, step_id: int) -> CompactionResult | None:
+        blocks = self.state.summary
+        result = self.compactor.compact(
+            "summary", "\n".join(b.render() for b in blocks), step_id=step_id,
+            budget_tokens=int(self.settings.summary_budget_multiplier * self.settings.budget_tokens),
+            covers=list(dict.fromkeys(b.raw for b in blocks)),
+        )
+        if not result.ok:
+            self._count_failure(result, "summary_compaction_failures")
+            return None
+        block = SummaryBlock(
+            str(result.summary), min(b.first_step for b in blocks), max(b.last_step for b in blocks),
+            str(result.snapshot),
+        )
+        gone = set(blocks)
+
+        def fn(state: TierState) -> Transition:
+            kept = tuple(b for b in state.summary if b not in gone)
+            new = replace(state, summary=(block, *kept)).bump(summary_compactions=1)
+            return Transition(new, "compact", {"tier": "summary", "snapshot": result.snapshot,
+                                               "attempts": result.attempts})
+
+        self.tiers.apply(fn)
+        return result
+
+    def _count_failure(self, result: CompactionResult, counter: str) -> None:
+        name = counter if result.attempts else "compaction_skipped"
+        self.tiers.apply(lambda s: Transition(
+            s.bump(**{name: 1}), "compaction_failed",
+            {"tier": result.tier, "snapshot": result.snapshot, "verdicts": list(result.verdicts)},
+        ))
+
+    # -- records, index --------------------------------------------------------------------
+    def read_records(self, names: Iterable[str]) -> ReadResult:
+        """Records by name (the read_files protocol); unknown names come back in ``missing``."""
+        return self.book.read(names)
+
+    def add_info(self, name: str, body: str, *, description: str) -> Record:
+        """Save a user-provided fact (e.g. ``user_profile``) as an ``info`` record.
+
+        Raises:
+            InvalidNameError: bad record name. InvalidTextError: unstorable text.
+        """
+        last = self.state.next_step - 1
+        return self.book.put_info(name, body, description=description, step_id=last or None)
+
+    def index(self) -> list[str]:
+        """The memory index: ``- name (type, step N): description``, newest first, ≤ 50 lines."""
+        limit = self.settings.index_max_entries
+        return render_index(self.book.list(limit=limit), limit)
+
+    # -- checkpoint & <summary> lines (seed 003) -------------------------------------------
+    def checkpoint(self, *, key_info: str | None = None, related_sop: str | None = None) -> Checkpoint:
+        """Update the working checkpoint (None leaves a field unchanged); returns it.
+
+        Raises:
+            InvalidTextError: unstorable text.
+        """
+        if key_info is None and related_sop is None:
+            return self.state.checkpoint
+        ki = None if key_info is None else clean_text(require_text("key_info", key_info))
+        sop = None if related_sop is None else clean_text(require_text("related_sop", related_sop))
+
+        def fn(state: TierState) -> Transition:
+            old = state.checkpoint
+            cp = Checkpoint(
+                old.key_info if ki is None else ki,
+                old.related_sop if sop is None else sop,
+                to_iso(utcnow()),
+            )
+            return Transition(replace(state, checkpoint=cp), "checkpoint", {})
+
+        with self._lock:
+            return self.tiers.apply(fn).state.checkpoint
+
+    def note_reply(self, content: Any, tool_calls: list[dict[str, Any]] | None = None) -> str:
+        """Append the reply's ``<summary>`` line (or the tool-call fallback) to the history.
+
+        Returns:
+            The line appended.
+        """
+        line = clean_text(extract_summary(
+            content, tool_calls, args_max_chars=self.settings.fallback_args_max_chars
+        ))
+        self.session.store.append_events(self.session.scope, SUMMARY_STREAM, [NewEvent("summary", {"line": line})])
+        return line
+
+    @property
+    def summary_lines(self) -> list[str]:
+        """The last ``summary_lines_injected`` (40) ``<summary>`` lines, oldest first."""
+        n = self.settings.summary_lines_injected
+        if n == 0:
+            return []
+        store, scope = self.session.store, self.session.scope
+        version = store.stream_version(scope, SUMMARY_STREAM)
+        events = store.read_events(scope, SUMMARY_STREAM, from_version=max(1, version - n + 1))
+        return [str(e.data.get("line", "")) for e in events]
+
+    # -- rendered blocks for the context builder ------------------------------------------
+    def render_summary(self) -> str | None:
+        text = self.state.summary_text()
+        return f"Summarized memory (compressed from earlier steps):\n{text}" if text else None
+
+    def render_recent(self) -> str | None:
+        text = self.state.recent_text()
+        return f"Recent steps:\n{text}" if text else None
+
+    def render_pending(self) -> str | None:
+        text = self.state.pending_text()
+        return f"Pending steps (not yet evaluated):\n{text}" if text else None
+
+
+def _step_id(step: Any) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValidationError(f"step must be the positive step id begin() returned, got {step!r}")
+    return step
