@@ -7,6 +7,7 @@ the same calls (DESIGN.md §7).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
@@ -20,11 +21,13 @@ from mindpalace.tokens import TokenCounter, get_counter
 from mindpalace.workspace import Workspace
 
 if TYPE_CHECKING:
+    from mindpalace.context import BuiltContext
     from mindpalace.providers.embed.base import Embedder
     from mindpalace.providers.llm.base import LLMProvider
     from mindpalace.retrieval.embedding_sync import Progress, SyncReport
     from mindpalace.session.consolidator import Consolidator
     from mindpalace.session.lease import Lease
+    from mindpalace.steps import ReadResult, StepMemory
     from mindpalace.tasks import Constraints, Task, Tasks, ToolCall
 
 
@@ -154,6 +157,25 @@ class Session:
         return turn_lease(self.store, self.scope, self.consolidator.lock, holder=holder,
                           ttl_seconds=ttl_seconds or s.lease_ttl_seconds,
                           lock_timeout_seconds=s.lock_timeout_seconds)
+
+    # -- step memory (seeds 000, 003; mindpalace.steps) and the context builder -----------------
+    @cached_property
+    def steps(self) -> StepMemory:
+        """Step tiers, records, memory index, working checkpoint: ``s.steps.begin(goal=…)``."""
+        from mindpalace.steps import StepMemory
+
+        return StepMemory(self)
+
+    def read_records(self, names: Iterable[str]) -> ReadResult:
+        """Records by name (read_files protocol); unknown names are in ``.missing``, not raised."""
+        return self.steps.read_records(names)
+
+    def context(self, budget_tokens: int | None = None, **options: Any) -> BuiltContext:
+        """The prompt for the next model call, never over `budget_tokens` (default: the input
+        budget = context window − max completion − safety buffer). See ContextBuilder.build."""
+        from mindpalace.context import ContextBuilder
+
+        return ContextBuilder(self).build(budget_tokens, **options)
 
     # -- durable task state (seed 004; mindpalace.tasks) --------------------------------------
     @cached_property
