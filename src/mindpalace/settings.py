@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import typing
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -238,12 +239,57 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         return Settings(**overrides)
     except PydanticValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        env_name = ENV_PREFIX + key.upper().replace(".", "__")
-        origin = f"environment {env_name}" if env_name in os.environ else str(config_file)
-        raise ConfigError(origin, key, f"{err['msg']} (got {err.get('input')!r})") from exc
+        loc = [str(p) for p in err["loc"]]
+        problem = f"{err['msg']} (got {err.get('input')!r})"
+        expected = _expected(loc)
+        if expected:
+            problem = f"expected {expected}; {problem}"
+        raise ConfigError(_origin(loc, config_file, overrides), ".".join(loc), problem) from exc
     finally:
         _toml_path.reset(token)
+
+
+def _origin(loc: list[str], config_file: Path | None, overrides: dict[str, Any]) -> str:
+    """Where the bad value came from, in precedence order: arguments, environment, file."""
+    node: Any = overrides
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            break
+        node = node[part]
+    else:
+        return "arguments"
+    env = {name.upper() for name in os.environ}
+    for depth in range(len(loc), 0, -1):  # MINDPALACE_STEPS__BUDGET_TOKENS, then MINDPALACE_STEPS
+        name = ENV_PREFIX + "__".join(loc[:depth]).upper()
+        if name in env:
+            return f"environment {name}"
+    return str(config_file) if config_file is not None else "settings"
+
+
+def _expected(loc: list[str]) -> str:
+    """The declared type (and bounds) of the setting at `loc`, e.g. ``int >= 50``; '' if unknown."""
+    model: Any = Settings
+    field = None
+    for part in loc:
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return ""
+        field = fields[part]
+        model = field.annotation
+    if field is None:
+        return ""
+    text = getattr(field.annotation, "__name__", None) or str(field.annotation)
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+        return f"a [{loc[-1]}] table"
+    if typing.get_origin(field.annotation) is Literal:
+        text = "one of " + ", ".join(repr(a) for a in typing.get_args(field.annotation))
+    bounds = [
+        f"{op} {getattr(m, attr)}"
+        for m in field.metadata
+        for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+        if getattr(m, attr, None) is not None
+    ]
+    return " ".join([text.replace("typing.", ""), *bounds])
 
 
 def default_toml() -> str:

@@ -182,8 +182,13 @@ class SQLiteStore(Store):
     def _refuse_newer_schema(self) -> None:
         if not self.path.exists():
             return
+        # Read-only, and `immutable` when no -wal file exists (the last writer closed cleanly):
+        # a plain read-only open of a WAL database would still create -wal/-shm files. A racing
+        # writer that creates the WAL right now is caught by the re-check inside _migrate.
+        wal = Path(f"{self.path}-wal").exists()
+        uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("" if wal else "&immutable=1")
         try:
-            ro = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            ro = sqlite3.connect(uri, uri=True)
             try:
                 has = ro.execute(
                     "SELECT 1 FROM sqlite_master WHERE name = 'schema_version'"
@@ -283,6 +288,8 @@ class SQLiteStore(Store):
         with self.transaction():
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             current = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+            if current > SCHEMA_VERSION:  # a newer mindpalace migrated since the read-only check
+                raise SchemaVersionError(str(self.path), current, SCHEMA_VERSION)
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 script = MIGRATIONS[version - 1].replace(
                     "{fts_tokenizer}", self.settings.fts_tokenizer.replace("'", "")
