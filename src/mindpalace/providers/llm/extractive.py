@@ -29,24 +29,29 @@ MODEL_NAME = "extractive"
 KEY_FACTS_LABEL = "Key facts:"
 KEY_FACTS_SHARE = 0.25  # at most this share of the limit is reserved for the Key facts line
 MIN_SPLIT_TOKENS = 24  # a unit longer than max(limit/2, this) is split into clauses
+MIN_DENSITY_TOKENS = 12  # "Hey Mel!" must not out-rank a sentence carrying a date and an id
 
 # --- what makes a sentence worth keeping -----------------------------------------------------
 
+# Strong constraint markers: the words users state hard limits with (seed 004's budget).
 _CONSTRAINT_EN = re.compile(
-    r"\b(?:must|never|do not|don't|does not|doesn't|should not|shouldn't|cannot|can't|"
-    r"not allowed|forbidden|required?|budget|at most|at least|no more than|no less than|"
-    r"not exceed|maximum|minimum|deadline|due by|only|always|limit|avoid)\b",
+    r"\b(?:must(?!\s+(?:have|be)\b|'ve)|never|do not|don't|does not|doesn't|not allowed|forbidden|required?|budget|"
+    r"at most|at least|no more than|no less than|not exceed|deadline|due by)\b",
     re.IGNORECASE,
 )
-_CONSTRAINT_ZH = re.compile(
-    r"不要|必须|预算|不能|至多|至少|最多|最少|不超过|不得|禁止|务必|只能|只要|仅|截止|一定要|"
-    r"不可|避免|上限|下限|不允许|别|限制|要求"
+_CONSTRAINT_ZH = re.compile(r"不要|必须|预算|不能|至多|至少|最多|最少|不超过|不得|禁止|务必|只能|截止|一定要|不可|不允许")
+# Weak markers: often constraints, often just conversation ("I cannot wait").
+_HINT_EN = re.compile(
+    r"\b(?:only|always|cannot|can't|should not|shouldn't|limit|avoid|maximum|minimum)\b",
+    re.IGNORECASE,
 )
+_HINT_ZH = re.compile(r"仅|别|限制|要求|避免|上限|下限|只")
 _URL = re.compile(r"https?://[^\s<>\"'，。；）)\]]+[^\s<>\"'，。；）)\].,;:!?]")
 _EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _PATH = re.compile(
-    r"(?<![A-Za-z0-9_/.:])(?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]+)+/?"  # unix, ≥ 2 parts
-    r"|(?<![A-Za-z0-9_])[A-Za-z]:\\[\w.\\-]*[\w.]"  # windows paths
+    # ASCII path parts only: Chinese prose glues words to paths (文件在/var/log/app.log里).
+    r"(?<![A-Za-z0-9_/.:])(?:~|\.{1,2})?/[A-Za-z0-9_.@+-]+(?:/[A-Za-z0-9_.@+-]+)+/?"  # unix
+    r"|(?<![A-Za-z0-9_])[A-Za-z]:\\[A-Za-z0-9_.\\-]*[A-Za-z0-9_.]"  # windows paths
     r"|(?<![A-Za-z0-9_.-])[A-Za-z0-9_-]+\.(?:py|md|json|jsonl|txt|csv|yaml|yml|toml|js|ts|html|"
     r"pdf|log|sql|sh|db|zip)(?![A-Za-z0-9_])"
 )
@@ -71,14 +76,14 @@ _UNIT = re.compile(
 _DATE = re.compile(
     r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?"
     r"|\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]"
-    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?"
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?|\d{1,2}[点时](?:\d{1,2}分|半)?"
     r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?"
     r"(?:,?\s+\d{4})?\b"
     r"|\b\d{1,2}(?:st|nd|rd|th)?\s+(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*"
     r"(?:\s+\d{4})?\b"
     r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b|星期[一二三四五六日天]|周[一二三四五六日]"
 )
-_NAME = re.compile(r"(?<=[\w,;:)] )[A-Z][a-z]+(?:[- ][A-Z][a-z]+)*")
+_NAME = re.compile(r"(?<=[\w,;)] )[A-Z][a-z]+(?:[- ][A-Z][a-z]+)*")  # not after "Speaker: "
 _NUMBER = re.compile(r"\d")
 
 # Key facts are what the agent would otherwise lose for good; order = listing priority.
@@ -88,10 +93,12 @@ _FACT_PATTERNS: tuple[re.Pattern[str], ...] = (
 
 # Weights: a constraint outranks everything; identifiers next; then quantities and dates.
 W_CONSTRAINT = 8.0
+W_HINT = 3.0
 W_IDENTIFIER = 3.0
 W_QUANTITY = 2.0
 W_NAME = 1.0
 W_NUMBER = 0.5
+W_BOOST = 4.0  # per distinct content word of the caller's instructions
 W_FIRST = 1.0  # the opening sentence usually names the topic
 MAX_HITS_PER_KIND = 3  # a table row full of ids should not drown out a constraint
 
@@ -110,6 +117,12 @@ class _Unit:
     text: str
     tokens: int
     score: float
+    constraint: bool
+
+
+def _priority(unit: _Unit) -> tuple[bool, float, int]:
+    """Constraints first; then value per token, short fragments counted as MIN_DENSITY_TOKENS."""
+    return (not unit.constraint, -unit.score / max(unit.tokens, MIN_DENSITY_TOKENS), unit.pos)
 
 
 def split_units(text: str) -> list[str]:
@@ -123,11 +136,18 @@ def split_units(text: str) -> list[str]:
     return units
 
 
+def is_constraint(text: str) -> bool:
+    """Does the sentence state a hard limit (must, never, budget, 必须, 不要, 预算 …)?"""
+    return bool(_CONSTRAINT_EN.search(text) or _CONSTRAINT_ZH.search(text))
+
+
 def score_unit(text: str, *, first: bool = False, boost: re.Pattern[str] | None = None) -> float:
     """How much a sentence is worth keeping (deterministic; higher = kept first)."""
     score = W_FIRST if first else 0.0
-    if _CONSTRAINT_EN.search(text) or _CONSTRAINT_ZH.search(text):
+    if is_constraint(text):
         score += W_CONSTRAINT
+    elif _HINT_EN.search(text) or _HINT_ZH.search(text):
+        score += W_HINT
     ids = sum(len(p.findall(text)) for p in (_URL, _EMAIL, _PATH, _IDENT, _HASH_REF))
     score += W_IDENTIFIER * min(ids, MAX_HITS_PER_KIND)
     quantities = sum(len(p.findall(text)) for p in (_MONEY, _UNIT, _DATE))
@@ -135,8 +155,9 @@ def score_unit(text: str, *, first: bool = False, boost: re.Pattern[str] | None 
     score += W_NAME * min(len(_NAME.findall(text)), MAX_HITS_PER_KIND)
     if not ids and not quantities and _NUMBER.search(text):
         score += W_NUMBER
-    if boost is not None and boost.search(text):
-        score += W_IDENTIFIER
+    if boost is not None:
+        hits = {m.casefold() for m in boost.findall(text)}
+        score += W_BOOST * min(len(hits), MAX_HITS_PER_KIND)
     return score
 
 
@@ -186,12 +207,14 @@ class ExtractiveSummarizer:
             return compact
         units = self._units(compact, max_tokens, _boost_pattern(instructions))
         all_facts = key_facts(compact)
-        # Reserve room for the facts line only as large as the facts need (≤ a quarter).
-        facts_cost = self.count(self._facts_line(all_facts)) if all_facts else 0
-        reserve = min(facts_cost, int(max_tokens * KEY_FACTS_SHARE))
-        chosen = self._select(units, max_tokens - reserve)
-        body = self._join(chosen)
+        body = self._join(self._select(units, max_tokens))
         missing = [f for f in all_facts if f not in body]
+        if missing:
+            # Some facts did not make it: reselect leaving room for a facts line as large as
+            # they need (at most a share of the limit); constraint sentences may still use it.
+            reserve = min(self.count(self._facts_line(missing)), int(max_tokens * KEY_FACTS_SHARE))
+            body = self._join(self._select(units, max_tokens, reserve=reserve))
+            missing = [f for f in all_facts if f not in body]
         out = body
         if missing:
             room = max_tokens - self.count(body) - 1  # newline before the facts line
@@ -217,21 +240,26 @@ class ExtractiveSummarizer:
             if key in seen:  # repeated lines carry nothing new
                 continue
             seen.add(key)
-            out.append(_Unit(pos, piece, self.count(piece) + 1, score_unit(piece, first=pos == 0, boost=boost)))
+            score = score_unit(piece, first=pos == 0, boost=boost)
+            out.append(_Unit(pos, piece, self.count(piece) + 1, score, is_constraint(piece)))
         return out
 
-    def _select(self, units: list[_Unit], limit: int) -> list[_Unit]:
-        """Greedy by score (ties: shorter, then earlier), skipping what does not fit."""
+    def _select(self, units: list[_Unit], limit: int, *, reserve: int = 0) -> list[_Unit]:
+        """Constraint sentences first, then the rest; within each, by value per token (a
+        short sentence with one id beats a long JSON blob with three), skipping what does not
+        fit. Only constraint sentences may spend the last `reserve` tokens of `limit`.
+        """
         chosen: list[_Unit] = []
         used = 0
-        for unit in sorted(units, key=lambda u: (-u.score, u.tokens, u.pos)):
-            if used + unit.tokens <= limit:
+        for unit in sorted(units, key=_priority):
+            cap = limit if unit.constraint else limit - reserve
+            if used + unit.tokens <= cap:
                 chosen.append(unit)
                 used += unit.tokens
         if not chosen and units:  # nothing fits whole: keep the head of the best unit
             best = min(units, key=lambda u: (-u.score, u.pos))
-            head = self.truncate(best.text, max(limit - 1, 0))
-            return [_Unit(best.pos, head, self.count(head), best.score)] if head else []
+            head = self.truncate(best.text, max(limit - reserve - 1, 0))
+            return [_Unit(best.pos, head, self.count(head), best.score, best.constraint)] if head else []
         return sorted(chosen, key=lambda u: u.pos)
 
     @staticmethod
@@ -248,25 +276,37 @@ class ExtractiveSummarizer:
         return f"{KEY_FACTS_LABEL} {'; '.join(facts)}"
 
     def _fit_facts(self, facts: list[str], room: int) -> str:
-        """A facts line within `room` tokens: facts in priority order, skipping any that do not fit."""
-        label_cost = self.count(KEY_FACTS_LABEL)
-        taken: list[str] = []
-        used = label_cost
-        for fact in facts:
-            cost = self.count(f"; {fact}")  # the separator's tokens included
-            if used + cost <= room:
-                taken.append(fact)
-                used += cost
-        while taken and self.count(self._facts_line(taken)) > room:  # joins can merge tokens
-            taken.pop()
-        return self._facts_line(taken) if taken else ""
+        """A facts line within `room` tokens holding as many facts as fit (cheapest first),
+        listed in their original order."""
+        costs = [self.count(f"; {fact}") for fact in facts]  # the separator's tokens included
+        used = self.count(KEY_FACTS_LABEL)
+        taken: set[int] = set()
+        for i in sorted(range(len(facts)), key=lambda i: (costs[i], i)):
+            if used + costs[i] <= room:
+                taken.add(i)
+                used += costs[i]
+        line = [facts[i] for i in sorted(taken)]
+        while line and self.count(self._facts_line(line)) > room:  # joins can merge tokens
+            line.pop()
+        return self._facts_line(line) if line else ""
+
+
+_INSTRUCTION_STOP_WORDS = frozenset(
+    [
+        "about", "also", "been", "from", "have", "into", "keep", "make", "more", "only",
+        "please", "said", "should", "some", "such", "summarize", "summary", "than",
+        "that", "their", "them", "then", "there", "they", "this", "those", "what", "when",
+        "which", "will", "with", "would",
+    ]
+)
 
 
 def _boost_pattern(instructions: str | None) -> re.Pattern[str] | None:
-    """Words (≥ 4 letters) of the caller's instructions; sentences naming them rank higher."""
+    """Content words (≥ 4 letters, or CJK runs) of the caller's instructions, as one pattern."""
     if not instructions:
         return None
-    words = sorted({w.casefold() for w in re.findall(r"[A-Za-z]{4,}|[\u4e00-\u9fff]{2,}", instructions)})
+    found = re.findall(r"[A-Za-z]{4,}|[\u4e00-\u9fff]{2,}", instructions)
+    words = sorted({w.casefold() for w in found} - _INSTRUCTION_STOP_WORDS)
     if not words:
         return None
     return re.compile("|".join(re.escape(w) for w in words), re.IGNORECASE)
