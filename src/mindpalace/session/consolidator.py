@@ -43,10 +43,10 @@ ARCHIVED_SUMMARY_HEADER = "Archived context summary"
 # A preferred user-turn boundary may archive more than needed, but not below this share of
 # the target: further than that, the nearest group boundary keeps more recent context.
 USER_TURN_FLOOR = 0.5
-_PLACEHOLDERS = frozenset({
-    "", "nothing", "none", "n/a", "na", "null", "empty", "no summary", "summary", "tbd", "todo",
+_PLACEHOLDERS = frozenset(re.sub(r"[\W_]+", "", p) for p in (
+    "nothing", "none", "n/a", "null", "empty", "no summary", "summary", "tbd", "todo",
     "no content", "nothing to summarize", "无", "没有", "暂无",
-})
+))
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def summary_gate(text: Any, source_tokens: int, *, count: Any, min_tokens: int,
     stripped = text.strip()
     if not stripped:
         return "empty"
-    if re.sub(r"[\W_]+", " ", stripped.lower()).strip() in _PLACEHOLDERS:
+    if re.sub(r"[\W_]+", "", stripped.lower()) in _PLACEHOLDERS:
         return f"placeholder {stripped[:40]!r}"
     n = count(stripped)
     if n < min_tokens:

@@ -1,0 +1,317 @@
+"""Consolidator: safe boundaries (I1), durable archive before leaving the prompt (I2), the summary
+gate (I3), idempotence and crash recovery (I5, I6), exact prompt estimates (I9)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from mindpalace import Memory
+from mindpalace.errors import ProviderError, StoreError
+from mindpalace.history import HistoryLog
+from mindpalace.providers.llm import Completion, Usage
+from mindpalace.session.consolidator import (
+    ARCHIVED_SUMMARY_HEADER,
+    Consolidator,
+    choose_boundary,
+    summary_gate,
+)
+from mindpalace.session.pairing import check_pairing, repair_pairing, tool_groups
+from mindpalace.settings import LLMSettings
+from mindpalace.testing.fakes import FakeLLM
+
+SMALL = {"context_window_tokens": 700, "max_completion_tokens": 100, "safety_buffer_tokens": 0}
+WORDS = ["flight", "hotel", "Tokyo", "booking", "TK001", "budget", "2000", "CNY", "Senso-ji", "May", "20", "user", "confirmed", "seat"]
+
+
+@pytest.fixture
+def mem(tmp_path) -> Memory:
+    m = Memory.open(tmp_path / "ws", embed={"provider": "none"}, session=SMALL)
+    yield m
+    m.close()
+
+
+def text(n: int, seed: int = 0) -> str:
+    return " ".join(WORDS[(seed + i) % len(WORDS)] for i in range(n))
+
+
+def call(cid: str, name: str = "search") -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": '{"q": "x"}'}}
+
+
+def session_with(mem: Memory, llm: Any = None) -> tuple[Any, Consolidator]:
+    s = mem.session(f"s-{uuid.uuid4().hex[:8]}", user="u")
+    c = Consolidator(s, llm=llm or FakeLLM(settings=LLMSettings(max_retries=0)))
+    s.__dict__["consolidator"] = c  # the facade returns this one
+    return s, c
+
+
+def prompt_of(c: Consolidator) -> list[dict[str, Any]]:
+    block = c.summary_block()
+    live = [m.message for m in c.live_messages()]
+    return ([block] if block else []) + repair_pairing(live)[0]
+
+
+# -- invariants checked on every prompt ------------------------------------------------------
+def check_invariants(s: Any, c: Consolidator, system_tokens: int, r: Any) -> None:
+    full = [m.message for m in s.messages.list()]
+    lc = c.last_consolidated
+    # I1: the cut is a group start of the whole history, so no call is split from its results
+    starts = {a for a, _ in tool_groups(full)} | {len(full)}
+    assert lc in starts, f"cursor {lc} splits a tool call group"
+    prompt = prompt_of(c)
+    assert check_pairing(prompt) == []
+    # I2: every archived message is covered exactly once by a durable, indexed history entry
+    entries = c.history.read(session=s.scope)
+    covered = [i for e in entries for i in range(e.messages[0], e.messages[1] + 1)]
+    assert covered == list(range(1, lc + 1))
+    docs = {d.ref for d in s.store.iter_documents(s.scope, kinds=["history"])}
+    assert docs == {str(e.cursor) for e in entries}
+    # I9: the estimate is the exact count of the prompt that will be sent
+    assert r.prompt_tokens_after == system_tokens + c.counter.count_messages(prompt)
+    # budget: only a single oversized newest group may stay over
+    if r.prompt_tokens_after > c.budget_tokens:
+        assert len(tool_groups([m.message for m in c.live_messages()])) == 1
+
+
+turn = st.one_of(
+    st.tuples(st.just("user"), st.integers(1, 60)),
+    st.tuples(st.just("assistant"), st.integers(1, 60)),
+    # a parallel batch: (n calls, results given as a permutation subset, result length)
+    st.tuples(st.just("tools"), st.integers(1, 3), st.permutations(range(3)), st.integers(0, 3),
+              st.integers(1, 120)),
+    # a long tool loop with no user turn
+    st.tuples(st.just("loop"), st.integers(3, 12), st.integers(5, 60)),
+)
+
+
+def expand(turns: list[tuple], seed: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k, t in enumerate(turns, 1):
+        if t[0] in ("user", "assistant"):
+            out.append({"role": t[0], "content": text(t[1], k)})
+        elif t[0] == "tools":
+            _, n, order, missing, size = t
+            ids = [f"c{seed}_{k}_{j}" for j in range(n)]
+            out.append({"role": "assistant", "content": None, "tool_calls": [call(i) for i in ids]})
+            kept = [ids[j] for j in order if j < n]
+            kept = kept[: max(0, len(kept) - missing)]  # missing results = dangling calls
+            out.extend({"role": "tool", "tool_call_id": i, "content": text(size, k)} for i in kept)
+        else:
+            _, steps, size = t
+            for j in range(steps):
+                cid = f"l{seed}_{k}_{j}"
+                out.append({"role": "assistant", "content": None, "tool_calls": [call(cid)]})
+                out.append({"role": "tool", "tool_call_id": cid, "content": text(size, j)})
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(turn, min_size=4, max_size=25), system_tokens=st.integers(0, 150),
+       seed=st.integers(0, 10_000))
+def test_random_histories_keep_i1_i2_i5_on_every_prompt(mem: Memory, turns: list[tuple],
+                                                        system_tokens: int, seed: int) -> None:
+    s, c = session_with(mem)
+    for msg in expand(turns, seed):
+        s.add_message(msg)
+        r = c.maybe_consolidate(system_tokens=system_tokens)
+        check_invariants(s, c, system_tokens, r)
+        # I5: a second run on unchanged input changes nothing
+        before = (c.state(), c.history.cursor())
+        again = c.maybe_consolidate(system_tokens=system_tokens)
+        assert not again.consolidated
+        assert (c.state(), c.history.cursor()) == before
+    event(f"history entries: {min(c.state().entries, 3)}+")
+
+
+class TestBudget:
+    def test_under_budget_nothing_happens(self, mem: Memory) -> None:
+        s, c = session_with(mem)
+        s.add_message({"role": "user", "content": "hi"})
+        r = c.maybe_consolidate(system_tokens=10)
+        assert not r.consolidated and c.last_consolidated == 0 and c.last_summary == ""
+        assert not c.history.path.exists() or c.history.read() == []
+
+    def test_budget_is_window_minus_completion_minus_safety(self, mem: Memory) -> None:
+        _, c = session_with(mem)
+        assert c.budget_tokens == 600 and c.target_tokens == 300
+
+    def test_over_budget_consolidates_to_the_ratio(self, mem: Memory) -> None:
+        s, c = session_with(mem)
+        for i in range(40):
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)})
+        r = c.maybe_consolidate(system_tokens=40)
+        assert r.consolidated and r.prompt_tokens_before > c.budget_tokens
+        assert r.prompt_tokens_after <= c.target_tokens
+        assert c.last_summary and c.summary_block()["content"].startswith(ARCHIVED_SUMMARY_HEADER)
+
+    def test_tool_schemas_and_system_tokens_count(self, mem: Memory) -> None:
+        s, c = session_with(mem)
+        for i in range(6):
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(30, i)})
+        tools = [{"type": "function", "function": {"name": f"t{i}", "description": text(40, i),
+                                                   "parameters": {"type": "object"}}} for i in range(3)]
+        plain = c.prompt_tokens()
+        assert c.prompt_tokens(system_tokens=100, tools=tools) == plain + 100 + c.counter.count_tools(tools)
+        assert c.maybe_consolidate(system_tokens=100, tools=tools).consolidated
+
+    def test_oversized_newest_group_is_reported_not_split(self, mem: Memory) -> None:
+        s, c = session_with(mem)
+        s.add_message({"role": "user", "content": "look it up"})
+        s.add_message({"role": "assistant", "content": None, "tool_calls": [call("a"), call("b")]})
+        s.add_message({"role": "tool", "tool_call_id": "b", "content": text(500)})
+        s.add_message({"role": "tool", "tool_call_id": "a", "content": text(300)})
+        r = c.maybe_consolidate()
+        assert r.over_budget and c.last_consolidated == 1
+        assert [m.index for m in c.live_messages()] == [2, 3, 4]
+
+
+class TestBoundary:
+    def msgs(self, roles: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for i, r in enumerate(roles):
+            if r == "u":
+                out.append({"role": "user", "content": "q"})
+            elif r == "a":
+                out.append({"role": "assistant", "content": "a"})
+            elif r == "c":
+                out.append({"role": "assistant", "tool_calls": [call(f"x{i}"), call(f"y{i}")]})
+            elif r == "t":
+                prev = next(j for j in range(i, -1, -1) if roles[j] == "c")
+                n = i - prev - 1
+                out.append({"role": "tool", "tool_call_id": ["x", "y"][n % 2] + str(prev), "content": "r"})
+        return out
+
+    def test_prefers_the_start_of_a_user_turn(self) -> None:
+        m = self.msgs("uauauaua")
+        assert choose_boundary(m, [10] * 8, fixed_tokens=0, target_tokens=45) == 4
+
+    def test_skips_to_a_user_turn_rather_than_a_mid_turn_cut(self) -> None:
+        m = self.msgs("uaauaa")
+        # cutting at 1 is enough (50 ≤ 50) but a user turn starts at 3 (30 ≥ floor 25)
+        assert choose_boundary(m, [10] * 6, fixed_tokens=0, target_tokens=50) == 3
+
+    def test_long_tool_loop_falls_back_to_a_group_boundary(self) -> None:
+        m = self.msgs("uctttctctct")  # groups: u, c t t, t(orphan), c t, c t, c t
+        groups = tool_groups(m)
+        cut = choose_boundary(m, [10] * len(groups), fixed_tokens=0, target_tokens=25)
+        assert cut in {a for a, _ in groups} and cut > 0
+        assert m[cut]["role"] == "assistant"
+
+    def test_never_inside_a_group_and_never_past_the_newest(self) -> None:
+        m = self.msgs("uctt")
+        assert choose_boundary(m, [100, 100], fixed_tokens=0, target_tokens=1) == 1
+        assert choose_boundary(self.msgs("ctt"), [100], fixed_tokens=0, target_tokens=1) is None
+
+
+class TestSummaryGate:
+    @pytest.mark.parametrize(
+        ("reply", "why"),
+        [
+            ("", "empty"),
+            ("   \n", "empty"),
+            ("(nothing)", "placeholder"),
+            ("N/A", "placeholder"),
+            (Completion("a fine long summary of the whole chunk here", "error", Usage.of(1, 1), "m"),
+             "finish reason"),
+            (ProviderError("HTTP 503"), "summarizer failed"),
+        ],
+    )
+    def test_rejected_summary_archives_a_raw_breadcrumb_and_still_advances(
+        self, mem: Memory, reply: Any, why: str
+    ) -> None:
+        llm = FakeLLM([reply], settings=LLMSettings(max_retries=0))
+        s, c = session_with(mem, llm)
+        for i in range(40):
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)})
+        r = c.maybe_consolidate()
+        assert r.consolidated and r.raw_fallbacks == r.entries
+        e = c.history.read(session=s.scope)[-1]
+        assert e.kind == "raw" and why in e.content
+        assert e.content.startswith(f"[raw archive of messages 1-{c.last_consolidated}")
+        assert len(e.content) <= mem.settings.session.raw_breadcrumb_max_chars
+        assert c.counter.count(c.last_summary) <= c.summary_cap_tokens
+
+    def test_not_shorter_summary_is_rejected(self) -> None:
+        count = len
+        assert summary_gate("x" * 50, 50, count=count, min_tokens=1) is not None
+        assert summary_gate("x" * 20, 50, count=count, min_tokens=1) is None
+        assert summary_gate(None, 50, count=count, min_tokens=1) is not None
+        assert summary_gate("xx", 50, count=count, min_tokens=10) is not None
+
+    def test_degraded_provider_is_not_hammered_in_the_same_round(self, mem: Memory) -> None:
+        llm = FakeLLM(fail_times=100, settings=LLMSettings(max_retries=0))
+        s = mem.session(f"s-{uuid.uuid4().hex[:8]}")
+        c = Consolidator(s, llm=llm)
+        c.settings = c.settings.model_copy(update={"summary_input_max_tokens": 256})
+        for i in range(60):
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)})
+        r = c.maybe_consolidate()
+        assert r.entries > 1 and r.raw_fallbacks == r.entries
+        assert llm.calls == 1
+
+    def test_reasoning_is_stripped_from_the_summary(self, mem: Memory) -> None:
+        llm = FakeLLM(["<think>hmm</think>User wants Tokyo flights under 2000 CNY, booking TK001."],
+                      settings=LLMSettings(max_retries=0))
+        s, c = session_with(mem, llm)
+        for i in range(40):
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)})
+        c.maybe_consolidate()
+        assert c.last_summary == "User wants Tokyo flights under 2000 CNY, booking TK001."
+        assert "hmm" not in c.history.path.read_text()
+
+
+class TestRecovery:
+    def fill(self, s: Any) -> None:
+        for i in range(40):
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)})
+
+    def test_line_written_but_cursor_not_advanced_is_applied_once(
+        self, mem: Memory, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        s, c = session_with(mem)
+        self.fill(s)
+
+        def crash(*a: Any, **k: Any) -> None:
+            raise StoreError("process died before the transaction")
+
+        monkeypatch.setattr(Consolidator, "_commit", crash)
+        with pytest.raises(StoreError):
+            c.maybe_consolidate()
+        monkeypatch.undo()
+        assert c.last_consolidated == 0 and len(c.history.read()) == 1  # line, no cursor
+        fresh = Consolidator(s, llm=c.llm)
+        assert fresh.recover() is True
+        assert fresh.last_consolidated == c.history.read()[0].messages[1]
+        assert fresh.recover() is False  # idempotent
+        fresh.maybe_consolidate()
+        assert len(c.history.read()) == 1
+        assert len(list(s.store.iter_documents(s.scope, kinds=["history"]))) == 1
+
+    def test_intent_without_a_line_is_dropped_and_redone(
+        self, mem: Memory, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        s, c = session_with(mem)
+        self.fill(s)
+
+        def crash(*a: Any, **k: Any) -> None:
+            raise StoreError("disk full")
+
+        monkeypatch.setattr(HistoryLog, "append", crash)
+        with pytest.raises(StoreError):
+            c.maybe_consolidate()
+        monkeypatch.undo()
+        assert c.last_consolidated == 0  # nothing left the prompt without a durable copy (I2)
+        r = c.maybe_consolidate()
+        assert r.consolidated and len(c.history.read()) == 1
+        assert c.history.read()[0].messages == (1, c.last_consolidated)
+
+
+def test_facade_exposes_the_consolidator(mem: Memory) -> None:
+    s = mem.session("facade")
+    assert s.consolidator is s.consolidator
+    assert s.consolidator.last_consolidated == 0 and s.consolidator.last_summary == ""
