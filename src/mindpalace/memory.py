@@ -104,6 +104,8 @@ class Memory:
         return Session(self, self.scope(user=user, agent=agent, session=session_id))
 
     def close(self) -> None:
+        if "llm" in self.__dict__:  # only if it was built: closes the HTTP pool of a real client
+            self.llm.close()
         self.store.close()
 
     def __enter__(self) -> Memory:

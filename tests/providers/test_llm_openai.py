@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import copy
-import json
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,113 +22,19 @@ from mindpalace.errors import (
 from mindpalace.providers.llm import Completion, TokenBudget, Usage, make_llm
 from mindpalace.providers.llm.openai import OpenAIProvider
 from mindpalace.settings import LLMSettings
+from mindpalace.testing.openai_stub import Reply, StubServer, api_error, chat, html_page, serve_stub
 from mindpalace.tokens import get_counter
 
 COUNTER = get_counter("o200k_base")
 HELLO = [{"role": "user", "content": "Say hello."}]
 SLOW_REPLY_SECONDS = 5.0  # the server's stall; the client gives up after 0.2 s (25× margin)
-
-
-@dataclass
-class Reply:
-    """One canned HTTP response."""
-
-    status: int = 200
-    body: Any = None
-    content_type: str = "application/json"
-    stall_seconds: float = 0.0
-
-
-def chat(content: str | None = "Hello!", finish_reason: str = "stop", usage: bool = True) -> Reply:
-    body: dict[str, Any] = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": "stub-model-2024",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish_reason,
-            }
-        ],
-    }
-    if usage:
-        body["usage"] = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
-    return Reply(body=body)
-
-
-def api_error(status: int, message: str = "boom") -> Reply:
-    return Reply(status=status, body={"error": {"message": message, "type": "server_error"}})
-
-
-HTML_502 = Reply(
-    status=502,
-    content_type="text/html",
-    body="<html><head><title>502 Bad Gateway</title></head><body><h1>nginx</h1></body></html>",
-)
-
-
-@dataclass
-class StubServer:
-    """A ThreadingHTTPServer on 127.0.0.1:0; replies follow the script, the last one repeats."""
-
-    url: str = ""
-    replies: list[Reply] = field(default_factory=list)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def script(self, *replies: Reply) -> None:
-        with self.lock:
-            self.replies = list(replies)
-
-    def next_reply(self, request: dict[str, Any]) -> Reply:
-        with self.lock:
-            self.requests.append(request)
-            return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
-
-
-def _handler(stub: StubServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-            reply = stub.next_reply({"path": self.path, "json": json.loads(raw),
-                                     "auth": self.headers.get("authorization")})
-            if reply.stall_seconds:
-                stub.release.wait(reply.stall_seconds)  # set at teardown: no thread outlives us
-            body = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
-            data = body.encode()
-            try:
-                self.send_response(reply.status)
-                self.send_header("content-type", reply.content_type)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                pass
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    return Handler
+HTML_502 = html_page(502, "502 Bad Gateway")
 
 
 @pytest.fixture
 def server() -> Iterator[StubServer]:
-    stub = StubServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
-    httpd.daemon_threads = True
-    stub.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
+    with serve_stub() as stub:
         yield stub
-    finally:
-        stub.release.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
 
 
 @pytest.fixture
@@ -183,7 +86,7 @@ class TestNormalReply:
         assert messages == before
 
     def test_counts_usage_locally_when_the_server_reports_none(self, server, make_provider):
-        server.script(chat("Hello there!", usage=False))
+        server.script(chat("Hello there!", usage=None))
         out = make_provider().complete(HELLO)
         assert out.usage == Usage.of(COUNTER.count_messages(HELLO), COUNTER.count("Hello there!"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
+from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
 from mindpalace.cli import steps as _steps  # noqa: F401  (registers commands)
 from mindpalace.cli import workspace as _workspace  # noqa: F401  (registers commands)
 from mindpalace.cli.app import app, err_console
