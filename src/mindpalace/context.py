@@ -81,13 +81,14 @@ def _constraints_block(session: Session) -> str | None:
 
 
 def _archived_summary_block(session: Session) -> str | None:
-    """The consolidator's archived summary of older messages (seed 002); None until provided."""
-    return None
+    """The consolidator's archived summary of older messages (seed 002); None when none yet."""
+    block = session.consolidator.summary_block()
+    return block["content"] if block else None
 
 
 def _message_start(session: Session) -> int:
     """1-based index of the first message not yet consolidated (seed 002 ``last_consolidated``)."""
-    return 1
+    return session.consolidator.last_consolidated + 1
 
 
 # -- the builder --------------------------------------------------------------------------------

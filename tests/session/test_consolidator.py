@@ -315,3 +315,16 @@ def test_facade_exposes_the_consolidator(mem: Memory) -> None:
     s = mem.session("facade")
     assert s.consolidator is s.consolidator
     assert s.consolidator.last_consolidated == 0 and s.consolidator.last_summary == ""
+
+
+def test_context_builder_injects_the_summary_and_starts_after_the_cursor(mem: Memory) -> None:
+    s, c = session_with(mem)
+    for i in range(40):
+        s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i} " + text(20, i)})
+    c.maybe_consolidate(system_tokens=20)
+    built = s.context(budget_tokens=c.budget_tokens, system_prompt="You are a travel agent.")
+    contents = [str(m.get("content")) for m in built.messages]
+    assert any(t.startswith(f"{ARCHIVED_SUMMARY_HEADER}:\n") for t in contents)
+    convo = [t for m, t in zip(built.messages, contents, strict=True) if m["role"] != "system"]
+    assert convo[0].startswith(f"m{c.last_consolidated} ")  # message index lc+1 holds m{lc}
+    assert check_pairing(built.messages) == []
