@@ -259,20 +259,21 @@ class StepMemory:
         state = self.state
         budget = self.settings.budget_tokens
         over = state.recent and state.recent_tokens(self.counter) > self.settings.hard_ratio * budget
-        if over and self._compact_recent(step_id) is not None:
+        if over and self._compact_recent(step_id).ok:
             state = self.state
             limit = self.settings.summary_budget_multiplier * budget
             if len(state.summary) > 1 and state.summary_tokens(self.counter) > limit:
                 self._compact_summary(step_id)
 
     def compact(self, step_id: int | None = None) -> CompactionResult | None:
-        """Compact the recent tier now, whatever its size (None when it is empty)."""
+        """Compact the recent tier now, whatever its size (None when it is empty); the
+        result says whether the summary passed the gate."""
         with self._lock:
             if not self.state.recent:
                 return None
-            return self._compact_recent(step_id or self.state.next_step - 1, force=True)
+            return self._compact_recent(step_id or self.state.next_step - 1)
 
-    def _compact_recent(self, step_id: int, force: bool = False) -> CompactionResult | None:
+    def _compact_recent(self, step_id: int) -> CompactionResult:
         lines = self.state.recent
         covers = list(dict.fromkeys(step_record_name(r.step) for r in lines if r.step))
         result = self.compactor.compact(
@@ -282,7 +283,7 @@ class StepMemory:
         steps = [r.step for r in lines if r.step] or [step_id]
         if not result.ok:
             self._count_failure(result, "compaction_failures")
-            return None
+            return result
         block = SummaryBlock(str(result.summary), min(steps), max(steps), str(result.snapshot))
         gone = set(lines)
 
@@ -296,7 +297,7 @@ class StepMemory:
         self.tiers.apply(fn)
         return result
 
-    def _compact_summary(self, step_id: int) -> CompactionResult | None:
+    def _compact_summary(self, step_id: int) -> CompactionResult:
         blocks = self.state.summary
         result = self.compactor.compact(
             "summary", "\n".join(b.render() for b in blocks), step_id=step_id,
@@ -305,7 +306,7 @@ class StepMemory:
         )
         if not result.ok:
             self._count_failure(result, "summary_compaction_failures")
-            return None
+            return result
         block = SummaryBlock(
             str(result.summary), min(b.first_step for b in blocks), max(b.last_step for b in blocks),
             str(result.snapshot),
