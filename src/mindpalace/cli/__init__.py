@@ -6,7 +6,10 @@ import sys
 
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
+from mindpalace.cli import recall as _recall  # noqa: F401  (registers commands)
+from mindpalace.cli import session as _session  # noqa: F401  (registers commands)
 from mindpalace.cli import steps as _steps  # noqa: F401  (registers commands)
+from mindpalace.cli import tasks as _tasks  # noqa: F401  (registers commands)
 from mindpalace.cli import workspace as _workspace  # noqa: F401  (registers commands)
 from mindpalace.cli.app import app, err_console
 from mindpalace.errors import MindPalaceError

@@ -1,0 +1,217 @@
+"""CLI: `task show|events|resume TASK`, `ledger TASK`, and `demo` — thin layers over mindpalace.tasks."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
+from mindpalace.errors import NotFoundError, ValidationError
+from mindpalace.memory import Memory
+from mindpalace.scope import ANY, Scope
+from mindpalace.tasks import Task, Tasks
+from mindpalace.tasks.eventstore import stream_of
+
+task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.", no_args_is_help=True)
+app.add_typer(task_app, name="task")
+
+SessionOpt = typer.Option(None, "--session", help="Session id of the task (default: search every session).")
+UserOpt = typer.Option(None, "--user", help="User id of the task's scope (default: any).")
+AgentOpt = typer.Option(None, "--agent", help="Agent id of the task's scope (default: any).")
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
+
+
+def _find_task(mem: Memory, task: str, session: str | None, user: str | None, agent: str | None) -> Task:
+    """The one task named `task` among the matching scopes.
+
+    Raises:
+        NotFoundError: no such task. ValidationError: several scopes hold one (narrow it down).
+    """
+    wanted = Scope(mem.tenant, ANY if user is None else user, ANY if agent is None else agent,
+                   ANY if session is None else session)
+    stream = stream_of(task)
+    found = [sc for sc, name, _ in mem.store.list_streams(wanted, prefix=stream) if name == stream]
+    if not found:
+        raise NotFoundError("task", task, wanted)
+    if len(found) > 1:
+        where = "; ".join(f"--session {s.session} --user {s.user!r} --agent {s.agent!r}" for s in found)
+        raise ValidationError(f"task {task!r} exists in {len(found)} scopes; pick one with {where}")
+    return Tasks(mem.store, found[0], mem.settings.tasks)(task)
+
+
+@task_app.command("show")
+def task_show(
+    task: str = typer.Argument(..., help="Task id."),
+    workspace: Path = WorkspaceOpt,
+    session: str | None = SessionOpt,
+    user: str | None = UserOpt,
+    agent: str | None = AgentOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show a task's recovered state: status, step, constraints, guards, ledger in flight."""
+    with Memory.open(workspace) as mem:
+        state = _find_task(mem, task, session, user, agent).state()
+    if as_json:
+        print_json(state.to_json())
+        return
+    table = Table(title=f"task {task} (version {state.version})", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    rows: list[tuple[str, Any]] = [
+        ("status", state.status),
+        ("step", f"{state.step} of {len(state.plan)}" if state.plan else state.step),
+        ("current step", f"{state.current.index} {state.current.name} (unfinished)" if state.current else "-"),
+        ("constraints", "; ".join(f"{k} = {json.dumps(c.value, ensure_ascii=False)} ({c.source})" for k, c in state.constraints.items()) or "-"),
+        ("guards", "; ".join(f"{g.tool}: {g.expr}" for g in state.guards.values()) or "-"),
+        ("corrections", len(state.feedback)),
+        ("tool calls", ", ".join(f"{k} {v}" for k, v in state.calls.items())),
+        ("outcome unknown", ", ".join(state.in_flight) or "-"),
+        ("errors / refusals", f"{state.errors} / {state.refusals}"),
+        ("artifacts", len(state.artifacts)),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    console.print(table)
+
+
+@task_app.command("events")
+def task_events(
+    task: str = typer.Argument(..., help="Task id."),
+    from_version: int = typer.Option(1, "--from-version", help="First event version to show."),
+    limit: int = typer.Option(50, "--limit", help="Show at most this many events (0 = all)."),
+    workspace: Path = WorkspaceOpt,
+    session: str | None = SessionOpt,
+    user: str | None = UserOpt,
+    agent: str | None = AgentOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """List a task's events from a version on (the event log is the source of truth)."""
+    with Memory.open(workspace) as mem:
+        records = _find_task(mem, task, session, user, agent).events.read(task, from_version=from_version)
+    if limit:
+        records = records[:limit]
+    if as_json:
+        print_json([{"version": r.version, "type": r.type, "data": r.data, "created_at": r.created_at} for r in records])
+        return
+    for r in records:
+        console.print(f"{r.version:>6}  [bold]{r.type:<20}[/] {json.dumps(r.data, ensure_ascii=False)[:160]}", markup=True, highlight=False)
+
+
+@task_app.command("resume")
+def task_resume(
+    task: str = typer.Argument(..., help="Task id."),
+    workspace: Path = WorkspaceOpt,
+    session: str | None = SessionOpt,
+    user: str | None = UserOpt,
+    agent: str | None = AgentOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show where a resumed agent would continue: the next step and calls with unknown outcome."""
+    with Memory.open(workspace) as mem:
+        r = _find_task(mem, task, session, user, agent).resume()
+    nxt = r.next_step
+    data = {
+        "version": r.state.version,
+        "status": r.state.status,
+        "next_step": None if nxt is None else {"index": nxt.index, "name": nxt.name, "retry": nxt.retry},
+        "unknown_calls": r.unknown_calls,
+    }
+    if as_json:
+        print_json(data)
+        return
+    if nxt is None:
+        console.print(f"task {task}: {r.state.status}, nothing left to run (version {r.state.version})")
+    else:
+        again = " (started before the crash; run it again)" if nxt.retry else ""
+        console.print(f"task {task}: next step {nxt.index} [bold]{nxt.name}[/]{again}")
+    for key in r.unknown_calls:
+        console.print(f"[yellow]outcome unknown[/] {key}: not re-run automatically; reconcile it first")
+
+
+@app.command("ledger")
+def ledger(
+    task: str = typer.Argument(..., help="Task id."),
+    workspace: Path = WorkspaceOpt,
+    session: str | None = SessionOpt,
+    user: str | None = UserOpt,
+    agent: str | None = AgentOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show a task's idempotency ledger: every keyed tool call, its status, attempts and result."""
+    with Memory.open(workspace) as mem:
+        t = _find_task(mem, task, session, user, agent)
+        entries = t.ledger.entries(t.id)
+    if as_json:
+        print_json([e.to_json() for e in entries])
+        return
+    table = Table(title=f"ledger of task {task} ({len(entries)} calls)")
+    for col in ("key", "tool", "status", "attempt", "result"):
+        table.add_column(col)
+    for e in entries:
+        shown = e.error if e.status == "failed" else json.dumps(e.result, ensure_ascii=False)
+        status = f"{e.status} (reconciled)" if e.reconciled else e.status
+        table.add_row(e.key, e.tool, status, str(e.attempt), (shown or "")[:60])
+    console.print(table)
+
+
+@app.command("demo")
+def demo(
+    workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder (default: a fresh temporary one)."),
+    steps: int = typer.Option(320, "--steps", help="Planned steps (at least 120)."),
+    crash_every: int = typer.Option(0, "--crash-every", help="SIGKILL the agent about every K steps and resume it (0 = never)."),
+    seed: int = typer.Option(7, "--seed", help="Seed of the plan, the model's temptations and the kill points."),
+    budget_tokens: int = typer.Option(2000, "--budget-tokens", help="Prompt budget of the agent (tokens)."),
+    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also run seed 004's sliding-window agent."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a long-horizon travel agent (seed 004) on mindpalace — optionally under SIGKILLs."""
+    from mindpalace.demo import fresh_config, run_baseline, run_demo
+
+    root = workspace or Path(tempfile.mkdtemp(prefix="mindpalace-demo-"))
+    config = fresh_config(root, steps=steps, seed=seed, budget_tokens=budget_tokens)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console)
+    bar = progress.add_task("travel agent", total=config.steps, note="")
+    # auto_refresh off: the crash mode forks, and a refresh thread must not exist at fork time.
+    with Live(progress, console=console, auto_refresh=False, transient=as_json) as live:
+        def on_progress(done: int, total: int, recoveries: int) -> None:
+            progress.update(bar, completed=done, total=total, note=f"recoveries {recoveries}")
+            live.refresh()
+
+        report = run_demo(config, crash_every=crash_every or None, on_progress=on_progress)
+    reports = [report]
+    if baseline:
+        reports.append(run_baseline(fresh_config(root, steps=steps, seed=seed, budget_tokens=budget_tokens, name="baseline")))
+    if as_json:
+        print_json({"workspace": str(root), "session": config.session, "reports": [r.to_json() for r in reports]})
+        return
+    _print_reports(reports)
+    console.print(f"workspace: {root}   task: {config.session}   "
+                  f"(try: mindpalace task show {config.session} -w {root})")
+
+
+def _print_reports(reports: list[Any]) -> None:
+    table = Table(title="mindpalace demo — 5 days in Tokyo, seed 004's travel agent")
+    table.add_column("")
+    for r in reports:
+        table.add_column(r.agent, justify="right")
+    fields = [
+        ("steps", "steps"), ("task events", "events"), ("compactions", "compactions"),
+        ("peak prompt tokens", "peak_prompt_tokens"), ("prompt budget (tokens)", "budget_tokens"),
+        ("bookings made", "bookings"), ("duplicate bookings/payments", "duplicates"),
+        ("budget violations", "budget_violations"), ("over-budget calls blocked by guard", "guard_blocks"),
+        ("tool writes to constraints refused", "refused_constraint_writes"), ("crash recoveries", "recoveries"),
+        ("unknown outcomes reconciled", "reconciled_calls"), ("acknowledged events lost", "acked_events_lost"),
+        ("seconds", "seconds"),
+    ]
+    for label, name in fields:
+        values = [getattr(r, name) for r in reports]
+        table.add_row(label, *(f"{v:.1f}" if isinstance(v, float) else str(v) for v in values))
+    console.print(table)

@@ -1,0 +1,250 @@
+"""`mindpalace demo`: run the travel agent (optionally under random SIGKILLs) and report.
+
+With ``crash_every=K`` the agent runs in a forked child process; the child SIGKILLs itself at a
+seeded random crash point about every K steps (no cleanup, like ``kill -9``), and the parent
+starts a new child that resumes from the durable state, until the task completes. The report
+then audits the outside world (duplicate bookings, over-budget stays) and the acknowledged-event
+log (every event the agent saw committed must still be in the task log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mindpalace.demo.agent import Policy, WindowMind
+from mindpalace.demo.engine import CRASH_POINTS_PER_STEP, DemoConfig, run_engine
+from mindpalace.demo.scenario import budget_for_night, build_plan
+from mindpalace.demo.world import World
+from mindpalace.errors import MindPalaceError
+from mindpalace.memory import Memory
+from mindpalace.tasks.state import TaskState
+from mindpalace.tokens import get_counter
+from mindpalace.workspace import Workspace
+
+
+@dataclass(frozen=True, slots=True)
+class DemoReport:
+    """The final numbers of one demo run (counts; tokens; seconds)."""
+
+    agent: str
+    steps: int
+    events: int
+    compactions: int
+    peak_prompt_tokens: int
+    budget_tokens: int
+    bookings: int
+    duplicates: int
+    budget_violations: int
+    guard_blocks: int
+    refused_constraint_writes: int
+    recoveries: int
+    reconciled_calls: int
+    acked_events_lost: int
+    fingerprint: str
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fingerprint(state: TaskState | None, world: World) -> str:
+    """Hash of what must not depend on crashes: bookings made in the world, the checkpointed
+    artifacts, constraint values, plan position and status (not event counts or timestamps)."""
+    summary = world.summary()
+    doc: dict[str, Any] = {"world": [list(r) for r in summary.rows]}
+    if state is not None:
+        doc |= {
+            "artifacts": state.artifacts,
+            "constraints": {k: c.value for k, c in state.constraints.items()},
+            "step": state.step,
+            "status": state.status,
+        }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _lost_acks(config: DemoConfig, mem: Memory) -> int:
+    """Acknowledged (version, type) pairs missing from the task log. A torn last line (the
+    process died while writing it) was never an acknowledgement and is ignored."""
+    if not config.ack_path.exists():
+        return 0
+    task = mem.session(config.session, user="traveller", agent="planner").task
+    by_version = {r.version: r.type for r in task.events.read(task.id)}
+    lost = 0
+    for line in config.ack_path.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            continue
+        lost += by_version.get(int(parts[0])) != parts[1]
+    return lost
+
+
+def engine_report(config: DemoConfig, *, recoveries: int, seconds: float) -> DemoReport:
+    """Audit a finished engine run: task log, world, acknowledgements."""
+    with Memory.open(config.workspace, embed={"provider": "none"}) as mem:
+        s = mem.session(config.session, user="traveller", agent="planner")
+        state = s.task.state()
+        records = s.task.events.read(s.task.id)
+        outputs = [r.event.output for r in records if r.type == "step_finished"]  # type: ignore[attr-defined]
+        peak = max((o.get("prompt_tokens", 0) for o in outputs if isinstance(o, dict)), default=0)
+        codes = [r.event.code for r in records if r.type == "error_occurred"]  # type: ignore[attr-defined]
+        reconciled = sum(1 for r in records if r.type == "tool_call_completed" and r.event.reconciled)  # type: ignore[attr-defined]
+        lost = _lost_acks(config, mem)
+        compactions = _compactions(s)
+    world = World(config.world_path)
+    try:
+        summary = world.summary()
+        return DemoReport(
+            agent="mindpalace", steps=state.steps_finished, events=state.version, compactions=compactions,
+            peak_prompt_tokens=peak, budget_tokens=config.budget_tokens, bookings=summary.bookings,
+            duplicates=summary.duplicates + summary.duplicate_payments,
+            budget_violations=world.over_budget(budget_for_night),
+            guard_blocks=codes.count("guard_blocked"), refused_constraint_writes=codes.count("constraint_refused"),
+            recoveries=recoveries, reconciled_calls=reconciled, acked_events_lost=lost,
+            fingerprint=fingerprint(state, world), seconds=seconds,
+        )
+    finally:
+        world.close()
+
+
+def _compactions(session: Any) -> int:
+    """Compactions done by the step tiers, when the session has them (issue 3)."""
+    steps = getattr(session, "steps", None)
+    state = getattr(steps, "state", None)
+    value = getattr(state() if callable(state) else state, "compactions", 0)
+    return int(value or 0)
+
+
+def run_demo(
+    config: DemoConfig,
+    *,
+    crash_every: int | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
+) -> DemoReport:
+    """Run the demo to completion; returns the audited report.
+
+    Args:
+        crash_every: SIGKILL the agent about every K steps (seeded) and resume it each time.
+        on_progress: ``(steps done, steps total, recoveries)`` after each step (in the parent).
+    Raises:
+        MindPalaceError: a child failed with something other than our SIGKILL.
+    """
+    start = time.perf_counter()
+    if not crash_every:
+        def step_cb(i: int, total: int, _: Any) -> None:
+            if on_progress:
+                on_progress(i + 1, total, 0)
+
+        run_engine(config, on_step=step_cb)
+        return engine_report(config, recoveries=0, seconds=time.perf_counter() - start)
+    _prewarm(config)
+    rng = random.Random(f"crash:{config.seed}")
+    recoveries = 0
+    while True:
+        die_after = rng.randint(1, max(2, 2 * crash_every * CRASH_POINTS_PER_STEP))
+        def relay(done: int, total: int, seen: int = recoveries) -> None:
+            if on_progress is not None:
+                on_progress(done, total, seen)
+
+        status = _run_child(config, die_after, relay)
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+            recoveries += 1
+            continue
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            break
+        raise MindPalaceError(f"demo agent process failed (wait status {status}); see its stderr above")
+    return engine_report(config, recoveries=recoveries, seconds=time.perf_counter() - start)
+
+
+def _prewarm(config: DemoConfig) -> None:
+    """Create the workspace and load the tokenizer once in the parent, so every forked agent
+    process starts in milliseconds (a crash-heavy run forks hundreds of them)."""
+    workspace = Workspace.open(config.workspace)
+    get_counter(workspace.settings.tokens.tokenizer)
+
+
+def _run_child(config: DemoConfig, die_after: int, progress: Callable[[int, int], Any]) -> int:
+    """Fork one agent process (cheap: no re-import) and wait for it, relaying its progress."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: run, report each step on the pipe, exit without parent cleanup
+        os.close(read_fd)
+        code = 0
+        try:
+            def step_cb(i: int, total: int, _: Any) -> None:
+                os.write(write_fd, f"{i + 1} {total}\n".encode())
+
+            run_engine(config, die_after=die_after, on_step=step_cb)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    buf = b""
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(4096):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            if lines:
+                done, total = lines[-1].split()
+                progress(int(done), int(total))
+    _, status = os.waitpid(pid, 0)
+    return status
+
+
+def run_baseline(config: DemoConfig, *, crash_every: int | None = None) -> DemoReport:
+    """Seed 004's agent: same policy and world, a 20-message window, no ledger, no checkpoint.
+
+    With `crash_every`, a crash loses its in-memory state and it restarts from step 0 (it has
+    nothing durable to resume from); the world keeps every booking it made.
+    """
+    start = time.perf_counter()
+    plan = build_plan(config.steps, config.seed)
+    world = World(config.world_path)
+    counter = get_counter("o200k_base")
+    rng = random.Random(f"crash:{config.seed}")
+    recoveries = 0
+    try:
+        policy = Policy(world, config.seed)
+        mind = WindowMind(counter)
+        i = 0
+        next_crash = rng.randint(1, max(2, 2 * crash_every)) if crash_every else None
+        executed = 0
+        while i < len(plan):
+            if next_crash is not None and executed == next_crash and recoveries < 10 * len(plan):
+                recoveries += 1
+                mind, i, executed = WindowMind(counter), 0, 0  # restart from scratch
+                next_crash = rng.randint(1, max(2, 2 * crash_every))  # type: ignore[arg-type]
+                continue
+            policy.execute(mind, i, plan[i])
+            i += 1
+            executed += 1
+        summary = world.summary()
+        return DemoReport(
+            agent="sliding window, no ledger", steps=len(plan), events=0, compactions=0,
+            peak_prompt_tokens=mind.peak_tokens, budget_tokens=config.budget_tokens,
+            bookings=summary.bookings, duplicates=summary.duplicates + summary.duplicate_payments,
+            budget_violations=world.over_budget(budget_for_night), guard_blocks=0,
+            refused_constraint_writes=0, recoveries=recoveries, reconciled_calls=0,
+            acked_events_lost=0, fingerprint=fingerprint(None, world), seconds=time.perf_counter() - start,
+        )
+    finally:
+        world.close()
+
+
+def fresh_config(workspace: Path, *, steps: int, seed: int, budget_tokens: int, name: str = "demo") -> DemoConfig:
+    """A config with a session id not used yet in `workspace` (re-running never resumes an old demo)."""
+    n = 1
+    while (workspace / "demo" / f"{name}-s{seed}-r{n}-world.db").exists():
+        n += 1
+    return DemoConfig(workspace, f"{name}-s{seed}-r{n}", steps, seed, budget_tokens)
