@@ -1,0 +1,150 @@
+"""CLI: `session show`, `history tail`, `compact` — thin layers over session consolidation (seed 002)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
+from mindpalace.errors import ValidationError
+from mindpalace.history import HistoryLog
+from mindpalace.memory import Memory
+from mindpalace.session.autocompact import AutoCompact, CompactOutcome
+from mindpalace.session.lease import current_lease
+from mindpalace.timeutil import utcnow
+from mindpalace.workspace import Workspace
+
+session_app = typer.Typer(help="Chat sessions: messages, consolidation cursor, archived summary.",
+                          no_args_is_help=True)
+history_app = typer.Typer(help="history.jsonl, the archive written by consolidation.",
+                          no_args_is_help=True)
+app.add_typer(session_app, name="session")
+app.add_typer(history_app, name="history")
+
+UserOpt = typer.Option("", "--user", help="User id of the session scope.")
+AgentOpt = typer.Option("", "--agent", help="Agent id of the session scope.")
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
+
+
+@session_app.command("show")
+def session_show(
+    session: str = typer.Argument(..., help="Session id."),
+    workspace: Path = WorkspaceOpt,
+    user: str = UserOpt,
+    agent: str = AgentOpt,
+    messages: int = typer.Option(10, "--messages", "-m", help="Newest live messages to show."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show a session: message count, consolidation cursor, budget, lease and archived summary."""
+    with _open(workspace) as mem:
+        s = mem.session(session, user=user, agent=agent)
+        c = s.consolidator
+        state = c.state()
+        live = c.live_messages()
+        data: dict[str, Any] = {
+            "session": session, "scope": str(s.scope), "messages": s.messages.count(),
+            "last_consolidated": state.last_consolidated, "history_entries": state.entries,
+            "prompt_tokens": c.prompt_tokens(), "budget_tokens": c.budget_tokens,
+            "target_tokens": c.target_tokens, "lease": current_lease(s.store, s.scope, utcnow()),
+            "last_summary": state.last_summary, "last_summary_kind": state.last_kind,
+            "live": [{"index": m.index, "role": m.message.get("role"),
+                      "content": _short(m.message.get("content")),
+                      "tool_calls": [tc["function"]["name"] for tc in m.message.get("tool_calls") or []]}
+                     for m in live[-messages:]] if messages > 0 else [],
+        }
+    if as_json:
+        print_json(data)
+        return
+    console.print(f"[bold]session {session}[/]  {data['messages']} messages, archived through "
+                  f"#{data['last_consolidated']} ({data['history_entries']} history entries); prompt "
+                  f"{data['prompt_tokens']}/{data['budget_tokens']} tokens; "
+                  f"lease: {'held by ' + data['lease']['holder'] if data['lease'] else 'none'}",
+                  highlight=False)
+    if data["last_summary"]:
+        console.print(f"\n[bold]Archived context summary[/] ({data['last_summary_kind']})")
+        console.print(data["last_summary"], markup=False, highlight=False)
+    if data["live"]:
+        console.print(f"\n[bold]Newest {len(data['live'])} live messages[/]")
+        for m in data["live"]:
+            calls = f" → {', '.join(m['tool_calls'])}" if m["tool_calls"] else ""
+            console.print(f"#{m['index']} {m['role']}: {m['content']}{calls}", markup=False,
+                          highlight=False)
+
+
+@history_app.command("tail")
+def history_tail(
+    workspace: Path = WorkspaceOpt,
+    n: int = typer.Option(10, "-n", "--lines", help="How many newest entries."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show the newest history.jsonl entries (cursor, time, session, kind, message range, text)."""
+    with _open(workspace) as mem:
+        entries = HistoryLog(mem.workspace.history_dir).tail(n)
+    if as_json:
+        print_json([e.to_json() for e in entries])
+        return
+    if not entries:
+        console.print("history is empty")
+        return
+    table = Table(title=f"history.jsonl — newest {len(entries)}")
+    for col in ("cursor", "timestamp", "session", "kind", "messages", "content"):
+        table.add_column(col, overflow="fold")
+    for e in entries:
+        rng = f"{e.messages[0]}-{e.messages[1]}" if e.messages else ""
+        table.add_row(*(Text(v) for v in (str(e.cursor), e.timestamp.isoformat(timespec="seconds"),
+                                          e.session, e.kind, rng, _short(e.content, 200))))
+    console.print(table)
+
+
+@app.command("compact")
+def compact(
+    session: str | None = typer.Argument(None, help="Session id to compact now (ignores idle time)."),
+    idle: bool = typer.Option(False, "--idle", help="Compact every session idle past the threshold."),
+    workspace: Path = WorkspaceOpt,
+    user: str = UserOpt,
+    agent: str = AgentOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Archive a session down to its recent window, or (--idle) every idle session; sessions
+    with a turn in flight (lease held) are skipped."""
+    if (session is None) == (not idle):
+        raise ValidationError("compact: give a SESSION id or --idle (not both)")
+    with _open(workspace) as mem:
+        ac = AutoCompact(mem)
+        if idle:
+            outs = [ac.compact(s) for s in ac.sessions()] if ac.enabled else []
+        else:
+            outs = [ac.compact(mem.session(session or "", user=user, agent=agent), force=True)]
+    rows = [_outcome(o) for o in outs]
+    if as_json:
+        print_json(rows)
+        return
+    if idle and not ac.enabled:
+        console.print("idle compaction is disabled (session.idle_compact_after_minutes = 0)")
+    for r in rows:
+        console.print(f"{r['session']}: {r['status']}, archived {r['archived_messages']} messages "
+                      f"into {r['entries']} history entries", highlight=False)
+    if not rows and ac.enabled:
+        console.print("no sessions")
+
+
+def _open(workspace: Path) -> Memory:
+    """The existing workspace (WorkspaceError naming `mindpalace init` when there is none)."""
+    return Memory.open(Workspace.open(workspace, create=False).root)
+
+
+def _outcome(o: CompactOutcome) -> dict[str, Any]:
+    r = o.result
+    return {"session": o.session, "status": o.status, "archived_messages": o.archived_messages,
+            "entries": r.entries if r else 0,
+            "last_consolidated": r.last_consolidated if r else None}
+
+
+def _short(content: Any, limit: int = 120) -> str:
+    text = content if isinstance(content, str) else "" if content is None else str(content)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
