@@ -1,0 +1,57 @@
+"""CLI: steps show, records list|show, context, replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mindpalace.cli import app
+
+MSGS = [
+    {"role": "system", "content": "You are an airline agent."},
+    {"role": "user", "content": "My user id is mia_li_3668."},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_user_details", "arguments": '{"user_id": "mia_li_3668"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": '{"reservations": ["ZFA04Y"]}'},
+    {"role": "assistant", "content": "You have reservation ZFA04Y."},
+]
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result.output
+
+
+def test_replay_then_inspect_the_session(tmp_path: Path) -> None:
+    ws = str(tmp_path / "ws")
+    transcript = tmp_path / "t.json"
+    transcript.write_text(json.dumps(MSGS), encoding="utf-8")
+    out = json.loads(run("replay", str(transcript), "-w", ws, "--session", "s1", "--budget", "2000", "--json"))
+    assert (out["steps"], out["messages"], out["prompts_over_budget"]) == (1, 5, 0)
+    shown = json.loads(run("steps", "show", "s1", "-w", ws, "--json"))
+    assert shown["recent"] == [[1, 'Step 1 | Eval: success | Goal: call get_user_details({"user_id":"mia_li_3668"})']]
+    assert shown["summary_lines"][-1] == "You have reservation ZFA04Y."
+    listed = json.loads(run("records", "list", "s1", "-w", ws, "--json"))
+    assert [r["name"] for r in listed] == ["step_1"]
+    record = run("records", "show", "s1", "step_1", "-w", ws)
+    assert record.startswith("---\nname: step_1\n") and "ZFA04Y" in record
+
+
+def test_context_prints_the_prompt_and_a_token_table(tmp_path: Path) -> None:
+    ws = str(tmp_path / "ws")
+    transcript = tmp_path / "t.json"
+    transcript.write_text(json.dumps(MSGS), encoding="utf-8")
+    run("replay", str(transcript), "-w", ws, "--session", "s1")
+    out = run("context", "s1", "-w", ws, "--budget", "3000")
+    assert "You are an airline agent." in out and "memory index" in out and "total" in out
+    data = json.loads(run("context", "s1", "-w", ws, "--budget", "3000", "--json"))
+    assert data["total_tokens"] == sum(t for _, t in data["blocks"]) <= 3000
+
+
+def test_showing_an_unknown_record_fails_with_its_name(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["records", "show", "s1", "step_9", "-w", str(tmp_path / "ws")])
+    assert result.exit_code != 0
+    assert "step_9" in str(result.exception)

@@ -1,0 +1,180 @@
+"""ContextBuilder: block order, exact counts (I9), never over budget, named degradations, I1."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mindpalace import Memory
+from mindpalace.context import IMAGE_PLACEHOLDER, ContextBuilder
+from mindpalace.errors import ContextBudgetError, ValidationError
+from mindpalace.memory import Session
+from mindpalace.session.pairing import check_pairing
+
+TOOLS = [{"type": "function", "function": {"name": "get_user_details", "description": "Get a user",
+          "parameters": {"type": "object", "properties": {"user_id": {"type": "string"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def mem(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
+    m = Memory.open(tmp_path_factory.mktemp("ctx") / "ws", embed={"provider": "none"},
+                    steps={"budget_tokens": 200})
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def fresh(mem: Memory) -> Session:
+    return mem.session(uuid.uuid4().hex[:10], user="u")
+
+
+def tool_turn(i: int) -> list[dict[str, Any]]:
+    cid = f"call_{i}"
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "get_user_details", "arguments": f'{{"user_id": "u_{i}"}}'}}]},
+        {"role": "tool", "tool_call_id": cid, "content": f'{{"reservations": ["R{i:05d}"]}} ' * 5},
+    ]
+
+
+def filled(mem: Memory, steps: int = 8, turns: int = 6) -> Session:
+    s = fresh(mem)
+    for i in range(steps):
+        sid = s.steps.begin(f"look up reservation R{i:05d}", action="get_reservation_details()")
+        s.steps.evaluate(sid, "success", tool_outputs=[f"R{i:05d} confirmed"])
+        s.steps.note_reply(f"<summary>looked up R{i:05d}</summary>")
+    s.steps.begin("book HAT136")
+    s.steps.checkpoint(key_info="user mia_li_3668 pays with certificate_7504069")
+    for i in range(turns):
+        s.add_message({"role": "user", "content": f"please check reservation R{i:05d}"})
+        for m in tool_turn(i):
+            s.add_message(m)
+    return s
+
+
+class TestAssembly:
+    def test_blocks_come_in_the_documented_order(self, mem: Memory) -> None:
+        built = filled(mem).context(100_000, system_prompt="You are an airline agent.", tools=TOOLS)
+        names = [n for n, _ in built.report.blocks]
+        assert names == ["system prompt", "working checkpoint", "memory index", "recent steps",
+                         "pending steps", "summary lines", "messages (18)", "tool schemas", "reply priming"]
+        assert built.messages[0] == {"role": "system", "content": "You are an airline agent."}
+        assert built.report.degradations == []
+
+    def test_summarized_memory_block_has_the_seed_heading(self, mem: Memory) -> None:
+        s = filled(mem, steps=30)
+        built = s.context(100_000)
+        summary = next(m["content"] for m in built.messages if m["content"].startswith("Summarized memory"))
+        assert summary.startswith("Summarized memory (compressed from earlier steps):\n[steps 1-")
+
+    def test_counts_are_exact_and_blocks_sum_to_the_total(self, mem: Memory) -> None:
+        s = filled(mem)
+        built = s.context(100_000, tools=TOOLS)
+        exact = s.memory.tokens.count_messages(built.messages, TOOLS)
+        assert built.report.total_tokens == exact
+        assert sum(t for _, t in built.report.blocks) == exact
+
+    def test_a_system_message_of_the_conversation_becomes_the_system_prompt(self, mem: Memory) -> None:
+        s = fresh(mem)
+        built = s.context(10_000, messages=[{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"}])
+        assert [m["role"] for m in built.messages] == ["system", "user"]
+        assert built.messages[0]["content"] == "policy"
+
+
+class TestDegradation:
+    def test_images_are_dropped_first(self, mem: Memory) -> None:
+        s = fresh(mem)
+        msgs = [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
+        built = s.context(200, messages=msgs)
+        assert built.report.degradations == ["dropped 1 images"]
+        assert built.messages[-1]["content"][1] == {"type": "text", "text": IMAGE_PLACEHOLDER}
+
+    def test_oldest_messages_go_in_whole_tool_groups(self, mem: Memory) -> None:
+        s = filled(mem)
+        full = s.context(100_000)
+        built = s.context(full.report.total_tokens - 60)
+        assert any(d.startswith("dropped") and "oldest messages" in d for d in built.report.degradations)
+        assert check_pairing(built.messages) == []
+        assert built.messages[-1]["role"] == "tool"
+
+    def test_the_tail_of_the_longest_block_is_truncated_last(self, mem: Memory) -> None:
+        s = fresh(mem)
+        built = s.context(120, system_prompt="policy " * 400, messages=[{"role": "user", "content": "hi"}])
+        assert built.report.total_tokens <= 120
+        assert built.report.degradations[-1].startswith("truncated the tail of system prompt from")
+        assert built.messages[0]["content"].startswith("policy policy")
+        assert built.messages[0]["content"].endswith("[truncated to fit the context budget]")
+
+    def test_a_budget_below_the_irreducible_minimum_is_a_clear_error(self, mem: Memory) -> None:
+        with pytest.raises(ContextBudgetError, match="irreducible minimum"):
+            fresh(mem).context(20, tools=TOOLS)
+        with pytest.raises(ValidationError):
+            fresh(mem).context(0)
+
+    def test_a_dangling_tool_call_is_repaired_and_reported(self, mem: Memory) -> None:
+        s = fresh(mem)
+        msgs = [{"role": "user", "content": "go"}, tool_turn(1)[0], {"role": "user", "content": "next"}]
+        built = s.context(5_000, messages=msgs)
+        assert built.report.pairing.closed_calls == ["call_1"]
+        assert check_pairing(built.messages) == []
+
+    def test_only_the_tail_of_a_long_log_is_read(self, mem: Memory) -> None:
+        s = fresh(mem)
+        for i in range(300):
+            s.add_message({"role": "user", "content": f"message {i} " + "words " * 30})
+        built = s.context(1_000)
+        assert built.report.total_tokens <= 1_000
+        assert built.report.degradations[0].endswith("oldest messages (not loaded)")
+        assert built.messages[-1]["content"].startswith("message 299 ")
+
+
+TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=400)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    budget=st.integers(min_value=80, max_value=4_000),
+    system=st.one_of(st.none(), TEXT),
+    user_texts=st.lists(TEXT, max_size=12),
+    tool_turns=st.integers(min_value=0, max_value=4),
+    with_tools=st.booleans(),
+    images=st.integers(min_value=0, max_value=2),
+)
+def test_the_prompt_never_exceeds_its_budget(
+    mem: Memory, budget: int, system: str | None, user_texts: list[str], tool_turns: int,
+    with_tools: bool, images: int,
+) -> None:
+    s = filled(mem, steps=3, turns=1)
+    msgs: list[dict[str, Any]] = []
+    for i, text in enumerate(user_texts):
+        msgs.append({"role": "user", "content": text})
+        if i < tool_turns:
+            msgs.extend(tool_turn(i))
+    for _ in range(images):
+        msgs.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
+    tools = TOOLS if with_tools else None
+    built = ContextBuilder(s).build(budget, system_prompt=system, tools=tools, messages=msgs)
+    exact = s.memory.tokens.count_messages(built.messages, tools)
+    assert built.report.total_tokens == exact <= budget
+    assert sum(t for _, t in built.report.blocks) == exact
+    assert check_pairing(built.messages) == []
+    if exact < s.memory.tokens.count_messages(
+        ContextBuilder(s).build(10**7, system_prompt=system, tools=tools, messages=msgs).messages, tools
+    ):
+        assert built.report.degradations  # anything cut is named
+
+
+def test_default_budget_is_window_minus_completion_minus_buffer(tmp_path: Path) -> None:
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"},
+                     session={"context_window_tokens": 8_000, "max_completion_tokens": 1_000,
+                              "safety_buffer_tokens": 500}) as m:
+        built = fresh(m).context(messages=[{"role": "user", "content": "hi"}])
+        assert built.report.budget_tokens == 6_500
