@@ -205,22 +205,50 @@ class TiktokenCounter(_BaseCounter):
 
 # Pieces roughly as BPE pre-tokenisers split text; each gets an upper-bound cost.
 _PIECE = re.compile(
-    r"(?P<cjk>[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff])"
+    r"(?P<han>[\u4e00-\u9fff]+)"
+    r"|(?P<kana>[\u3040-\u30ff]+)"
+    r"|(?P<hangul>[\uac00-\ud7af]+)"
     r"|(?P<word>[A-Za-z]+)"
     r"|(?P<digits>[0-9]+)"
     r"|(?P<space>\s+)"
+    r"|(?P<letters>[^\W\d_]+)"
     r"|(?P<other>.)",
     re.DOTALL,
 )
+_SAME_CHAR_RUN = re.compile(r"(.)\1*", re.DOTALL)
+
+# Costs (tokens), calibrated so that o200k_base and cl100k_base never count more on real
+# English (LoCoMo turns) and Chinese (seed articles) text, down to single words and lines
+# (benchmarks/bench_tokens.py measures the margin). Each errs high; see EstimateCounter.
+HAN_PER_CHAR = 1.5  # common ideographs are 1 token in o200k, 1–2 in cl100k
+HAN_PER_RUN = 2.0  # short runs of 2-token characters (崩溃, 突破) need the headroom
+KANA_PER_CHAR = 2.0  # a lone kana is at most 2 tokens in either encoding
+HANGUL_PER_CHAR = 3.0  # = its UTF-8 bytes: a byte-level BPE can never need more
+LETTERS_PER_TOKEN = 3  # an ASCII letter run costs ⌈len/3⌉ …
+WORD_EXTRA = 0.5  # … + ½ (a word with no leading space is often one token more) …
+MIXED_CASE_EXTRA = 1.0  # … + 1 with any capital (Bye, BTW split worse than lower case)
+SPACES_PER_TOKEN = 8  # a run of one whitespace character costs ⌈len/8⌉
+
+
+def _utf8_len(ch: str) -> int:
+    return len(ch.encode("utf-8", "surrogatepass"))
 
 
 class EstimateCounter(_BaseCounter):
     """Script-aware estimate for unknown tokenizers that errs high (never chars/4).
 
-    Costs: a CJK / kana / hangul character 1.5 tokens (BPE vocabularies spend 1–2 on rare
-    ones); an ASCII letter run ⌈len/3⌉; digits ⌈len/3⌉ (BPE splits numbers in ≤3-digit
-    groups); a whitespace run 1; any other character (punctuation, accented letters, emoji)
-    1 per UTF-8 byte pair, at least 1.
+    Costs per piece (tokens): a run of Han ideographs 1.5 per character + 2; kana 2 per
+    character; hangul 3 (its UTF-8 bytes); an ASCII letter run ⌈len/3⌉ + ½, + 1 more when it
+    has a capital; a single space before an ASCII letter 0 (BPE glues it to the word); digits
+    ⌈len/3⌉ (BPE splits numbers into ≤3-digit groups); other whitespace ⌈len/8⌉ per run of one
+    character; other letters (Latin-1, Greek, Cyrillic, Arabic …) 1 per 2-byte character or
+    their UTF-8 bytes, + 1 per run; any other character 1 (ASCII), 2 (2–3 UTF-8 bytes) or
+    its UTF-8 bytes (emoji and other 4-byte characters).
+
+    On natural text it counts about 2.3× the exact tokens for English and 1.5× (cl100k_base)
+    to 2.2× (o200k_base) for Chinese (benchmarks/bench_tokens.py). Character soup made only of
+    ideographs that take 2–3 tokens each under cl100k_base (酒店酒店酒店, rare characters) can
+    exceed 1.5 per character; only a per-byte count bounds that, at 2–4× the cost on real text.
     """
 
     exact = False
@@ -231,16 +259,32 @@ class EstimateCounter(_BaseCounter):
             return 0
         total = 0.0
         for m in _PIECE.finditer(text):
-            kind = m.lastgroup
-            piece = m.group()
-            if kind == "cjk":
-                total += 1.5
-            elif kind in ("word", "digits"):
-                total += math.ceil(len(piece) / 3)
+            kind, piece = m.lastgroup, m.group()
+            n = len(piece)
+            if kind == "han":
+                total += HAN_PER_CHAR * n + HAN_PER_RUN
+            elif kind == "kana":
+                total += KANA_PER_CHAR * n
+            elif kind == "hangul":
+                total += HANGUL_PER_CHAR * n
+            elif kind == "word":
+                total += math.ceil(n / LETTERS_PER_TOKEN) + WORD_EXTRA
+                if not piece.islower():
+                    total += MIXED_CASE_EXTRA
+            elif kind == "digits":
+                total += math.ceil(n / 3)
             elif kind == "space":
-                total += 1
+                following = text[m.end() : m.end() + 1]
+                if piece == " " and following.isascii() and following.isalpha():
+                    continue
+                total += sum(
+                    math.ceil(len(r.group()) / SPACES_PER_TOKEN) for r in _SAME_CHAR_RUN.finditer(piece)
+                )
+            elif kind == "letters":
+                total += 1 + sum(1 if _utf8_len(ch) <= 2 else _utf8_len(ch) for ch in piece)
             else:
-                total += max(1, math.ceil(len(piece.encode("utf-8", "surrogatepass")) / 2))
+                size = _utf8_len(piece)
+                total += 1 if size == 1 else 2 if size <= 3 else size
         return math.ceil(total)
 
     def truncate(self, text: str, max_tokens: int) -> str:

@@ -1,0 +1,210 @@
+"""Token counting (I9): exact offline tiktoken counts, whole-prompt accounting, an estimate that errs high."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tiktoken
+import tiktoken.load
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindpalace.errors import ConfigError
+from mindpalace.tokens import EstimateCounter, TiktokenCounter, get_counter
+from mindpalace.tokens.counter import _BPE_FILES, ensure_tiktoken_cache
+
+ENCODINGS = ["o200k_base", "cl100k_base"]
+SAMPLES = [
+    "Book the Senso-ji ticket for 2025-05-20; budget ≤ 2000 CNY/night.",
+    "每晚酒店预算不超过两千元，不要订经济舱以外的机票。",
+    "mixed 中文 and English — with emoji 😀 and <|endoftext|> as plain text",
+    "",
+]
+
+# Realistic vocabularies for the property below: common and awkward English words (names,
+# capitals, abbreviations, identifiers).
+EN_WORDS = ["the", "a", "hotel", "budget", "per", "night", "is", "at", "most", "never", "must", "book", "ticket", "flight", "user", "asked", "for", "Tokyo", "Senso-ji", "Caroline", "Melanie", "LGBTQ", "BTW", "Bye", "Aww", "amidst", "auntie", "bungee", "cakewalk", "Talkeetna", "deeeelish", "reservation", "confirmation", "JSON", "API", "HTTP", "id", "ref", "XQ7Z9K2", "path", "configuration", "memory", "summary", "snapshot", "recall", "step", "pending", "recent", "warning", "OK", "okay"]
+# Natural Chinese clauses (not character soup: strings of only 2–3-token characters such as
+# 酒店酒店酒店 can exceed the estimate under cl100k_base; EstimateCounter documents this).
+ZH_CLAUSES = [
+    "用户说每晚酒店预算不超过两千元", "五天的东京行程", "请先查一下浅草寺的开放时间",
+    "门票已经订好了", "不要订经济舱以外的机票", "预算必须控制在八千元以内",
+    "当任务步骤超过几十步时", "上下文窗口很快就会被挤爆", "短期记忆丢失以后模型会重复操作",
+    "摘要压缩之前先保存原始快照", "按需召回完整的步骤记录", "系统崩溃以后从检查点恢复",
+    "这是一个重要的突破", "旧的条目先淘汰", "长期记忆按重要性排序", "工具调用的结果不能覆盖用户约束",
+    "我们明天早上六点出发", "他把垃圾堆在门口了", "注意噪声和衰减", "谢谢你的帮助",
+    "骨架中的键鼠操作", "遗忘曲线说明了复习的重要性", "每一步都要写检查点",
+]
+SEPARATORS = [" ", " ", " ", ", ", ". ", "\n", "! ", "? ", ": ", " (", ") ", " 2025 ", " 8000 ", "-", ' "', '" ', "'s "]
+ZH_PUNCT = ["，", "。", "、", "！", "？", "\n", " ", "：", "“", "”"]
+
+english = st.lists(st.tuples(st.sampled_from(EN_WORDS), st.sampled_from(SEPARATORS)), min_size=1,
+                   max_size=30).map(lambda pairs: "".join(w + sep for w, sep in pairs))
+chinese = st.lists(st.sampled_from(ZH_CLAUSES + ZH_PUNCT), min_size=1, max_size=12).map("".join)
+mixed = st.lists(st.one_of(english, chinese), min_size=1, max_size=4).map(" ".join)
+
+
+@pytest.fixture(scope="module")
+def exact() -> dict[str, TiktokenCounter]:
+    return {name: TiktokenCounter(name) for name in ENCODINGS}
+
+
+class TestOfflineTiktoken:
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    def test_empty_cache_dir_is_filled_from_package_data_without_network(
+        self, encoding: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def no_network(*args: object, **kwargs: object) -> None:
+            raise AssertionError("tried to use the network")
+
+        monkeypatch.setattr(socket.socket, "connect", no_network)
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+        url, sha256 = _BPE_FILES[encoding]
+        path = ensure_tiktoken_cache(encoding)
+        assert path == tmp_path / hashlib.sha1(url.encode()).hexdigest()
+        # tiktoken's own loader (sha256-checked) must now find it in the cache, offline.
+        ranks = tiktoken.load.load_tiktoken_bpe(url, expected_hash=sha256)
+        assert ranks == tiktoken.get_encoding(encoding)._mergeable_ranks
+
+    def test_cold_process_counts_exactly_with_an_empty_cache_and_no_network(
+        self, tmp_path: Path, exact: dict[str, TiktokenCounter]
+    ) -> None:
+        code = (
+            "import json, socket, sys\n"
+            "def no_network(*a, **k): raise SystemExit('tried to use the network')\n"
+            "socket.socket.connect = no_network\n"
+            "from mindpalace.tokens import get_counter\n"
+            f"samples = {SAMPLES!r}\n"
+            f"print(json.dumps({{n: [get_counter(n).count(s) for s in samples] for n in {ENCODINGS!r}}}))\n"
+        )
+        env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"),
+               "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        counts = json.loads(out.stdout)
+        for name in ENCODINGS:
+            enc = tiktoken.get_encoding(name)
+            assert counts[name] == [len(enc.encode(s, disallowed_special=())) for s in SAMPLES]
+        assert len(list((tmp_path / "empty").iterdir())) == 2  # both BPE files written
+
+    def test_unknown_encoding_is_a_config_error(self) -> None:
+        with pytest.raises(ConfigError, match=r"tokens\.tokenizer"):
+            get_counter("p50k_nope")
+
+
+class TestExactCounts:
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    def test_counts_equal_tiktoken(self, encoding: str, exact: dict[str, TiktokenCounter]) -> None:
+        enc = tiktoken.get_encoding(encoding)
+        for text in SAMPLES:
+            assert exact[encoding].count(text) == len(enc.encode(text, disallowed_special=()))
+
+    @settings(max_examples=60, deadline=None)
+    @given(text=mixed, limit=st.integers(min_value=0, max_value=30))
+    def test_truncate_keeps_a_prefix_within_the_limit(
+        self, exact: dict[str, TiktokenCounter], text: str, limit: int
+    ) -> None:
+        for counter in [*exact.values(), EstimateCounter()]:
+            cut = counter.truncate(text, limit)
+            assert text.startswith(cut) and counter.count(cut) <= limit
+            if counter.count(text) <= limit:
+                assert cut == text
+
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book_ticket",
+        "description": "Book an entry ticket for a place on a date.",
+        "parameters": {"type": "object", "properties": {
+            "place": {"type": "string"}, "date": {"type": "string", "format": "date"}},
+            "required": ["place", "date"]},
+    },
+}
+CALL = {"id": "call_8f2", "type": "function",
+        "function": {"name": "book_ticket", "arguments": '{"place": "Senso-ji", "date": "2025-05-20"}'}}
+
+
+class TestMessageCounts:
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    def test_tool_calls_are_counted_with_name_arguments_and_id(self, encoding: str) -> None:
+        c = get_counter(encoding)
+        bare = c.count_message({"role": "assistant", "content": None})
+        with_call = c.count_message({"role": "assistant", "content": None, "tool_calls": [CALL]})
+        fn = CALL["function"]
+        assert with_call - bare >= c.count(fn["name"]) + c.count(fn["arguments"]) + c.count(CALL["id"])
+
+    def test_dict_arguments_count_like_their_json(self) -> None:
+        c = get_counter("o200k_base")
+        as_dict = {**CALL, "function": {"name": "book_ticket",
+                                        "arguments": {"place": "Senso-ji", "date": "2025-05-20"}}}
+        msg = {"role": "assistant", "content": None}
+        assert c.count_message({**msg, "tool_calls": [as_dict]}) == c.count_message(
+            {**msg, "tool_calls": [CALL]})
+
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    def test_tool_schemas_are_counted(self, encoding: str) -> None:
+        c = get_counter(encoding)
+        msgs = [{"role": "user", "content": "book Senso-ji"}]
+        assert c.count_messages(msgs, [TOOL]) - c.count_messages(msgs) >= c.count(
+            json.dumps(TOOL, sort_keys=True))
+        assert c.count_messages(msgs, [TOOL, TOOL]) > c.count_messages(msgs, [TOOL])
+
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    def test_prompt_count_is_at_least_the_openai_cookbook_count(self, encoding: str) -> None:
+        c = get_counter(encoding)
+        enc = tiktoken.get_encoding(encoding)
+        msgs = [
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": SAMPLES[1], "name": "u1"},
+            {"role": "tool", "tool_call_id": "call_8f2", "content": "booked: ref XQ7Z9K2"},
+        ]
+        cookbook = 3 + sum(  # 3 per message + role/content/name, 3 for reply priming
+            3 + sum(len(enc.encode(str(v))) for k, v in m.items() if k in ("role", "content", "name"))
+            + (1 if "name" in m else 0) for m in msgs)
+        assert c.count_messages(msgs) >= cookbook
+
+    def test_image_parts_are_charged(self) -> None:
+        c = get_counter("o200k_base")
+        msg = {"role": "user", "content": [{"type": "text", "text": "what is this"},
+                                           {"type": "image_url", "image_url": {"url": "x"}}]}
+        assert c.count_message(msg) >= 1_000 + c.count("what is this")
+
+
+class TestEstimateErrsHigh:
+    @settings(max_examples=300, deadline=None)
+    @given(text=st.one_of(english, chinese, mixed))
+    def test_estimate_is_never_below_exact_on_natural_text(
+        self, exact: dict[str, TiktokenCounter], text: str
+    ) -> None:
+        estimate = EstimateCounter().count(text)
+        for name, counter in exact.items():
+            assert estimate >= counter.count(text), (name, text)
+
+    def test_estimate_is_never_below_exact_for_whole_prompts(self, exact: dict[str, TiktokenCounter]) -> None:
+        msgs = [{"role": "user", "content": s} for s in SAMPLES] + [
+            {"role": "assistant", "content": None, "tool_calls": [CALL]}]
+        est = EstimateCounter().count_messages(msgs, [TOOL])
+        assert all(est >= c.count_messages(msgs, [TOOL]) for c in exact.values())
+
+    @pytest.mark.integration
+    def test_estimate_errs_high_on_real_english_and_chinese_lines(
+        self, shared_data: Path, exact: dict[str, TiktokenCounter]
+    ) -> None:
+        sample = json.loads((shared_data / "locomo" / "locomo10.json").read_text())[0]
+        lines = [t["text"] for k, v in sample["conversation"].items()
+                 if k.startswith("session_") and isinstance(v, list) for t in v]
+        seeds = shared_data.parent / "seeds"
+        if seeds.exists():
+            lines += [ln for f in sorted(seeds.glob("*.txt")) for ln in f.read_text().splitlines()]
+        est = EstimateCounter()
+        under = [(ln, n) for ln in lines for n, c in exact.items() if est.count(ln) < c.count(ln)]
+        assert under == []
