@@ -8,6 +8,7 @@ numbers with units, money and dates of the sentences that did not fit.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +86,18 @@ _DATE = re.compile(
 )
 _NAME = re.compile(r"(?<=[\w,;)] )[A-Z][a-z]+(?:[- ][A-Z][a-z]+)*")  # not after "Speaker: "
 _NUMBER = re.compile(r"\d")
+_WORD = re.compile(r"[a-z]{3,}")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
+# Function words and chat filler: never content, never an instruction keyword.
+_STOP_WORD_TEXT = (
+    "the and for are but not you your yours all any can had her hers him his has have "
+    "how its our ours out she they them their this that these those was were what when "
+    "where which who why will with would could should there here then than just about "
+    "also been being did does doing from into more most some such only own same very too "
+    "yes yeah hey thanks thank wow really much well like get got going know think want "
+    "one two great good nice cool awesome keep make please said summarize summary"
+)
+_STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
 
 # Key facts are what the agent would otherwise lose for good; order = listing priority.
 _FACT_PATTERNS: tuple[re.Pattern[str], ...] = (
@@ -99,6 +112,7 @@ W_QUANTITY = 2.0
 W_NAME = 1.0
 W_NUMBER = 0.5
 W_BOOST = 4.0  # per distinct content word of the caller's instructions
+W_CONTENT = 0.3  # per rare content word (idf-weighted), at most MAX_HITS_PER_KIND
 W_FIRST = 1.0  # the opening sentence usually names the topic
 MAX_HITS_PER_KIND = 3  # a table row full of ids should not drown out a constraint
 
@@ -159,6 +173,32 @@ def score_unit(text: str, *, first: bool = False, boost: re.Pattern[str] | None 
         hits = {m.casefold() for m in boost.findall(text)}
         score += W_BOOST * min(len(hits), MAX_HITS_PER_KIND)
     return score
+
+
+def _content_words(text: str) -> set[str]:
+    low = text.casefold()
+    words = {w for w in _WORD.findall(low) if w not in _STOP_WORDS}
+    cjk = "".join(_CJK_RUN.findall(low))
+    words.update(cjk[i : i + 2] for i in range(len(cjk) - 1))  # CJK bigrams stand in for words
+    return words
+
+
+def _content_scores(pieces: list[str]) -> list[float]:
+    """Per piece: how many of its words are rare in this text (idf-weighted, capped).
+
+    Breaks ties among sentences without ids, numbers or constraints: "Caroline researched
+    adoption agencies" beats "Hey Mel!" (seed 002's consolidation keeps decisions, not filler).
+    """
+    bags = [_content_words(p) for p in pieces]
+    df: dict[str, int] = {}
+    for bag in bags:
+        for w in bag:
+            df[w] = df.get(w, 0) + 1
+    n = len(pieces)
+    norm = math.log(n + 1)
+    return [
+        min(sum(math.log((n + 1) / df[w]) for w in bag) / norm, MAX_HITS_PER_KIND) for bag in bags
+    ]
 
 
 def key_facts(text: str) -> list[str]:
@@ -233,14 +273,11 @@ class ExtractiveSummarizer:
                 pieces.extend(c for c in _CLAUSE_END.split(unit) if c.strip())
             else:
                 pieces.append(unit)
+        pieces = list(dict.fromkeys(pieces))  # repeated lines carry nothing new
+        content = _content_scores(pieces)
         out: list[_Unit] = []
-        seen: set[str] = set()
         for pos, piece in enumerate(pieces):
-            key = piece.casefold()
-            if key in seen:  # repeated lines carry nothing new
-                continue
-            seen.add(key)
-            score = score_unit(piece, first=pos == 0, boost=boost)
+            score = score_unit(piece, first=pos == 0, boost=boost) + W_CONTENT * content[pos]
             out.append(_Unit(pos, piece, self.count(piece) + 1, score, is_constraint(piece)))
         return out
 
@@ -291,14 +328,6 @@ class ExtractiveSummarizer:
         return self._facts_line(line) if line else ""
 
 
-_INSTRUCTION_STOP_WORDS = frozenset(
-    [
-        "about", "also", "been", "from", "have", "into", "keep", "make", "more", "only",
-        "please", "said", "should", "some", "such", "summarize", "summary", "than",
-        "that", "their", "them", "then", "there", "they", "this", "those", "what", "when",
-        "which", "will", "with", "would",
-    ]
-)
 
 
 def _boost_pattern(instructions: str | None) -> re.Pattern[str] | None:
@@ -306,7 +335,7 @@ def _boost_pattern(instructions: str | None) -> re.Pattern[str] | None:
     if not instructions:
         return None
     found = re.findall(r"[A-Za-z]{4,}|[\u4e00-\u9fff]{2,}", instructions)
-    words = sorted({w.casefold() for w in found} - _INSTRUCTION_STOP_WORDS)
+    words = sorted({w.casefold() for w in found} - _STOP_WORDS)
     if not words:
         return None
     return re.compile("|".join(re.escape(w) for w in words), re.IGNORECASE)
