@@ -41,6 +41,10 @@ class TestTokenBudget:
             budget.check()
         assert (err.value.job, err.value.budget, err.value.spent) == ("dream", 100, 100)
 
+    def test_from_settings_uses_the_configured_job_budget(self):
+        budget = TokenBudget.from_settings("dream", LLMSettings(job_token_budget=1_234))
+        assert (budget.job, budget.limit_tokens, budget.remaining) == ("dream", 1_234, 1_234)
+
     @pytest.mark.parametrize(("job", "limit"), [("", 10), ("job", 0), ("job", -5), ("job", 1.5)])
     def test_bad_arguments_are_rejected(self, job, limit):
         with pytest.raises(ValidationError):

@@ -278,6 +278,18 @@ class TestTokenBudget:
         assert server.requests[0]["json"]["max_tokens"] == 40
 
 
+    def test_without_a_cap_a_large_budget_sends_no_max_tokens(self, server, make_provider):
+        server.script(chat())
+        make_provider().complete(HELLO, budget=TokenBudget("job", 200_000))
+        assert "max_tokens" not in server.requests[0]["json"]
+
+    def test_without_a_cap_a_nearly_spent_budget_caps_the_reply(self, server, make_provider):
+        server.script(chat())
+        prompt = COUNTER.count_messages(HELLO)
+        make_provider().complete(HELLO, budget=TokenBudget("job", prompt + 100))
+        assert server.requests[0]["json"]["max_tokens"] == 100
+
+
 class TestSummarize:
     def test_sends_the_template_with_the_limit_and_the_source(self, server, make_provider):
         server.script(chat("A summary."))

@@ -35,6 +35,7 @@ from mindpalace.tokens import TokenCounter
 Message = dict[str, Any]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+SAFE_REPLY_CAP_TOKENS = 4_096  # a max_tokens every mainstream chat model accepts
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ class TokenBudget:
         self.limit_tokens = limit_tokens
         self._spent = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, job: str, settings: LLMSettings) -> TokenBudget:
+        """A budget of ``settings.job_token_budget`` tokens for `job` (the configured default)."""
+        return cls(job, settings.job_token_budget)
 
     @property
     def spent(self) -> int:
@@ -255,7 +261,8 @@ class LLMProvider(ABC):
         Args:
             messages: OpenAI-format chat messages; never modified.
             max_tokens: cap on the reply (tokens); None = the provider's default. With a
-                `budget`, the cap is lowered to what the budget has left after the prompt.
+                `budget`, the cap is lowered to what the budget has left after the prompt
+                (with None, only once that is below 4,096 tokens).
             temperature: sampling temperature (0 = as deterministic as the model allows).
             budget: the job's token budget; checked before the call, charged after it.
             **opts: provider-specific request options (e.g. ``stop``, ``seed``).
@@ -276,8 +283,9 @@ class LLMProvider(ABC):
         msgs = validate_messages(messages)
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
             raise ValidationError(f"max_tokens must be an int ≥ 1 or None, got {max_tokens!r}")
-        prompt_tokens = self.counter.count_messages(msgs)
-        max_tokens = self._budgeted_max_tokens(budget, prompt_tokens, max_tokens)
+        if budget is not None:
+            prompt_tokens = self.counter.count_messages(msgs)
+            max_tokens = self._budgeted_max_tokens(budget, prompt_tokens, max_tokens)
         completion = self._guarded(
             lambda: self._complete(msgs, max_tokens=max_tokens, temperature=temperature, **opts)
         )
@@ -319,12 +327,18 @@ class LLMProvider(ABC):
     def _budgeted_max_tokens(
         self, budget: TokenBudget | None, prompt_tokens: int, max_tokens: int | None
     ) -> int | None:
-        """Check the budget can pay for the prompt plus one reply token; cap the reply to the rest."""
+        """Check the budget can pay for the prompt plus one reply token; cap the reply to the rest.
+
+        Without a caller's cap the reply is only capped once the rest is below
+        SAFE_REPLY_CAP_TOKENS: sending max_tokens=190_000 would make real APIs reject the request.
+        """
         if budget is None:
             return max_tokens
         budget.check(prompt_tokens + 1)
         left = budget.remaining - prompt_tokens
-        return left if max_tokens is None else min(max_tokens, left)
+        if max_tokens is None:
+            return left if left < SAFE_REPLY_CAP_TOKENS else None
+        return min(max_tokens, left)
 
     def _guarded(self, attempt: Callable[[], Completion]) -> Completion:
         """Run `attempt` under the breaker, retrying transient failures with bounded backoff."""
