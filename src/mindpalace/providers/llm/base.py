@@ -201,7 +201,13 @@ class LLMProvider(ABC):
     """Base of every LLM provider: ``complete(messages) → Completion`` with retries, breaker, budget.
 
     Subclasses implement :meth:`_complete` only. Construct through
-    :func:`mindpalace.providers.llm.make_llm`.
+    :func:`mindpalace.providers.llm.make_llm`. Thread-safe: concurrent calls share the breaker
+    but are not serialized by it.
+
+    Example:
+        >>> llm = make_llm(settings.llm, get_counter("o200k_base"))     # doctest: +SKIP
+        >>> budget = TokenBudget.from_settings("consolidate", settings.llm)  # doctest: +SKIP
+        >>> llm.summarize(old_turns, max_tokens=512, budget=budget).text  # doctest: +SKIP
 
     Args:
         settings: the ``[llm]`` settings (model, timeout, retries, backoff, breaker).
