@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from rich.markup import escape
+
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
 from mindpalace.cli import recall as _recall  # noqa: F401  (registers commands)
@@ -22,7 +24,9 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except MindPalaceError as exc:
-        err_console.print(f"[red]error:[/] {exc}")
+        # escape: messages quote user text ("[steps]", paths) that rich would read as markup;
+        # soft_wrap: never break a path or key across lines.
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(1)
     except SystemExit:
         raise
