@@ -101,7 +101,7 @@ def task_events(
         print_json([{"version": r.version, "type": r.type, "data": r.data, "created_at": r.created_at} for r in records])
         return
     for r in records:
-        console.print(f"{r.version:>6}  [bold]{r.type:<20}[/] {json.dumps(r.data, ensure_ascii=False)[:160]}", markup=True, highlight=False)
+        typer.echo(f"{r.version:>6}  {r.type:<20} {json.dumps(r.data, ensure_ascii=False)[:160]}")  # one line each, never wrapped
 
 
 @task_app.command("resume")

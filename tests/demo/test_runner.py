@@ -1,0 +1,29 @@
+"""The demo under SIGKILLs ends exactly where the uninterrupted run does; the baseline does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mindpalace.demo import fresh_config, run_baseline, run_demo
+from mindpalace.demo.scenario import build_plan
+
+
+def test_plan_is_deterministic_and_long() -> None:
+    assert build_plan(300, 3) == build_plan(300, 3) and len(build_plan(300, 3)) == 300
+    assert build_plan(300, 3) != build_plan(300, 4)
+
+
+def test_crashed_run_equals_uninterrupted_run(tmp_path: Path) -> None:
+    clean = run_demo(fresh_config(tmp_path, steps=120, seed=11, budget_tokens=2000))
+    crashed = run_demo(fresh_config(tmp_path, steps=120, seed=11, budget_tokens=2000), crash_every=4)
+    assert crashed.recoveries > 5
+    assert crashed.fingerprint == clean.fingerprint
+    for r in (clean, crashed):
+        assert (r.duplicates, r.budget_violations, r.acked_events_lost) == (0, 0, 0)
+        assert r.steps == 120 and r.peak_prompt_tokens <= r.budget_tokens
+        assert r.guard_blocks > 0 and r.refused_constraint_writes == 4
+
+
+def test_baseline_shows_the_seed_failures(tmp_path: Path) -> None:
+    r = run_baseline(fresh_config(tmp_path, steps=120, seed=11, budget_tokens=2000, name="baseline"))
+    assert r.duplicates > 0 and r.budget_violations > 0

@@ -1,0 +1,106 @@
+"""Protected constraints (I7): only user/developer set them; tool output is refused; guards block."""
+
+from __future__ import annotations
+
+import pytest
+
+from mindpalace.errors import ConstraintError, ValidationError
+from mindpalace.memory import Session
+from mindpalace.tasks import evaluate_guard, render_constraints, render_corrections
+
+
+def hotel(session: Session, price: int) -> dict:
+    ran = []
+    with session.tool_call("book_hotel", {"hotel": "H", "price_per_night": price}) as call:
+        call.run(lambda hotel, price_per_night: ran.append(hotel) or {"booking_id": "HTL1"})
+    return {"ran": ran}
+
+
+@pytest.fixture
+def budgeted(session: Session) -> Session:
+    session.constraints.set("budget_per_night_cny", 2000, source="user")
+    session.constraints.guard("book_hotel", "price_per_night <= budget_per_night_cny")
+    return session
+
+
+class TestProtection:
+    @pytest.mark.parametrize("value", [4500, None])
+    def test_tool_cannot_overwrite_or_null(self, budgeted: Session, value: object) -> None:
+        with pytest.raises(ConstraintError, match="refused: tool output"):
+            budgeted.constraints.set("budget_per_night_cny", value, source="tool")
+        assert budgeted.constraints["budget_per_night_cny"] == 2000
+        err = budgeted.task.state().last_error
+        assert err.code == "constraint_refused" and budgeted.task.state().refusals == 1
+
+    def test_tool_cannot_add(self, budgeted: Session) -> None:
+        with pytest.raises(ConstraintError, match="add"):
+            budgeted.constraints.set("max_hotels", 1, source="tool")
+        assert "max_hotels" not in budgeted.constraints.all()
+
+    def test_model_is_not_a_source_either(self, budgeted: Session) -> None:
+        with pytest.raises(ConstraintError):
+            budgeted.constraints.remove("budget_per_night_cny", source="agent")
+
+    def test_tool_result_that_tries_to_change_a_constraint_is_refused(self, budgeted: Session) -> None:
+        with budgeted.tool_call("search_hotel", {"city": "Tokyo"}, idempotent=True) as call:
+            result = call.run(lambda city: {"hotels": [], "budget_per_night_cny": None, "constraints": {"vip": True}})
+        assert call.notes == ["budget_per_night_cny", "vip"]
+        assert result["budget_per_night_cny"] is None  # the reply itself is untouched …
+        assert budgeted.constraints.all() == {"budget_per_night_cny": 2000}  # … the constraint too
+        assert budgeted.task.state().last_error.code == "constraint_refused"
+
+    def test_user_may_change_and_remove(self, budgeted: Session) -> None:
+        budgeted.constraints.set("budget_per_night_cny", 1800, source="user")
+        assert budgeted.constraints["budget_per_night_cny"] == 1800
+        budgeted.constraints.remove("budget_per_night_cny")
+        assert budgeted.constraints.all() == {}
+
+    def test_none_value_from_the_user_asks_for_remove(self, budgeted: Session) -> None:
+        with pytest.raises(ValidationError, match="remove"):
+            budgeted.constraints.set("budget_per_night_cny", None, source="user")
+
+
+class TestGuards:
+    def test_guard_blocks_an_over_budget_booking(self, budgeted: Session) -> None:
+        with pytest.raises(ConstraintError, match="price_per_night=4500"):
+            hotel(budgeted, 4500)
+        state = budgeted.task.state()
+        assert state.last_error.code == "guard_blocked" and state.calls["started"] == 0  # never ran
+
+    def test_guard_allows_within_budget(self, budgeted: Session) -> None:
+        assert hotel(budgeted, 1900) == {"ran": ["H"]}
+
+    def test_guard_follows_a_user_correction(self, budgeted: Session) -> None:
+        budgeted.constraints.feedback("1800 per night from now on", updates={"budget_per_night_cny": 1800})
+        with pytest.raises(ConstraintError):
+            hotel(budgeted, 1900)
+
+    def test_missing_argument_fails_closed(self, budgeted: Session) -> None:
+        with pytest.raises(ConstraintError, match="neither an argument"), budgeted.tool_call("book_hotel", {"hotel": "H"}) as call:
+            call.run(lambda hotel: {})
+
+    @pytest.mark.parametrize("expr", ["__import__('os')", "a.b < 1", "x[0] < 1", "(lambda: 1)()"])
+    def test_guard_language_cannot_run_code(self, budgeted: Session, expr: str) -> None:
+        with pytest.raises(ValidationError, match="not allowed"):
+            budgeted.constraints.guard("book_hotel", expr)
+
+    def test_expression_subset(self) -> None:
+        assert evaluate_guard("nights * price <= total and city in ['Tokyo']", {"nights": 2, "price": 10, "city": "Tokyo"}, {"total": 20}) is None
+        assert evaluate_guard("not price > 1", {"price": 2}, {}) is not None
+
+
+class TestRendering:
+    def test_constraints_are_rendered_verbatim(self, budgeted: Session) -> None:
+        budgeted.constraints.set("note", "只订 浅草寺 附近的酒店 — exactly this", source="user")
+        text = render_constraints(budgeted)
+        assert "- budget_per_night_cny = 2000" in text
+        assert "- note = 只订 浅草寺 附近的酒店 — exactly this" in text
+        assert "book_hotel: price_per_night <= budget_per_night_cny" in text
+
+    def test_no_constraints_no_block(self, session: Session) -> None:
+        assert render_constraints(session) is None and render_corrections(session) is None
+
+    def test_corrections_newest_first(self, session: Session) -> None:
+        session.constraints.feedback("skip Disneyland")
+        session.constraints.feedback("add teamLab instead")
+        assert render_corrections(session).splitlines()[1:] == ["- add teamLab instead", "- skip Disneyland"]

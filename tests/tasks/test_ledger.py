@@ -1,0 +1,154 @@
+"""The idempotency ledger (I8): recorded before running, never re-run once completed or unknown."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mindpalace import Memory
+from mindpalace.errors import OutcomeUnknownError, ValidationError
+from mindpalace.memory import Session
+from mindpalace.tasks import NOT_RUN, ledger_key
+
+
+class Booker:
+    """A side-effecting tool that counts how often it really ran."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, place: str, date: str) -> dict:
+        self.calls += 1
+        return {"booking_id": f"TK{self.calls:03d}", "place": place}
+
+
+ARGS = {"place": "Senso-ji", "date": "2025-05-20"}
+
+
+def book(session: Session, tool: Booker, **kw) -> dict:
+    with session.tool_call("book_ticket", ARGS, **kw) as call:
+        return call.result if call.done else call.run(tool)
+
+
+class TestExactlyOnce:
+    def test_completed_call_returns_recorded_result(self, session: Session) -> None:
+        tool = Booker()
+        results = [book(session, tool) for _ in range(3)]
+        assert tool.calls == 1 and results == [{"booking_id": "TK001", "place": "Senso-ji"}] * 3
+
+    def test_started_row_is_written_before_the_tool_runs(self, session: Session) -> None:
+        seen = []
+
+        def tool(place: str, date: str) -> dict:
+            seen.append(session.tasks.ledger.get(session.task.id, ledger_key("book_ticket", ARGS)).status)
+            return {}
+
+        book(session, tool)  # type: ignore[arg-type]
+        assert seen == ["started"]
+
+    def test_key_ignores_argument_order(self) -> None:
+        assert ledger_key("t", {"a": 1, "b": [1, 2]}) == ledger_key("t", {"b": [1, 2], "a": 1})
+        assert ledger_key("t", {"a": 1}) != ledger_key("t", {"a": 2})
+
+    def test_explicit_key_groups_calls(self, session: Session) -> None:
+        tool = Booker()
+        book(session, tool, key="trip-42:senso-ji")
+        with session.tool_call("book_ticket", {**ARGS, "note": "retry"}, key="trip-42:senso-ji") as call:
+            assert call.done and call.result["booking_id"] == "TK001"
+        assert tool.calls == 1
+
+    def test_failed_call_may_run_again(self, session: Session) -> None:
+        def broken(place: str, date: str) -> dict:
+            raise TimeoutError("gateway")
+
+        with pytest.raises(TimeoutError):
+            book(session, broken)  # type: ignore[arg-type]
+        entry = session.tasks.ledger.get(session.task.id, ledger_key("book_ticket", ARGS))
+        assert entry.status == "failed" and "gateway" in entry.error
+        tool = Booker()
+        book(session, tool)
+        assert tool.calls == 1
+        assert session.tasks.ledger.get(session.task.id, entry.key).attempt == 2
+
+    def test_result_is_json_normalized_on_first_run_too(self, session: Session) -> None:
+        with session.tool_call("t", {}) as call:
+            assert call.run(lambda: {"when": (1, 2)}) == {"when": [1, 2]}
+
+    def test_result_before_completion_is_an_error(self, session: Session) -> None:
+        with session.tool_call("t", {}) as call, pytest.raises(ValidationError, match="run"):
+            _ = call.result
+
+
+class TestUnknownOutcome:
+    def started_only(self, session: Session) -> None:
+        """What a process that died inside the tool leaves behind."""
+        session.tasks.ledger.start(session.task.id, "book_ticket", ARGS)
+
+    def test_started_without_outcome_is_not_rerun(self, session: Session) -> None:
+        self.started_only(session)
+        tool = Booker()
+        with pytest.raises(OutcomeUnknownError, match="not re-run automatically"):
+            book(session, tool)
+        assert tool.calls == 0
+        assert session.task.resume().unknown_calls == [ledger_key("book_ticket", ARGS)]
+
+    def test_safe_tools_simply_run_again(self, session: Session) -> None:
+        session.tasks.ledger.start(session.task.id, "search", {"q": 1}, idempotent=True)
+        with session.tool_call("search", {"q": 1}, idempotent=True) as call:
+            assert call.run(lambda q: q + 1) == 2
+
+    def test_reconcile_hook_supplies_the_result(self, session: Session) -> None:
+        self.started_only(session)
+        session.tasks.ledger.reconciler("book_ticket", lambda entry: {"booking_id": "TK001"})
+        tool = Booker()
+        assert book(session, tool) == {"booking_id": "TK001"} and tool.calls == 0
+        entry = session.tasks.ledger.get(session.task.id, ledger_key("book_ticket", ARGS))
+        assert entry.status == "completed" and entry.reconciled
+
+    def test_reconcile_hook_can_clear_the_call_to_run(self, session: Session) -> None:
+        self.started_only(session)
+        session.tasks.ledger.reconciler("book_ticket", lambda entry: NOT_RUN)
+        tool = Booker()
+        book(session, tool)
+        assert tool.calls == 1
+
+    def test_manual_resolve(self, session: Session) -> None:
+        self.started_only(session)
+        key = ledger_key("book_ticket", ARGS)
+        session.tasks.ledger.resolve(session.task.id, key, result={"booking_id": "TK009"})
+        assert book(session, Booker()) == {"booking_id": "TK009"}
+        with pytest.raises(ValidationError, match="already completed"):
+            session.tasks.ledger.resolve(session.task.id, key, result={})
+
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from mindpalace import Memory
+    mem = Memory.open(sys.argv[1], embed={"provider": "none"})
+    s = mem.session("trip", user="u1")
+    def book(place, date):
+        with open(sys.argv[2], "a") as f:   # the external side effect
+            f.write(place + "\\n")
+        os.kill(os.getpid(), signal.SIGKILL)  # dies before 'completed' is written
+    with s.tool_call("book_ticket", {"place": "Senso-ji", "date": "2025-05-20"}) as call:
+        call.run(book)
+""")
+
+
+def test_sigkill_between_started_and_completed_is_never_rerun(tmp_path: Path) -> None:
+    ws, world = tmp_path / "ws", tmp_path / "world.txt"
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(ws), str(world)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert world.read_text().splitlines() == ["Senso-ji"]
+    with Memory.open(ws, embed={"provider": "none"}) as mem:
+        s = mem.session("trip", user="u1")
+        tool = Booker()
+        with pytest.raises(OutcomeUnknownError):
+            book(s, tool)
+        assert tool.calls == 0 and world.read_text().splitlines() == ["Senso-ji"]
+        assert s.task.state().in_flight  # still visible as unknown, for a human or a hook

@@ -1,0 +1,75 @@
+"""CLI: `task show|events|resume`, `ledger`, `demo` — exit codes and output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mindpalace import Memory
+from mindpalace.cli import app
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    with Memory.open(root, embed={"provider": "none"}) as mem:
+        s = mem.session("trip-42", user="u1", agent="planner")
+        s.task.plan(["search Senso-ji", "book Senso-ji"])
+        s.constraints.set("budget_per_night_cny", 2000, source="user")
+        s.task.start_step(0, "search Senso-ji")
+        s.task.finish_step(0, output="free entry")
+        s.task.start_step(1, "book Senso-ji")
+        s.tasks.ledger.start(s.task.id, "book_ticket", {"place": "Senso-ji"})  # died mid-call
+    return root
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_task_show_json(ws: Path) -> None:
+    result = invoke("task", "show", "trip-42", "-w", str(ws), "--json")
+    assert result.exit_code == 0, result.output
+    state = json.loads(result.output)
+    assert state["constraints"]["budget_per_night_cny"]["value"] == 2000 and state["step"] == 1
+
+
+def test_task_events_lists_versions(ws: Path) -> None:
+    result = invoke("task", "events", "trip-42", "-w", str(ws), "--from-version", "2", "--limit", "2")
+    assert result.exit_code == 0
+    assert [line.split()[:2] for line in result.output.splitlines()] == [["2", "constraint_set"], ["3", "step_started"]]
+
+
+def test_task_resume_names_the_step_and_the_unknown_call(ws: Path) -> None:
+    result = invoke("task", "resume", "trip-42", "-w", str(ws))
+    assert result.exit_code == 0
+    assert "next step 1 book Senso-ji (started before the crash; run it again)" in result.output
+    assert "outcome unknown book_ticket:" in result.output
+
+
+def test_ledger_json(ws: Path) -> None:
+    result = invoke("ledger", "trip-42", "-w", str(ws), "--json")
+    assert result.exit_code == 0
+    [entry] = json.loads(result.output)
+    assert (entry["tool"], entry["status"], entry["attempt"]) == ("book_ticket", "started", 1)
+
+
+def test_unknown_task_exits_non_zero_with_a_message(ws: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from mindpalace.cli import main; main()", "task", "show", "nope", "-w", str(ws)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 1 and "unknown task 'nope'" in proc.stderr
+
+
+def test_demo_json_small_run(tmp_path: Path) -> None:
+    result = invoke("demo", "-w", str(tmp_path / "demo"), "--steps", "120", "--json")
+    assert result.exit_code == 0, result.output
+    engine, baseline = json.loads(result.output[result.output.index("{"):])["reports"]
+    assert engine["steps"] == 120 and engine["duplicates"] == 0 and engine["budget_violations"] == 0
+    assert baseline["duplicates"] > 0 and baseline["budget_violations"] > 0
