@@ -210,6 +210,7 @@ class Consolidator:
         self._llm = llm
         self.lock = session_lock(hdir / LOCKS_DIRNAME, session.scope)
         self._msg_tokens: dict[int, int] = {}  # message index → tokens (messages never change)
+        self._live_cache: dict[int, StoredMessage] = {}  # index → message, only after the cursor
 
     @cached_property
     def llm(self) -> Any:
@@ -251,7 +252,21 @@ class Consolidator:
 
     def live_messages(self) -> list[StoredMessage]:
         """Messages still in the prompt: those after ``last_consolidated``, oldest first."""
-        return self.session.messages.list(from_index=self.last_consolidated + 1)
+        return self._messages_after(self.last_consolidated)
+
+    def _messages_after(self, cursor: int) -> list[StoredMessage]:
+        """Messages with index > `cursor`. Stored messages never change (append-only, one
+        index each), so only the ones this object has not seen yet are read from the store."""
+        log = self.session.messages
+        count = log.count()
+        for old in [i for i in self._live_cache if i <= cursor]:
+            del self._live_cache[old]
+            self._msg_tokens.pop(old, None)
+        start = max(cursor, max(self._live_cache, default=cursor)) + 1
+        if start <= count:
+            for m in log.list(from_index=start, to_index=count):
+                self._live_cache[m.index] = m
+        return [self._live_cache[i] for i in range(cursor + 1, count + 1)]
 
     def summary_block(self, summary: str | None = None) -> dict[str, Any] | None:
         """The "Archived context summary" system message for the prompt, or None when none."""
@@ -299,7 +314,7 @@ class Consolidator:
         with self.locked():
             self.recover()
             state = self.state()
-            live = self.session.messages.list(from_index=state.last_consolidated + 1)
+            live = self._messages_after(state.last_consolidated)
             costs = self._group_costs(live)
             before = self._fixed_tokens(system_tokens, tools, state.last_summary) + sum(costs)
             result = ConsolidationResult(
@@ -315,7 +330,7 @@ class Consolidator:
             if cut is not None:
                 self._archive(live[:cut], result)
             after = self.state()
-            rest = self.session.messages.list(from_index=after.last_consolidated + 1)
+            rest = self._messages_after(after.last_consolidated)
             result.prompt_tokens_after = self._fixed_tokens(
                 system_tokens, tools, after.last_summary) + sum(self._group_costs(rest))
             result.over_budget = result.prompt_tokens_after > self.budget_tokens
