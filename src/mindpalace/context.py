@@ -2,6 +2,7 @@
 
 Order of the prompt (one system message per block, then the conversation):
 
+0. user corrections (seed 004; :func:`_corrections_block`, newest first, at the very top)
 1. system prompt (given, else the latest ``system`` message of the conversation)
 2. protected constraints (seed 004; :func:`_constraints_block`, filled by the tasks component)
 3. working checkpoint (seed 003)
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 Message = dict[str, Any]
 
 IMAGE_TYPES: Final = frozenset({"image_url", "image", "input_image"})
+PROTECTED_BLOCKS: Final = frozenset({"user corrections", "protected constraints"})
+"""Blocks that are never truncated (I7); dropped only after every other part is gone."""
 IMAGE_PLACEHOLDER: Final = "[image omitted to fit the context budget]"
 TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
@@ -76,8 +79,17 @@ class BuiltContext:
 
 # -- hooks other components fill --------------------------------------------------------------
 def _constraints_block(session: Session) -> str | None:
-    """Protected constraints, re-injected verbatim (seed 004, I7); None until tasks provides them."""
-    return None
+    """Protected constraints + guards of the session's task, verbatim (seed 004, I7); None if none."""
+    from mindpalace.tasks import render_constraints
+
+    return render_constraints(session)
+
+
+def _corrections_block(session: Session) -> str | None:
+    """The newest user corrections (seed 004: they take effect on the very next prompt, at the top)."""
+    from mindpalace.tasks import render_corrections
+
+    return render_corrections(session)
 
 
 def _archived_summary_block(session: Session) -> str | None:
@@ -173,6 +185,7 @@ class ContextBuilder:
         steps = self.session.steps
         index = steps.index()
         texts = [
+            ("user corrections", _corrections_block(self.session)),
             ("system prompt", system_prompt),
             ("protected constraints", _constraints_block(self.session)),
             ("working checkpoint", render_checkpoint(steps.state.checkpoint)),
@@ -275,7 +288,8 @@ class _Fitter:
 
     def _candidates(self) -> list[tuple[int, str, Message]]:
         """(content tokens, name, message) of every part whose text can be cut."""
-        out = [(self.counter.count(p.message["content"]), p.name, p.message) for p in self.blocks]
+        out = [(self.counter.count(p.message["content"]), p.name, p.message) for p in self.blocks
+               if p.name not in PROTECTED_BLOCKS]  # I7: never cut, only dropped as the very last resort
         for group in self.groups:
             for msg in group:
                 if isinstance(msg.get("content"), str) and msg["content"]:
@@ -309,7 +323,9 @@ class _Fitter:
             degradations.append(f"dropped {len(group)} more messages (non-text parts)")
             total = self.total()
         while total > self.budget and self.blocks:
-            part = self.blocks.pop(0)
+            unprotected = [p for p in self.blocks if p.name not in PROTECTED_BLOCKS]
+            part = unprotected[0] if unprotected else self.blocks[0]
+            self.blocks.remove(part)
             degradations.append(f"dropped block {part.name}")
             total = self.total()
 

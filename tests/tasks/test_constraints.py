@@ -104,3 +104,20 @@ class TestRendering:
         session.constraints.feedback("skip Disneyland")
         session.constraints.feedback("add teamLab instead")
         assert render_corrections(session).splitlines()[1:] == ["- add teamLab instead", "- skip Disneyland"]
+
+
+class TestContextBuilder:
+    def test_corrections_on_top_and_constraints_verbatim(self, budgeted: Session) -> None:
+        budgeted.add_message({"role": "user", "content": "5 days in Tokyo"})
+        budgeted.constraints.feedback("skip Disneyland")
+        messages = budgeted.context(budget_tokens=4000).messages
+        assert messages[0]["content"].endswith("- skip Disneyland")
+        assert "- budget_per_night_cny = 2000" in messages[1]["content"] or "- budget_per_night_cny = 2000" in messages[2]["content"]
+
+    def test_constraints_are_never_truncated(self, budgeted: Session) -> None:
+        block = render_constraints(budgeted)
+        for i in range(30):
+            budgeted.add_message({"role": "user", "content": f"message {i} " + "filler words " * 60})
+        built = budgeted.context(budget_tokens=400)
+        assert built.report.total_tokens <= 400
+        assert any(m["content"] == block for m in built.messages)
