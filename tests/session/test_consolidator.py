@@ -14,6 +14,7 @@ from mindpalace import Memory
 from mindpalace.errors import ProviderError, StoreError
 from mindpalace.history import HistoryLog
 from mindpalace.providers.llm import Completion, Usage
+from mindpalace.session.autocompact import AutoCompact
 from mindpalace.session.consolidator import (
     ARCHIVED_SUMMARY_HEADER,
     Consolidator,
@@ -86,6 +87,10 @@ turn = st.one_of(
               st.integers(1, 120)),
     # a long tool loop with no user turn
     st.tuples(st.just("loop"), st.integers(3, 12), st.integers(5, 60)),
+    # a result whose call is not there (e.g. restored from a damaged log)
+    st.tuples(st.just("orphan"), st.integers(1, 30)),
+    # the idle compactor runs between two messages (same lock, same cursor)
+    st.tuples(st.just("idle"), st.integers(0, 6)),
 )
 
 
@@ -94,6 +99,10 @@ def expand(turns: list[tuple], seed: int) -> list[dict[str, Any]]:
     for k, t in enumerate(turns, 1):
         if t[0] in ("user", "assistant"):
             out.append({"role": t[0], "content": text(t[1], k)})
+        elif t[0] == "orphan":
+            out.append({"role": "tool", "tool_call_id": f"ghost{seed}_{k}", "content": text(t[1], k)})
+        elif t[0] == "idle":
+            out.append({"idle": t[1]})
         elif t[0] == "tools":
             _, n, order, missing, size = t
             ids = [f"c{seed}_{k}_{j}" for j in range(n)]
@@ -117,6 +126,14 @@ def test_random_histories_keep_i1_i2_i5_on_every_prompt(mem: Memory, turns: list
                                                         system_tokens: int, seed: int) -> None:
     s, c = session_with(mem)
     for msg in expand(turns, seed):
+        if "idle" in msg:  # chain an idle compaction (recent window of msg["idle"] messages)
+            ac = AutoCompact(mem)
+            ac.settings = ac.settings.model_copy(update={"idle_keep_recent_messages": msg["idle"]})
+            if s.messages.count():
+                ac.compact(s, force=True)
+            r = c.maybe_consolidate(system_tokens=system_tokens)
+            check_invariants(s, c, system_tokens, r)
+            continue
         s.add_message(msg)
         r = c.maybe_consolidate(system_tokens=system_tokens)
         check_invariants(s, c, system_tokens, r)

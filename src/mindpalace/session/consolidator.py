@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -211,6 +212,7 @@ class Consolidator:
         self.lock = session_lock(hdir / LOCKS_DIRNAME, session.scope)
         self._msg_tokens: dict[int, int] = {}  # message index → tokens (messages never change)
         self._live_cache: dict[int, StoredMessage] = {}  # index → message, only after the cursor
+        self._cache_lock = threading.Lock()
 
     @cached_property
     def llm(self) -> Any:
@@ -258,15 +260,16 @@ class Consolidator:
         """Messages with index > `cursor`. Stored messages never change (append-only, one
         index each), so only the ones this object has not seen yet are read from the store."""
         log = self.session.messages
-        count = log.count()
-        for old in [i for i in self._live_cache if i <= cursor]:
-            del self._live_cache[old]
-            self._msg_tokens.pop(old, None)
-        start = max(cursor, max(self._live_cache, default=cursor)) + 1
-        if start <= count:
-            for m in log.list(from_index=start, to_index=count):
-                self._live_cache[m.index] = m
-        return [self._live_cache[i] for i in range(cursor + 1, count + 1)]
+        with self._cache_lock:  # the context builder may read while a consolidation runs
+            count = log.count()
+            for old in [i for i in self._live_cache if i <= cursor]:
+                del self._live_cache[old]
+                self._msg_tokens.pop(old, None)
+            start = max(cursor, max(self._live_cache, default=cursor)) + 1
+            if start <= count:
+                for m in log.list(from_index=start, to_index=count):
+                    self._live_cache[m.index] = m
+            return [self._live_cache[i] for i in range(cursor + 1, count + 1)]
 
     def summary_block(self, summary: str | None = None) -> dict[str, Any] | None:
         """The "Archived context summary" system message for the prompt, or None when none."""
