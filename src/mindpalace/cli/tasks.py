@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,8 @@ def demo(
     """Run a long-horizon travel agent (seed 004) on mindpalace — optionally under SIGKILLs."""
     from mindpalace.demo import fresh_config, run_baseline, run_demo
 
+    # The step tiers warn at 0.7·B on every step of a long run; the report counts compactions.
+    logging.getLogger("mindpalace.steps").setLevel(logging.ERROR)
     root = workspace or Path(tempfile.mkdtemp(prefix="mindpalace-demo-"))
     config = fresh_config(root, steps=steps, seed=seed, budget_tokens=budget_tokens)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

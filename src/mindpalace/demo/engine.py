@@ -26,12 +26,13 @@ from mindpalace.demo.agent import (
 from mindpalace.demo.scenario import BUDGET_PER_NIGHT_CNY, TOTAL_BUDGET_CNY, StepSpec, build_plan
 from mindpalace.demo.world import World
 from mindpalace.memory import Memory, Session
-from mindpalace.tasks import render_constraints, render_corrections
 from mindpalace.tasks.events import ConstraintSet, GuardSet, PlanCreated
 from mindpalace.tasks.state import TaskState
 
 STEP_DOC_KIND = "demo_step"
 SIDE_EFFECT_TOOLS = ("book_ticket", "book_hotel", "pay")
+DEMO_SETTINGS: dict[str, Any] = {"embed": {"provider": "none"}, "steps": {"budget_tokens": 400}}
+"""Keyword recall only (no model load); a small recent-tier budget B so compaction happens often."""
 CRASH_POINTS_PER_STEP = 5
 """Roughly how many crash points one step passes (used to space random kills)."""
 
@@ -133,34 +134,15 @@ class EngineMind:
         )
 
     # -- the prompt ------------------------------------------------------------------------
-    def prompt(self, spec: StepSpec) -> list[dict[str, str]]:
-        """What the model would see before `spec`: corrections on top, constraints verbatim,
-        the checkpointed bookings, then as many recent step lines as the budget allows."""
-        head = [p for p in (render_corrections(self.s), render_constraints(self.s)) if p]
+    def prompt(self, spec: StepSpec) -> list[dict[str, Any]]:
+        """What the model would see before `spec`, from the context builder: user corrections on
+        top, constraints verbatim, the step tiers (compacted as they grow), the checkpointed
+        bookings in the system prompt, the next step as the user turn — never over budget."""
         bookings = {k: v.get("booking_id") or v.get("payment_id") for k, v in self.state.artifacts.items()}
-        system = "\n\n".join([*head, SYSTEM_PROMPT, f"Done so far (checkpointed): {bookings}"])
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": f"Next step: {spec.name}"}]
-        room = self.budget_tokens - self.counter.count_messages(messages) - 8
-        lines: list[str] = []
-        for hit_text in self._recent_lines():
-            cost = self.counter.count(hit_text) + 1
-            if cost > room:
-                break
-            room -= cost
-            lines.append(hit_text)
-        if lines:
-            messages.insert(1, {"role": "assistant", "content": "\n".join(reversed(lines))})
-        return messages
-
-    def _recent_lines(self) -> list[str]:
-        """Step results, newest first, from the durable task log (survives crashes)."""
-        v = self.state.version
-        events = self.task.events.read(self.task.id, from_version=max(1, v - 120))
-        return [
-            f"step {e.event.index}: {e.event.output.get('text', '')}"  # type: ignore[attr-defined]
-            for e in reversed(events)
-            if e.type == "step_finished" and isinstance(e.event.output, dict)  # type: ignore[attr-defined]
-        ]
+        system = f"{SYSTEM_PROMPT}\nDone so far (checkpointed): {bookings}"
+        built = self.s.context(self.budget_tokens, system_prompt=system,
+                               messages=[{"role": "user", "content": f"Next step: {spec.name}"}])
+        return built.messages
 
 
 def start_task(session: Session, config: DemoConfig, plan: list[StepSpec]) -> None:
@@ -189,7 +171,7 @@ def run_engine(
     crash = Crasher(die_after)
     plan = build_plan(config.steps, config.seed)
     config.ack_path.parent.mkdir(parents=True, exist_ok=True)
-    with Memory.open(config.workspace, embed={"provider": "none"}) as mem, open(config.ack_path, "a", encoding="utf-8") as acks:
+    with Memory.open(config.workspace, **DEMO_SETTINGS) as mem, open(config.ack_path, "a", encoding="utf-8") as acks:
 
         def ack(version: int, etype: str) -> None:
             acks.write(f"{version} {etype}\n")
@@ -200,6 +182,7 @@ def run_engine(
             s = mem.session(config.session, user="traveller", agent="planner")
             if s.task.version == 0:
                 start_task(s, config, plan)
+            s.steps.sweep_orphans("agent process restarted")  # a step begun before a crash
             mind = EngineMind(s, world, crash, ack, config.budget_tokens)
             policy = Policy(world, config.seed)
             resumed = s.task.resume()
@@ -212,7 +195,10 @@ def run_engine(
                 crash("step:started")
                 state = mind.refresh()
                 prompt_tokens = mind.counter.count_messages(mind.prompt(plan[i]))
+                tier_step = s.steps.begin(plan[i].name)
                 outcome = policy.execute(mind, i, plan[i])
+                s.steps.evaluate(tier_step, "success" if "no hotel" not in outcome.text else "failed",
+                                 analysis=outcome.text)
                 crash("step:before_finish")
                 output = {"text": outcome.text, "prompt_tokens": prompt_tokens, "blocked": outcome.blocked}
                 version = s.task.finish_step(i, output=output, artifacts=outcome.artifacts)

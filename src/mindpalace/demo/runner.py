@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mindpalace.demo.agent import Policy, WindowMind
-from mindpalace.demo.engine import CRASH_POINTS_PER_STEP, DemoConfig, run_engine
+from mindpalace.demo.engine import CRASH_POINTS_PER_STEP, DEMO_SETTINGS, DemoConfig, run_engine
 from mindpalace.demo.scenario import budget_for_night, build_plan
 from mindpalace.demo.world import World
 from mindpalace.errors import MindPalaceError
@@ -89,7 +89,7 @@ def _lost_acks(config: DemoConfig, mem: Memory) -> int:
 
 def engine_report(config: DemoConfig, *, recoveries: int, seconds: float) -> DemoReport:
     """Audit a finished engine run: task log, world, acknowledgements."""
-    with Memory.open(config.workspace, embed={"provider": "none"}) as mem:
+    with Memory.open(config.workspace, **DEMO_SETTINGS) as mem:
         s = mem.session(config.session, user="traveller", agent="planner")
         state = s.task.state()
         records = s.task.events.read(s.task.id)
@@ -116,11 +116,9 @@ def engine_report(config: DemoConfig, *, recoveries: int, seconds: float) -> Dem
 
 
 def _compactions(session: Any) -> int:
-    """Compactions done by the step tiers, when the session has them (issue 3)."""
-    steps = getattr(session, "steps", None)
-    state = getattr(steps, "state", None)
-    value = getattr(state() if callable(state) else state, "compactions", 0)
-    return int(value or 0)
+    """Compactions done by the step tiers (recent → summary and summary-of-summaries)."""
+    counters = session.steps.counters
+    return int(counters.get("compactions", 0)) + int(counters.get("summary_compactions", 0))
 
 
 def run_demo(
