@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
     from mindpalace.providers.llm.base import LLMProvider
     from mindpalace.retrieval.embedding_sync import Progress, SyncReport
+    from mindpalace.facts import Fact, FactMemory
+    from mindpalace.retrieval.hybrid import HybridRetriever, RecallHit
     from mindpalace.session.consolidator import Consolidator
     from mindpalace.session.lease import Lease
     from mindpalace.steps import ReadResult, StepMemory
@@ -95,6 +97,13 @@ class Memory:
 
         return sync_embeddings(self.store, self.embedder, progress=progress)
 
+    @cached_property
+    def retriever(self) -> HybridRetriever:
+        """Hybrid keyword + vector retrieval over this store (shared by every session)."""
+        from mindpalace.retrieval.hybrid import HybridRetriever
+
+        return HybridRetriever(self.store, self.embedder, self.settings.facts)
+
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
         """A concrete scope in this handle's tenant."""
         return Scope(self.tenant, user, agent, session)
@@ -138,6 +147,32 @@ class Session:
     def add_message(self, message: dict[str, Any], *, timestamp: datetime | None = None) -> int:
         """Append one OpenAI-format message; returns its 1-based index. See MessageLog.add."""
         return self.messages.add(message, timestamp=timestamp)
+
+    # -- facts and recall (seed 001 dual memory, seed 004 hybrid search) ---------------------
+    @cached_property
+    def facts(self) -> FactMemory:
+        """Working memory (this session) + long-term facts (this user and agent)."""
+        from mindpalace.facts import FactMemory
+
+        return FactMemory(
+            self.store, self.scope, settings=self.memory.settings.facts,
+            embedder=self.memory.embedder,
+        )
+
+    def remember(self, key: str, content: str, *, importance: float = 0.5, source: str = "") -> Fact:
+        """Remember ``entity:attribute`` = content. See :meth:`FactMemory.remember`."""
+        return self.facts.remember(key, content, importance=importance, source=source)
+
+    def forget(self, key: str) -> bool:
+        """Forget a fact for good (tombstone). See :meth:`FactMemory.forget`."""
+        return self.facts.forget(key)
+
+    def recall(self, query: str, k: int | None = None) -> list[RecallHit]:
+        """Working memory first, then hybrid keyword + vector search over facts, messages,
+        steps, snapshots and history of this user (scoped). See :class:`mindpalace.retrieval.recall.Recall`."""
+        from mindpalace.retrieval.recall import Recall
+
+        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts)(query, k)
 
     # -- consolidation (seed 002; mindpalace.session.consolidator / autocompact) -------------
     @cached_property

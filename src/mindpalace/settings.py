@@ -180,6 +180,7 @@ class FactSettings(_Section):
         default_factory=lambda: [0.5, 0.25],
         description="Context scoring of session messages: a message also earns weight[d-1] × the best fused score of the messages d turns before or after it (d = 1, 2, …); [] = off.",
     )
+    speaker_boost: float = Field(0.2, ge=0, description="A message whose speaker (its 'name') is the one person the query names scores × (1 + boost).")
 
 
 class TaskSettings(_Section):

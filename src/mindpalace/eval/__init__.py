@@ -1,0 +1,1 @@
+"""Evaluations on real data: LoCoMo evidence recall, the Recuris span experiment."""

@@ -1,0 +1,129 @@
+"""Working memory: the few facts "at hand" for the current task (seed 001 §2.1, §4.2).
+
+Capacity N (3–10). When full, the item with the lowest (access_count, importance) is evicted —
+but an item at or above the importance threshold is written to the long-term store *before* it
+can leave (the archive callback runs first; if it raises, nothing is evicted), so an eviction
+never loses an important fact. Hits update access statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from mindpalace.errors import ValidationError
+from mindpalace.facts.model import Fact, normalize_key
+from mindpalace.timeutil import utcnow
+
+Archive = Callable[[Fact], Fact]
+"""Writes a fact to the long-term store and returns the stored copy (with its ``id``)."""
+
+
+class WorkingMemory:
+    """A bounded set of facts, one per key (a new value for a key replaces the old in place).
+
+    Args:
+        capacity: maximum items (``facts.working_capacity``), at least 1.
+        importance_threshold: items at or above are archived before eviction
+            (``facts.importance_threshold``).
+        archive: the long-term write; None = no long-term store (the seed's baseline), in
+            which case an evicted item is simply gone.
+        clock: returns the current aware UTC time (injectable for tests).
+
+    Example:
+        >>> wm = WorkingMemory(3, 0.6)
+        >>> _ = wm.add(Fact("user:uid", "u_10086", importance=0.9))
+        >>> wm.get("user:uid").content
+        'u_10086'
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        importance_threshold: float,
+        archive: Archive | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        if capacity < 1:
+            raise ValidationError(f"working memory capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self.importance_threshold = importance_threshold
+        self.archive = archive
+        self.clock = clock
+        self._items: dict[str, Fact] = {}  # insertion-ordered: ties evict the oldest first
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: str) -> bool:
+        return normalize_key(key) in self._items
+
+    @property
+    def items(self) -> list[Fact]:
+        """The items, oldest first (copies are not made: treat them as read-only)."""
+        return list(self._items.values())
+
+    def load(self, facts: Iterable[Fact]) -> None:
+        """Replace the content with `facts` (restoring a persisted working memory); the capacity
+        rule is applied, so an over-full restore evicts (archiving important items) as usual."""
+        self._items = {}
+        for fact in facts:
+            self._items[fact.key] = fact
+        self._shrink()
+
+    def add(self, fact: Fact) -> Fact:
+        """Put `fact` in working memory; returns the copy kept (archived ones carry an id).
+
+        An item at or above the threshold is archived at write time (seed 001 §4.4: "high
+        importance items are archived when written"). Then, while over capacity, the lowest
+        (access_count, importance) item is evicted, archived first if important.
+
+        Raises:
+            whatever the archive callback raises — the working memory is then unchanged.
+        """
+        before = dict(self._items)
+        try:
+            if (
+                self.archive is not None
+                and fact.importance >= self.importance_threshold
+                and not fact.id
+            ):
+                fact = self.archive(fact)
+            self._items.pop(fact.key, None)
+            self._items[fact.key] = fact
+            self._shrink()
+        except BaseException:
+            self._items = before  # all or nothing: a failed archive evicts nothing
+            raise
+        return fact
+
+    def get(self, key: str) -> Fact | None:
+        """The item for `key` (normalized), counting the access; None when absent."""
+        norm = normalize_key(key)
+        fact = self._items.get(norm)
+        if fact is None:
+            return None
+        fact = fact.touched(self.clock())
+        self._items[norm] = fact
+        return fact
+
+    def peek(self, key: str) -> Fact | None:
+        """Like :meth:`get` without counting an access."""
+        return self._items.get(normalize_key(key))
+
+    def remove(self, key: str) -> Fact | None:
+        """Drop the item for `key` (a forget); returns it, or None when absent."""
+        return self._items.pop(normalize_key(key), None)
+
+    def _shrink(self) -> None:
+        while len(self._items) > self.capacity:
+            victim = min(self._items.values(), key=lambda f: (f.access_count, f.importance))
+            if (
+                self.archive is not None
+                and victim.importance >= self.importance_threshold
+                and not victim.id
+            ):
+                # Archive BEFORE eviction: if this raises, the victim stays (never lost).
+                self._items[victim.key] = self.archive(victim)
+            del self._items[victim.key]

@@ -1,0 +1,332 @@
+"""Hybrid recall: BM25 keyword search fused with vector search over every tier, scoped (seed 004).
+
+Tiers are the kinds of search documents in the store: ``fact`` (long-term facts), ``message``
+(session messages), ``step`` / ``info`` / ``snapshot`` (step records), ``history``
+(consolidated history entries) and any other kind a component indexes. One query runs
+
+1. ``store.keyword_search`` (FTS5 BM25, porter stemming, CJK bigrams, trigram fallback) and,
+   when an embedder is configured, ``store.vector_search`` (exact cosine) — each for the top
+   ``facts.recall_candidates`` documents of every scope searched;
+2. fusion of the two lists: ``zscore`` (default; each list's scores standardised above the
+   list's floor, then weighted and summed) or ``rrf`` (reciprocal rank fusion);
+3. context scoring of session messages: a message also earns ``neighbor_weights[d-1]`` × the
+   best fused score of the messages ``d`` turns before or after it — an answer is often the
+   reply to the turn that matches the question (measured on LoCoMo dev conversations);
+4. top-k, each hit saying its tier, the query terms it contains, its rank and score in each
+   list and, when lifted by a neighbour, which one.
+
+Every store call carries the scope (I10): a query for user A never reads user B's rows,
+through keyword or vector search.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mindpalace.scope import Scope
+from mindpalace.settings import FactSettings
+from mindpalace.store.base import Document, SearchHit, Store
+from mindpalace.store.textindex import query_terms
+from mindpalace.textsafe import require_text
+
+if TYPE_CHECKING:
+    from mindpalace.facts.model import Fact
+    from mindpalace.providers.embed.base import Embedder
+
+MESSAGE_KIND = "message"
+_FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchReason:
+    """Why a hit matched.
+
+    Attributes:
+        terms: query terms (stemmed comparison) that occur in the hit's text.
+        keyword_rank / keyword_score: 1-based rank and BM25 score in the keyword list, or None.
+        vector_rank / similarity: 1-based rank and cosine similarity in the vector list, or None.
+        neighbor: ref of the neighbouring message whose score lifted this one, or None.
+        working: True when the hit came from working memory (matched key or terms).
+    """
+
+    terms: tuple[str, ...] = ()
+    keyword_rank: int | None = None
+    keyword_score: float | None = None
+    vector_rank: int | None = None
+    similarity: float | None = None
+    neighbor: str | None = None
+    working: bool = False
+
+    def __str__(self) -> str:
+        parts = []
+        if self.working:
+            parts.append("working memory")
+        if self.terms:
+            parts.append("terms " + ", ".join(self.terms))
+        if self.keyword_rank is not None:
+            parts.append(f"bm25 #{self.keyword_rank} ({self.keyword_score:.2f})")
+        if self.vector_rank is not None:
+            parts.append(f"cosine #{self.vector_rank} ({self.similarity:.2f})")
+        if self.neighbor is not None:
+            parts.append(f"next to message {self.neighbor}")
+        return "; ".join(parts) or "no direct match"
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHit:
+    """One recall result.
+
+    Attributes:
+        tier: ``working`` (working memory) or the document kind (``fact``, ``message``,
+            ``step``, ``info``, ``snapshot``, ``history`` …).
+        ref: the id inside the tier: fact id, message index, record name, entry id.
+        text: the matched text.
+        score: fused score (higher is better; comparable within one result list only).
+        scope: the scope the item belongs to.
+        why: :class:`MatchReason`.
+        meta: the document's metadata (message timestamp / speaker, fact key …).
+        fact: the :class:`Fact` for ``working`` and ``fact`` hits, else None.
+    """
+
+    tier: str
+    ref: str
+    text: str
+    score: float
+    scope: Scope
+    why: MatchReason
+    meta: dict[str, object] = field(default_factory=dict)
+    fact: Fact | None = None
+
+
+@dataclass(slots=True)
+class _Candidate:
+    doc: Document
+    fused: float = 0.0
+    final: float = 0.0
+    kw: SearchHit | None = None
+    vec: SearchHit | None = None
+    neighbor: str | None = None
+
+
+class HybridRetriever:
+    """Keyword + vector search over the store's documents with fusion and message context.
+
+    Args:
+        store: the store protocol.
+        embedder: None = keyword only (``embed.provider = "none"``).
+        settings: ``facts`` settings (candidates, fusion, weights, neighbour weights).
+
+    Vectors are kept in sync lazily: before a vector search, when the store's
+    ``search_generation()`` moved since the last sync, documents lacking a vector for the
+    embedder are embedded in batches (``retrieval.embedding_sync``), which also retires the
+    vectors of a previous embedder once every document has a new one.
+    """
+
+    def __init__(
+        self, store: Store, embedder: Embedder | None = None, settings: FactSettings | None = None
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings or FactSettings()
+        self._synced: object = None
+        self._sync_lock = threading.Lock()
+
+    # -- embedding sync --------------------------------------------------------------------
+    def sync_embeddings(self) -> int:
+        """Embed documents that have no vector for the current embedder; returns how many.
+
+        Cheap when nothing changed (one O(1) store read). Raises ProviderError if the
+        embedder fails (vectors written so far are kept).
+        """
+        if self.embedder is None:
+            return 0
+        with self._sync_lock:
+            generation = self.store.search_generation()
+            if generation == self._synced:
+                return 0
+            from mindpalace.retrieval.embedding_sync import sync_embeddings
+
+            report = sync_embeddings(self.store, self.embedder, batch=max(64, self.embedder.batch_size))
+            self._synced = self.store.search_generation()
+            return report.embedded
+
+    # -- search ----------------------------------------------------------------------------
+    def search(
+        self,
+        scopes: Scope | Sequence[Scope],
+        query: str,
+        *,
+        k: int = 5,
+        kinds: Sequence[str] | None = None,
+    ) -> list[RecallHit]:
+        """Top-`k` documents for `query` in `scopes` (ANY fields widen a scope; several scopes
+        are searched and merged).
+
+        Args:
+            scopes: one scope or several; every store call is filtered by it.
+            query: free text (any language; CJK is matched by bigrams).
+            k: hits returned (≥ 0).
+            kinds: restrict to these tiers (document kinds); None = all.
+        Returns:
+            Hits best first, at most `k`.
+        Raises:
+            InvalidTextError: `query` is not storable text. ProviderError: the embedder failed.
+        """
+        require_text("query", query)
+        scope_list = [scopes] if isinstance(scopes, Scope) else list(scopes)
+        if k <= 0 or not query.strip():
+            return []
+        n = max(k, self.settings.recall_candidates)
+        keyword: list[SearchHit] = []
+        vector: list[SearchHit] = []
+        qvec = None
+        if self.embedder is not None:
+            self.sync_embeddings()
+            qvec = self.embedder.embed_query(query)
+        for scope in scope_list:
+            keyword += self.store.keyword_search(scope, query, k=n, kinds=kinds)
+            if qvec is not None:
+                vector += self.store.vector_search(
+                    scope, qvec, self.embedder.model_id, k=n, kinds=kinds
+                )
+        keyword = _rerank(keyword)
+        vector = _rerank(vector)
+        cands = self._fuse(keyword, vector)
+        if self.settings.neighbor_weights and (kinds is None or MESSAGE_KIND in kinds):
+            self._add_message_context(cands)
+        else:
+            for c in cands.values():
+                c.final = c.fused
+        if self.settings.speaker_boost:
+            _boost_named_speaker(cands, query, self.settings.speaker_boost)
+        best = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))[:k]
+        terms = _stems(query_terms(query))
+        return [self._hit(c, terms) for c in best]
+
+    def _fuse(self, keyword: list[SearchHit], vector: list[SearchHit]) -> dict[int, _Candidate]:
+        s = self.settings
+        cands: dict[int, _Candidate] = {}
+        for hits, weight, slot in ((keyword, s.keyword_weight, "kw"), (vector, s.vector_weight, "vec")):
+            if not hits or weight == 0:
+                for h in hits:  # still remember the rank for the explanation
+                    setattr(cands.setdefault(h.doc.id, _Candidate(h.doc)), slot, h)
+                continue
+            contrib = _rrf(hits, s.rrf_k) if s.fusion == "rrf" else _above_floor(hits)
+            for h, value in zip(hits, contrib, strict=True):
+                c = cands.setdefault(h.doc.id, _Candidate(h.doc))
+                setattr(c, slot, h)
+                c.fused += weight * value
+        return cands
+
+    def _add_message_context(self, cands: dict[int, _Candidate]) -> None:
+        """final = fused + Σ_d w_d · max(fused of the messages d before / after), same session."""
+        weights = self.settings.neighbor_weights
+        by_pos: dict[tuple[Scope, int], _Candidate] = {}
+        for c in cands.values():
+            c.final = c.fused
+            if c.doc.kind == MESSAGE_KIND and c.doc.ref.isdigit():
+                by_pos[(c.doc.scope, int(c.doc.ref))] = c
+        if not by_pos:
+            return
+        # Neighbours that matched nothing themselves are fetched so they can be lifted too.
+        wanted: dict[Scope, set[str]] = defaultdict(set)
+        for (scope, index), c in by_pos.items():
+            if c.fused <= 0:
+                continue
+            for d in range(1, len(weights) + 1):
+                for j in (index - d, index + d):
+                    if j >= 1 and (scope, j) not in by_pos:
+                        wanted[scope].add(str(j))
+        for scope, refs in wanted.items():
+            for ref, doc in self.store.get_documents_by_ref(scope, MESSAGE_KIND, sorted(refs)).items():
+                cand = _Candidate(doc)
+                cands[doc.id] = cand
+                by_pos[(scope, int(ref))] = cand
+        for (scope, index), c in by_pos.items():
+            lift, source = 0.0, None
+            for d, w in enumerate(weights, start=1):
+                before, after = by_pos.get((scope, index - d)), by_pos.get((scope, index + d))
+                best = max((n for n in (before, after) if n is not None), key=lambda n: n.fused, default=None)
+                if best is not None and best.fused > 0:
+                    lift += w * best.fused
+                    if source is None:
+                        source = best.doc.ref
+            c.final = c.fused + lift
+            if lift > 0 and c.fused < lift:  # the neighbour is the main reason it ranks
+                c.neighbor = source
+
+    def _hit(self, c: _Candidate, terms: dict[str, str]) -> RecallHit:
+        doc = c.doc
+        text_stems = set(_stems(query_terms(doc.text, drop_stop_words=False)))
+        matched = tuple(t for stem, t in terms.items() if stem in text_stems)
+        why = MatchReason(
+            terms=matched,
+            keyword_rank=c.kw.rank if c.kw else None,
+            keyword_score=c.kw.score if c.kw else None,
+            vector_rank=c.vec.rank if c.vec else None,
+            similarity=c.vec.score if c.vec else None,
+            neighbor=c.neighbor,
+        )
+        return RecallHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, dict(doc.meta))
+
+
+def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float) -> None:
+    """Messages by the one speaker the query names score × (1 + boost) ("What did Caroline
+    paint?" is most likely answered by Caroline). Several named speakers → no boost."""
+    words = set(query_terms(query, drop_stop_words=False))
+    speakers = {
+        str(c.doc.meta.get("name")).lower() for c in cands.values()
+        if c.doc.kind == MESSAGE_KIND and c.doc.meta.get("name")
+    }
+    named = {sp for sp in speakers if sp in words}
+    if len(named) != 1:
+        return
+    (who,) = named
+    for c in cands.values():
+        if c.doc.kind == MESSAGE_KIND and str(c.doc.meta.get("name", "")).lower() == who:
+            c.final *= 1.0 + boost
+
+
+def _rerank(hits: list[SearchHit]) -> list[SearchHit]:
+    """Hits from several scope queries merged into one list, best first, ranks renumbered."""
+    if not hits:
+        return hits
+    ordered = sorted(hits, key=lambda h: -h.score)
+    return [SearchHit(h.doc, h.score, i, h.matched) for i, h in enumerate(ordered, start=1)]
+
+
+def _rrf(hits: list[SearchHit], k: float) -> np.ndarray:
+    return 1.0 / (k + np.arange(1, len(hits) + 1, dtype=np.float64))
+
+
+def _above_floor(hits: list[SearchHit]) -> np.ndarray:
+    """(score − list minimum) / list std: non-negative, scale-free, 0 for the weakest hit.
+
+    Using the list's own floor makes BM25 (unbounded) and cosine (≤ 1) comparable, and keeps
+    fused scores non-negative so neighbour context only ever adds.
+    """
+    scores = np.array([h.score for h in hits], dtype=np.float64)
+    std = float(scores.std()) if len(scores) > 1 else 0.0
+    return (scores - scores.min()) / max(std, _FLOOR_STD) if std > 0 else np.ones_like(scores)
+
+
+_stemmer_lock = threading.Lock()
+_stemmer = None
+
+
+def _stems(terms: list[str]) -> dict[str, str]:
+    """{stem: term} for English words (PyStemmer, like FTS5's porter tokenizer); others as-is."""
+    global _stemmer
+    with _stemmer_lock:
+        if _stemmer is None:
+            import Stemmer
+
+            _stemmer = Stemmer.Stemmer("english")
+        stems = _stemmer.stemWords(terms)
+    return {s: t for s, t in zip(stems, terms, strict=True)}

@@ -1,0 +1,113 @@
+"""Session recall: working memory first, then hybrid retrieval over every tier (seed 001 §2.3).
+
+Working-memory items are returned first when the query names their key or shares at least half
+of its terms with them; the rest of the top-k comes from :class:`HybridRetriever` over the
+long-term facts, session messages, step records, snapshots and history entries of the recall
+scope. Fact hits are promoted into working memory (access count +1); other tiers are not facts
+and are not promoted.
+"""
+
+from __future__ import annotations
+
+from mindpalace.errors import ValidationError
+from mindpalace.facts.dual import FactMemory
+from mindpalace.facts.longterm import KIND as FACT_KIND
+from mindpalace.facts.model import Fact, normalize_key
+from mindpalace.retrieval.hybrid import HybridRetriever, MatchReason, RecallHit, _stems
+from mindpalace.scope import ANY, Scope
+from mindpalace.settings import FactSettings
+from mindpalace.store.textindex import query_terms
+from mindpalace.textsafe import require_text
+
+WORKING_MIN_TERM_SHARE = 0.5  # a working item must contain half the query's terms to match
+
+
+class Recall:
+    """``Session.recall``: the dual-memory recall path of one session.
+
+    Args:
+        facts: the session's :class:`FactMemory` (working memory + long-term facts).
+        retriever: the hybrid retriever.
+        settings: ``facts`` settings (``recall_scope``, ``recall_top_k``).
+    """
+
+    def __init__(
+        self, facts: FactMemory, retriever: HybridRetriever, settings: FactSettings | None = None
+    ) -> None:
+        self.facts = facts
+        self.retriever = retriever
+        self.settings = settings or FactSettings()
+
+    def scopes(self) -> list[Scope]:
+        """The scopes searched: the user's every session (``recall_scope = "user"``), or this
+        session plus the user-level facts (``"session"``). Never another user's."""
+        scope = self.facts.scope
+        if self.settings.recall_scope == "user":
+            return [scope.with_(session=ANY)]
+        return [scope, self.facts.fact_scope]
+
+    def __call__(self, query: str, k: int | None = None) -> list[RecallHit]:
+        """Top-k hits for `query`, working memory first.
+
+        Args:
+            query: free text, or an ``entity:attribute`` key.
+            k: hits wanted (default ``facts.recall_top_k``), ≥ 1.
+        Raises:
+            ValidationError: k < 1; InvalidTextError: `query` is not storable text.
+            ProviderError: the embedder failed.
+        """
+        require_text("query", query)
+        k = self.settings.recall_top_k if k is None else k
+        if k < 1:
+            raise ValidationError(f"recall k must be at least 1, got {k}")
+        hits = self._working_hits(query)[:k]
+        seen = {h.fact.key for h in hits if h.fact is not None}
+        found = self.retriever.search(self.scopes(), query, k=k + len(seen))
+        for hit in found:
+            if len(hits) >= k:
+                break
+            if hit.tier == FACT_KIND:
+                key = str(hit.meta.get("key", ""))
+                if key in seen:
+                    continue
+                fact = self.facts.longterm.get(hit.ref)
+                if fact is None or not fact.current:
+                    continue  # raced with a correction / forget: never return a stale value
+                fact = self.facts.promote(fact)
+                seen.add(key)
+                hit = RecallHit(hit.tier, hit.ref, hit.text, hit.score, hit.scope, hit.why, hit.meta, fact)
+            hits.append(hit)
+        return hits
+
+    def _working_hits(self, query: str) -> list[RecallHit]:
+        try:
+            as_key = normalize_key(query) if ":" in query else None
+        except ValidationError:
+            as_key = None
+        wanted = _stems(query_terms(query))
+        scored: list[tuple[float, Fact, tuple[str, ...]]] = []
+        for fact in self.facts.working.items:
+            if as_key is not None and fact.key == as_key:
+                scored.append((2.0, fact, ()))
+                continue
+            if not wanted:
+                continue
+            have = set(_stems(query_terms(f"{fact.key} {fact.content}", drop_stop_words=False)))
+            terms = tuple(t for s, t in wanted.items() if s in have)
+            share = len(terms) / len(wanted)
+            if share >= WORKING_MIN_TERM_SHARE:
+                scored.append((share, fact, terms))
+        scored.sort(key=lambda x: (-x[0], -x[1].importance))
+        hits = []
+        for score, fact, terms in scored:
+            current = self.facts.get(fact.key)  # counts the access, drops stale copies
+            if current is None:
+                continue
+            hits.append(
+                RecallHit(
+                    "working", current.id or current.key, f"{current.key}: {current.content}",
+                    score, self.facts.scope, MatchReason(terms=terms, working=True),
+                    {"key": current.key}, current,
+                )
+            )
+        return hits

@@ -1,0 +1,110 @@
+"""Working memory: eviction by lowest (access_count, importance); important items archived first."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindpalace.errors import StoreError
+from mindpalace.facts.model import Fact
+from mindpalace.facts.working import WorkingMemory
+
+THRESHOLD = 0.6
+
+
+class DictArchive:
+    """An archive that records what was written (the long-term store's contract: returns an id)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Fact] = {}
+
+    def __call__(self, fact: Fact) -> Fact:
+        from dataclasses import replace
+
+        stored = replace(fact, id=f"{fact.key}#{len(self.items) + 1}")
+        self.items[fact.key] = stored
+        return stored
+
+
+class TestEviction:
+    def test_evicts_lowest_access_count_then_importance(self) -> None:
+        wm = WorkingMemory(2, THRESHOLD)
+        wm.add(Fact("a:x", "1", importance=0.5))
+        wm.add(Fact("b:x", "2", importance=0.1))
+        wm.get("b:x")  # b now has one access: a (0 accesses) is the lowest
+        wm.add(Fact("c:x", "3", importance=0.55))
+        assert [f.key for f in wm.items] == ["b:x", "c:x"]
+
+    def test_ties_evict_the_oldest(self) -> None:
+        wm = WorkingMemory(2, THRESHOLD)
+        for key in ("a:x", "b:x", "c:x"):
+            wm.add(Fact(key, "v", importance=0.9))
+        assert [f.key for f in wm.items] == ["b:x", "c:x"]
+
+    def test_a_new_value_replaces_the_key_in_place(self) -> None:
+        wm = WorkingMemory(3, THRESHOLD)
+        wm.add(Fact("user:city", "Paris"))
+        wm.add(Fact("user:city", "London"))
+        assert len(wm) == 1 and wm.peek("user:city").content == "London"
+
+    def test_hits_count_accesses(self) -> None:
+        wm = WorkingMemory(3, THRESHOLD)
+        wm.add(Fact("user:uid", "u1"))
+        wm.get("user:uid")
+        assert wm.get("USER:uid").access_count == 2
+        assert wm.get("user:other") is None
+
+    def test_important_items_are_archived_at_write(self) -> None:
+        archive = DictArchive()
+        wm = WorkingMemory(3, THRESHOLD, archive)
+        kept = wm.add(Fact("user:uid", "u1", importance=0.6))
+        assert kept.id and "user:uid" in archive.items
+        wm.add(Fact("noise:a", "n", importance=0.59))
+        assert "noise:a" not in archive.items
+
+    def test_failed_archive_leaves_working_memory_unchanged(self) -> None:
+        def broken(fact: Fact) -> Fact:
+            raise StoreError("disk full")
+
+        wm = WorkingMemory(1, THRESHOLD, broken)
+        wm.load([Fact("user:uid", "u1", importance=0.9)])  # restored without an id
+        wm.get("user:uid")
+        with pytest.raises(StoreError):  # the victim must be archived first, which fails
+            wm.add(Fact("noise:a", "n", importance=0.1, ).touched(wm.clock()).touched(wm.clock()))
+        assert [f.key for f in wm.items] == ["user:uid"]
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "get"]),
+        st.integers(0, 7),  # key id
+        st.sampled_from([0.0, 0.1, 0.5, 0.59, 0.6, 0.9, 1.0]),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 5), operations=ops)
+def test_eviction_never_loses_an_important_item(capacity: int, operations: list[tuple[str, int, float]]) -> None:
+    """Every item ever added at or above the threshold is in working memory or the archive,
+    with its latest value, after any sequence of adds and hits."""
+    archive = DictArchive()
+    wm = WorkingMemory(capacity, THRESHOLD, archive)
+    latest_important: dict[str, str] = {}
+    for step, (op, key_id, importance) in enumerate(operations):
+        key = f"k{key_id}:v"
+        if op == "add":
+            content = f"value {step}"
+            wm.add(Fact(key, content, importance=importance))
+            if importance >= THRESHOLD:
+                latest_important[key] = content
+            else:
+                latest_important.pop(key, None)
+        else:
+            wm.get(key)
+        assert len(wm) <= capacity
+    for key, content in latest_important.items():
+        held = wm.peek(key)
+        assert (held is not None and held.content == content) or archive.items[key].content == content

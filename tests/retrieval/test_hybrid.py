@@ -1,0 +1,145 @@
+"""Hybrid retrieval: every tier, scope isolation on both paths, CJK, explanations, context, fusion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mindpalace import Memory
+from mindpalace.retrieval.hybrid import HybridRetriever
+from mindpalace.scope import ANY, Scope
+from mindpalace.settings import FactSettings
+from mindpalace.store import Record
+
+
+def user_scope(memory: Memory, uid: str) -> Scope:
+    return memory.scope(user=uid, agent="a").with_(session=ANY)
+
+
+class TestTiers:
+    def test_finds_facts_messages_steps_snapshots_and_history(self, memory: Memory, uid: str) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        s.remember("trip:hotel_budget", "2000 CNY per night", importance=0.9)
+        s.add_message({"role": "user", "content": "the hotel must be near Senso-ji"})
+        for rtype in ("step", "snapshot"):
+            memory.store.put_record(Record(s.scope, f"{rtype}_1", rtype, f"{rtype}: compared hotel prices"))
+        memory.store.index_document(s.scope, "history", "7", "[2026-01-01] booked the hotel in Asakusa")
+        hits = memory.retriever.search(user_scope(memory, uid), "hotel", k=10)
+        assert {h.tier for h in hits} == {"fact", "message", "step", "snapshot", "history"}
+
+    def test_kinds_restrict_tiers(self, memory: Memory, uid: str) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        s.remember("trip:hotel", "Asakusa", importance=0.9)
+        s.add_message({"role": "user", "content": "hotel in Asakusa please"})
+        hits = memory.retriever.search(user_scope(memory, uid), "Asakusa hotel", k=5, kinds=["fact"])
+        assert [h.tier for h in hits] == ["fact"]
+
+
+class TestScopeIsolation:
+    @pytest.fixture
+    def two_users(self, memory: Memory, uid: str) -> tuple[str, str]:
+        a, b = uid + "-a", uid + "-b"
+        memory.session("s", user=a, agent="a").add_message({"role": "user", "content": "I like green tea"})
+        memory.session("s", user=b, agent="a").add_message(
+            {"role": "user", "content": "hotel budget 2000, hotel near the station"}
+        )
+        memory.session("s", user=b, agent="a").remember("trip:hotel_budget", "2000", importance=0.9)
+        return a, b
+
+    def test_keyword_path_never_returns_another_users_items(self, memory: Memory, two_users: tuple[str, str]) -> None:
+        a, b = two_users
+        assert memory.retriever.search(user_scope(memory, b), "hotel budget", k=5)
+        retriever = HybridRetriever(memory.store, None, memory.settings.facts)
+        assert retriever.search(user_scope(memory, a), "hotel budget", k=5) == []
+
+    def test_vector_path_never_returns_another_users_items(self, memory: Memory, two_users: tuple[str, str]) -> None:
+        a, _ = two_users
+        # Misspelt: no keyword match anywhere, so every hit can only come from the vector path.
+        query = "hoteel budgett"
+        assert memory.store.keyword_search(memory.scope(user=ANY, agent=ANY, session=ANY), query) == []
+        hits = memory.retriever.search(user_scope(memory, a), query, k=5)
+        assert hits and all(h.scope.user == a for h in hits)
+        assert all(h.why.vector_rank is not None for h in hits)
+
+    def test_session_recall_stays_in_the_user(self, memory: Memory, two_users: tuple[str, str]) -> None:
+        a, _ = two_users
+        hits = memory.session("s", user=a, agent="a").recall("hotel budget 2000", k=5)
+        assert all(h.scope.user == a for h in hits)
+
+
+class TestLanguagesAndExplanations:
+    def test_chinese_query_finds_chinese_fact(self, memory: Memory, uid: str) -> None:
+        memory.session("s1", user=uid, agent="a").remember("用户:预算", "每晚酒店预算两千元人民币", importance=0.9)
+        memory.session("s1", user=uid, agent="a").remember("user:food", "likes ramen", importance=0.9)
+        hits = memory.session("s2", user=uid, agent="a").recall("酒店预算是多少", k=1)
+        assert hits[0].tier == "fact" and hits[0].fact.key == "用户:预算"
+        assert "预算" in hits[0].why.terms
+
+    def test_hits_explain_terms_and_ranks(self, memory: Memory, uid: str) -> None:
+        memory.session("s1", user=uid, agent="a").add_message({"role": "user", "content": "the budget is 2000 per night"})
+        (hit,) = memory.retriever.search(user_scope(memory, uid), "what budget per night", k=1)
+        assert set(hit.why.terms) == {"budget", "per", "night"}
+        assert hit.why.keyword_rank == 1 and hit.why.vector_rank == 1
+        assert "bm25 #1" in str(hit.why) and "cosine #1" in str(hit.why)
+
+    def test_keyword_search_works_without_an_embedder(self, tmp_path: Path, uid: str) -> None:
+        with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+            mem.session("s", user=uid).remember("user:city", "Lisbon", importance=0.9)
+            (hit,) = mem.session("s", user=uid).recall("city", k=1)
+            assert hit.text.endswith("Lisbon")
+            assert mem.store.embedding_models() == {}
+
+
+def conversation(memory: Memory, uid: str) -> None:
+    s = memory.session("s1", user=uid, agent="a")
+    s.messages.add_many([
+        {"role": "user", "name": "Caroline", "content": "What did you paint last weekend?"},
+        {"role": "user", "name": "Melanie", "content": "A sunrise over the lake, my favourite so far."},
+        {"role": "user", "name": "Caroline", "content": "I went to a support group meeting yesterday."},
+        {"role": "user", "name": "Melanie", "content": "That sounds meaningful for you."},
+    ])
+
+
+class TestContextAndFusion:
+    def test_a_reply_is_lifted_by_the_turn_it_answers(self, memory: Memory, uid: str) -> None:
+        conversation(memory, uid)
+        plain = HybridRetriever(memory.store, None, FactSettings(neighbor_weights=[], speaker_boost=0))
+        with_context = HybridRetriever(memory.store, None, FactSettings(speaker_boost=0))
+        scope = user_scope(memory, uid)
+        assert "2" not in [h.ref for h in plain.search(scope, "paint last weekend", k=5)]
+        hits = with_context.search(scope, "paint last weekend", k=2)
+        assert [h.ref for h in hits] == ["1", "2"]
+        assert hits[1].why.neighbor == "1" and "next to message 1" in str(hits[1].why)
+
+    def test_named_speaker_is_boosted(self, memory: Memory, uid: str) -> None:
+        conversation(memory, uid)
+        scope = user_scope(memory, uid)
+        settings = FactSettings(neighbor_weights=[], speaker_boost=5.0)
+        hits = HybridRetriever(memory.store, None, settings).search(scope, "Melanie meeting sounds", k=1)
+        assert hits[0].meta["name"] == "Melanie"
+
+    @pytest.mark.parametrize("fusion", ["rrf", "zscore"])
+    def test_both_fusions_rank_the_obvious_document_first(self, memory: Memory, uid: str, fusion: str) -> None:
+        conversation(memory, uid)
+        retriever = HybridRetriever(memory.store, memory.embedder, FactSettings(fusion=fusion))
+        hits = retriever.search(user_scope(memory, uid), "support group meeting", k=3)
+        assert hits[0].ref == "3"
+        assert hits == sorted(hits, key=lambda h: -h.score)
+
+    def test_empty_query_and_zero_k_return_nothing(self, memory: Memory, uid: str) -> None:
+        conversation(memory, uid)
+        assert memory.retriever.search(user_scope(memory, uid), "   ", k=5) == []
+        assert memory.retriever.search(user_scope(memory, uid), "paint", k=0) == []
+
+
+def test_changing_the_embedder_re_embeds(tmp_path: Path, uid: str) -> None:
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing", "dimensions": 64}) as mem:
+        mem.session("s", user=uid).remember("user:food", "likes ramen noodles", importance=0.9)
+        mem.session("s", user=uid).add_message({"role": "user", "content": "ramen tonight?"})
+        mem.session("s", user=uid).recall("ramen")
+        assert set(mem.store.embedding_models()) == {"hashing-64"}
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing", "dimensions": 32}) as mem:
+        hits = mem.session("s2", user=uid).recall("ramenn noodle", k=2)
+        assert mem.store.embedding_models() == {"hashing-32": (32, 2)}
+        assert any(h.why.vector_rank is not None for h in hits)

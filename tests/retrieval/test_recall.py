@@ -1,0 +1,52 @@
+"""Session.recall: working memory first, promotion of fact hits, no stale values, arguments."""
+
+from __future__ import annotations
+
+import pytest
+
+from mindpalace import Memory
+from mindpalace.errors import ValidationError
+
+
+class TestRecall:
+    def test_working_memory_comes_first(self, memory: Memory, uid: str) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        s.add_message({"role": "user", "content": "my user id is u_10086, remember the user id"})
+        s.remember("user:id", "u_10086", importance=0.9)
+        hits = s.recall("user id", k=3)
+        assert hits[0].tier == "working" and hits[0].why.working
+        assert hits[0].fact.content == "u_10086"
+        assert [h.tier for h in hits[1:]] == ["message"]  # the fact is not returned twice
+
+    def test_exact_key_query_hits_working_memory(self, memory: Memory, uid: str) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        s.remember("task:critical_fact", "v_1_5", importance=0.9)
+        (hit,) = s.recall("task:critical_fact", k=1)
+        assert hit.tier == "working" and hit.fact.content == "v_1_5"
+
+    def test_long_term_hits_are_promoted_with_access_stats(self, memory: Memory, uid: str) -> None:
+        memory.session("old", user=uid, agent="a").remember("user:city", "Lisbon", importance=0.9)
+        s = memory.session("new", user=uid, agent="a")
+        (hit,) = s.recall("which city", k=1)
+        assert hit.tier == "fact" and hit.fact.content == "Lisbon"
+        assert "user:city" in s.facts.working
+        assert s.facts.longterm.current("user:city").access_count == 1
+
+    def test_corrected_fact_is_not_recalled_as_current(self, memory: Memory, uid: str) -> None:
+        memory.session("s1", user=uid, agent="a").remember("user:city", "Paris", importance=0.9)
+        memory.session("s1", user=uid, agent="a").remember("user:city", "Lisbon", importance=0.9)
+        hits = memory.session("s2", user=uid, agent="a").recall("city Paris Lisbon", k=5)
+        facts = [h.fact.content for h in hits if h.fact is not None]
+        assert facts == ["Lisbon"]
+
+    def test_session_scope_setting_limits_messages_to_the_session(self, workspace_dir, uid: str) -> None:
+        with Memory.open(workspace_dir, embed={"provider": "hashing"}, facts={"recall_scope": "session"}) as mem:
+            mem.session("s1", user=uid).add_message({"role": "user", "content": "ramen in s1"})
+            mem.session("s2", user=uid).add_message({"role": "user", "content": "ramen in s2"})
+            mem.session("s1", user=uid).remember("user:food", "ramen", importance=0.9)
+            hits = mem.session("s2", user=uid).recall("ramen", k=5)
+            assert {(h.tier, h.scope.session) for h in hits} == {("message", "s2"), ("fact", "")}
+
+    def test_k_must_be_positive(self, memory: Memory, uid: str) -> None:
+        with pytest.raises(ValidationError, match="k must be at least 1"):
+            memory.session("s1", user=uid).recall("x", k=0)
