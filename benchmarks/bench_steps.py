@@ -151,7 +151,7 @@ def run_sessions(mem: Memory, groups: list[list[Transcript]], row: Row, system_p
     step_ms: list[float] = []
     context_ms: list[float] = []
     for i, group in enumerate(groups):
-        s = mem.session(f"{row.mode}-{row.budget}-{i}")
+        s = mem.session(f"{row.mode.replace(' ', '_')}-{row.budget}-{i}")
         base = SlidingWindow(s, system_prompt, row.prompt_budget)
         stats = replay(s, group, budget_tokens=row.prompt_budget, system_prompt=system_prompt,
                        on_model_call=base)
