@@ -3,8 +3,10 @@
 from mindpalace.errors import (
     ConcurrencyError,
     ConfigError,
+    ConstraintError,
     MindPalaceError,
     NotFoundError,
+    OutcomeUnknownError,
     SchemaVersionError,
     ValidationError,
 )
@@ -19,9 +21,11 @@ __all__ = [
     "ANY",
     "ConcurrencyError",
     "ConfigError",
+    "ConstraintError",
     "Memory",
     "MindPalaceError",
     "NotFoundError",
+    "OutcomeUnknownError",
     "SchemaVersionError",
     "Scope",
     "Session",
