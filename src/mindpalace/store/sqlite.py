@@ -7,6 +7,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,15 @@ MIGRATIONS: list[str] = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# Single-event append as one statement; an aggregate without GROUP BY always yields one row,
+# so a new stream gets version 1. `WHERE v = ?` turns it into an optimistic append.
+_APPEND_ONE = (
+    f"INSERT INTO events ({_SCOPE_COLS}, stream, version, type, data, created_at) "
+    "SELECT ?, ?, ?, ?, ?, v + 1, ?, ?, ? FROM (SELECT coalesce(max(version), 0) AS v FROM events "
+    "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?)"
+)
+_APPEND_RETURNING = " RETURNING version, position"
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -222,10 +232,17 @@ class SQLiteStore(Store):
 
     def _retry(self, fn: Any) -> Any:
         """Run `fn`, retrying SQLITE_BUSY with bounded exponential backoff."""
+        try:  # fast path: building a tenacity loop costs more than an uncontended commit
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise StoreError(f"{self.path}: {exc}") from exc
+            if self.settings.busy_retries == 0:
+                raise StoreBusyError(f"{self.path}: database is locked (busy_retries = 0)") from exc
         try:
             for attempt in Retrying(
                 retry=retry_if_exception(_is_busy),
-                stop=stop_after_attempt(self.settings.busy_retries + 1),
+                stop=stop_after_attempt(self.settings.busy_retries),
                 wait=wait_exponential(multiplier=0.01, max=0.5),
                 reraise=True,
             ):
@@ -348,6 +365,8 @@ class SQLiteStore(Store):
         payloads = [(require_text("event.type", e.type, allow_empty=False), _dumps(e.data)) for e in events]
         now = utcnow()
         now_iso = to_iso(now)
+        if len(payloads) == 1 and not getattr(self._local, "depth", 0):
+            return [self._append_one(scope, stream, events[0], *payloads[0], now, expected_version)]
         with self.transaction():
             current = self.stream_version(scope, stream)
             if expected_version is not None and current != expected_version:
@@ -364,6 +383,27 @@ class SQLiteStore(Store):
                     StoredEvent(scope, stream, current + i, etype, events[i - 1].data, now, cur.lastrowid)
                 )
             return out
+
+    def _append_one(
+        self, scope: Scope, stream: str, event: NewEvent, etype: str, data: str,
+        now: datetime, expected_version: int | None,
+    ) -> StoredEvent:
+        """One event in one autocommit statement: reading the version and inserting are atomic
+        (a stale WAL snapshot fails as SQLITE_BUSY and the whole statement is retried), so the
+        common single append costs one statement instead of BEGIN/SELECT/INSERT/COMMIT."""
+        sql = _APPEND_ONE if expected_version is None else _APPEND_ONE + " WHERE v = ?"
+        params: list[Any] = [*scope.values(), stream, etype, data, to_iso(now), *scope.values(), stream]
+        if expected_version is not None:
+            params.append(expected_version)
+        try:
+            # fetchall() runs the statement to completion, which commits it.
+            rows = self._retry(lambda: self._conn().execute(sql + _APPEND_RETURNING, params).fetchall())
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"{self.path}: integrity error: {exc}") from exc
+        if not rows:  # the WHERE guard failed: another writer appended first
+            raise ConcurrencyError(stream, expected_version or 0, self.stream_version(scope, stream))
+        version, position = rows[0]
+        return StoredEvent(scope, stream, int(version), etype, event.data, now, int(position))
 
     def read_events(
         self,

@@ -115,6 +115,14 @@ class TestTransactions:
 
 
 class TestEvents:
+    def test_appended_event_is_returned_as_stored(self, store: Store) -> None:
+        scope = fresh_scope()
+        (one,) = store.append_events(scope, "s", [NewEvent("t", {"k": "v"})])
+        (read,) = store.read_events(scope, "s")
+        assert (one.scope, one.stream, one.version, one.type, one.data, one.position) == (
+            read.scope, read.stream, read.version, read.type, read.data, read.position)
+        assert abs((one.created_at - read.created_at).total_seconds()) < 1e-3
+
     def test_versions_start_at_one_and_are_contiguous(self, store: Store) -> None:
         scope = fresh_scope()
         first = store.append_events(scope, "s", [NewEvent("a"), NewEvent("b")])
@@ -128,15 +136,26 @@ class TestEvents:
             (1, "a", {}), (2, "b", {}), (3, "c", {"n": 3})]
         assert all(e.created_at.tzinfo is not None for e in read)
 
-    def test_expected_version_conflict_raises_and_appends_nothing(self, store: Store) -> None:
+    @pytest.mark.parametrize("batch", [1, 2])
+    @pytest.mark.parametrize("in_transaction", [False, True])
+    def test_expected_version_conflict_raises_and_appends_nothing(
+        self, store: Store, batch: int, in_transaction: bool
+    ) -> None:
         scope = fresh_scope()
         store.append_events(scope, "s", [NewEvent("a")], expected_version=0)
-        with pytest.raises(ConcurrencyError) as info:
-            store.append_events(scope, "s", [NewEvent("x"), NewEvent("y")], expected_version=0)
-        assert (info.value.expected, info.value.actual) == (0, 1)
-        assert [e.type for e in store.read_events(scope, "s")] == ["a"]
         store.append_events(scope, "s", [NewEvent("b")], expected_version=1)
-        assert store.stream_version(scope, "s") == 2
+        late = [NewEvent(f"x{i}") for i in range(batch)]
+        with pytest.raises(ConcurrencyError) as info:
+            if in_transaction:
+                with store.transaction():
+                    store.append_events(scope, "s", late, expected_version=1)
+            else:
+                store.append_events(scope, "s", late, expected_version=1)
+        assert (info.value.expected, info.value.actual) == (1, 2)
+        assert [e.type for e in store.read_events(scope, "s")] == ["a", "b"]
+        stored = store.append_events(scope, "s", late, expected_version=2)
+        assert [e.version for e in stored] == list(range(3, 3 + batch))
+        assert [e.version for e in store.read_events(scope, "s")] == list(range(1, 3 + batch))
 
     def test_read_window_and_limit(self, store: Store) -> None:
         scope = fresh_scope()
