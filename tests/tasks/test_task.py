@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from mindpalace.errors import ValidationError
 from mindpalace.memory import Session
 
 
@@ -58,3 +61,12 @@ class TestFacade:
         session.tasks("flight").checkpoint(artifacts={"x": 1})
         session.task.checkpoint()
         assert sorted(n for n, _ in session.tasks.list()) == sorted(["flight", session.id])
+
+
+class TestBadInput:
+    def test_bad_step_input_is_a_mindpalace_validation_error(self, session: Session) -> None:
+        with pytest.raises(ValidationError, match="index"):
+            session.task.start_step(-1)
+        with pytest.raises(ValidationError, match="outcome"):
+            session.task.finish_step(0, outcome="maybe")
+        assert session.task.version == 0

@@ -125,12 +125,14 @@ def run_demo(
     config: DemoConfig,
     *,
     crash_every: int | None = None,
+    max_crashes: int | None = None,
     on_progress: Callable[[int, int, int], None] | None = None,
 ) -> DemoReport:
     """Run the demo to completion; returns the audited report.
 
     Args:
         crash_every: SIGKILL the agent about every K steps (seeded) and resume it each time.
+        max_crashes: stop killing after this many kills (the rest runs uninterrupted).
         on_progress: ``(steps done, steps total, recoveries)`` after each step (in the parent).
     Raises:
         MindPalaceError: a child failed with something other than our SIGKILL.
@@ -147,7 +149,9 @@ def run_demo(
     rng = random.Random(f"crash:{config.seed}")
     recoveries = 0
     while True:
-        die_after = rng.randint(1, max(2, 2 * crash_every * CRASH_POINTS_PER_STEP))
+        die_after: int | None = rng.randint(1, max(2, 2 * crash_every * CRASH_POINTS_PER_STEP))
+        if max_crashes is not None and recoveries >= max_crashes:
+            die_after = None
         def relay(done: int, total: int, seen: int = recoveries) -> None:
             if on_progress is not None:
                 on_progress(done, total, seen)
@@ -169,7 +173,7 @@ def _prewarm(config: DemoConfig) -> None:
     get_counter(workspace.settings.tokens.tokenizer)
 
 
-def _run_child(config: DemoConfig, die_after: int, progress: Callable[[int, int], Any]) -> int:
+def _run_child(config: DemoConfig, die_after: int | None, progress: Callable[[int, int], Any]) -> int:
     """Fork one agent process (cheap: no re-import) and wait for it, relaying its progress."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -200,7 +204,7 @@ def _run_child(config: DemoConfig, die_after: int, progress: Callable[[int, int]
     return status
 
 
-def run_baseline(config: DemoConfig, *, crash_every: int | None = None) -> DemoReport:
+def run_baseline(config: DemoConfig, *, crash_every: int | None = None, max_crashes: int | None = None) -> DemoReport:
     """Seed 004's agent: same policy and world, a 20-message window, no ledger, no checkpoint.
 
     With `crash_every`, a crash loses its in-memory state and it restarts from step 0 (it has
@@ -219,7 +223,8 @@ def run_baseline(config: DemoConfig, *, crash_every: int | None = None) -> DemoR
         next_crash = rng.randint(1, max(2, 2 * crash_every)) if crash_every else None
         executed = 0
         while i < len(plan):
-            if next_crash is not None and executed == next_crash and recoveries < 10 * len(plan):
+            limit = 10 * len(plan) if max_crashes is None else max_crashes
+            if next_crash is not None and executed == next_crash and recoveries < limit:
                 recoveries += 1
                 mind, i, executed = WindowMind(counter), 0, 0  # restart from scratch
                 next_crash = rng.randint(1, max(2, 2 * crash_every))  # type: ignore[arg-type]

@@ -20,13 +20,7 @@ from mindpalace.store import Store
 from mindpalace.tasks.constraints import Constraints, render_feedback, render_state
 from mindpalace.tasks.events import (
     DEFAULT_REGISTRY,
-    Checkpoint,
-    ErrorOccurred,
     EventRegistry,
-    PlanCreated,
-    StepFinished,
-    StepStarted,
-    TaskCompleted,
 )
 from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore
 from mindpalace.tasks.ledger import Ledger, ToolCall
@@ -102,12 +96,12 @@ class Task:
 
     def plan(self, steps: Sequence[str], *, plan_id: str | None = None) -> int:
         """Record the plan (ordered step names); returns the task version."""
-        [r] = self.record(PlanCreated(plan_id=plan_id or self.id, steps=list(steps)))
+        [r] = self.record(("plan_created", {"plan_id": plan_id or self.id, "steps": list(steps)}))
         return r.version
 
     def start_step(self, index: int, name: str = "") -> int:
         """Record ``step_started``; returns the task version."""
-        [r] = self.record(StepStarted(index=index, name=name))
+        [r] = self.record(("step_started", {"index": index, "name": name}))
         return r.version
 
     def finish_step(
@@ -119,10 +113,15 @@ class Task:
         artifacts: dict[str, Any] | None = None,
         pending: list[str] | None = None,
     ) -> int:
-        """Record ``step_finished`` + its checkpoint in ONE atomic append; returns the version."""
-        events: list[EventLike] = [StepFinished(index=index, outcome=outcome, output=clean_json(output))]  # type: ignore[arg-type]
+        """Record ``step_finished`` + its checkpoint in ONE atomic append; returns the version.
+
+        Raises:
+            ValidationError: a negative index, an unknown outcome (success / failure / skipped),
+                artifacts that are not JSON.
+        """
+        events: list[EventLike] = [("step_finished", {"index": index, "outcome": outcome, "output": clean_json(output)})]
         if artifacts or pending is not None:
-            events.append(Checkpoint(artifacts=clean_json(artifacts or {}), pending=pending))
+            events.append(("checkpoint", {"artifacts": clean_json(artifacts or {}), "pending": pending}))
         return self.record(*events)[-1].version
 
     def checkpoint(
@@ -138,17 +137,17 @@ class Task:
         """
         [r] = self.events.append(
             self.id,
-            [Checkpoint(step=step, artifacts=clean_json(artifacts or {}), pending=pending)],
+            [("checkpoint", {"step": step, "artifacts": clean_json(artifacts or {}), "pending": pending})],
             snapshot=snapshot,
         )
         return r.version
 
     def error(self, message: str, *, code: str = "error", retryable: bool = False, tool: str | None = None) -> int:
-        [r] = self.record(ErrorOccurred(message=message, code=code, retryable=retryable, tool=tool))
+        [r] = self.record(("error_occurred", {"message": message, "code": code, "retryable": retryable, "tool": tool}))
         return r.version
 
     def complete(self, summary: str = "") -> int:
-        [r] = self.record(TaskCompleted(summary=summary))
+        [r] = self.record(("task_completed", {"summary": summary}))
         return r.version
 
     def clear(self, *, drop_events: bool = False) -> dict[str, int]:
