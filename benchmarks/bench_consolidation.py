@@ -4,7 +4,8 @@ Replays each LoCoMo conversation (``locomo/locomo10.json``, speaker A → user, 
 assistant, image captions appended) and each τ-bench airline run (``tau-bench/gpt-4o-airline.json``,
 OpenAI messages with parallel tool calls; its policy system message is message #1 of the
 session, so it can be archived like any other message) as one chat session, message by
-message, at input budgets of 1,000 / 4,000 / 16,000 tokens. A prompt is built before every
+message, at input budgets of 1,000 / 4,000 / 16,000 tokens. Single τ-bench runs are short
+(6–62 messages), so "τ-bench tasks" also replays the four trials of each task as one session. A prompt is built before every
 model call (whenever the next recorded message is the assistant's, and at the end).
 
 Methods, measured in the same run on the same prompts:
@@ -96,20 +97,40 @@ def locomo(data: Path, limit: int | None) -> Iterator[Conversation]:
         yield Conversation("LoCoMo", sample["sample_id"], system, msgs)
 
 
+def _tau_messages(run: dict[str, Any]) -> list[dict[str, Any]]:
+    msgs = []
+    for m in run["traj"]:
+        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_calls", "tool_call_id", "name")}
+        if msg.get("tool_calls") == []:
+            msg.pop("tool_calls")
+        if msg["role"] == "tool":
+            msg.pop("name", None)
+        msgs.append(msg)
+    return msgs
+
+
 def tau(data: Path, limit: int | None, seed: int) -> Iterator[Conversation]:
     runs = json.loads((data / "tau-bench" / "gpt-4o-airline.json").read_text(encoding="utf-8"))
     if limit is not None:
         runs = random.Random(seed).sample(runs, min(limit, len(runs)))
     for run in runs:
-        msgs = []
-        for m in run["traj"]:
-            msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_calls", "tool_call_id", "name")}
-            if msg.get("tool_calls") == []:
-                msg.pop("tool_calls")
-            if msg["role"] == "tool":
-                msg.pop("name", None)
-            msgs.append(msg)
-        yield Conversation("τ-bench", f"task{run['task_id']}-t{run['trial']}", "", msgs)
+        yield Conversation("τ-bench", f"task{run['task_id']}-t{run['trial']}", "", _tau_messages(run))
+
+
+def tau_tasks(data: Path, limit: int | None, seed: int) -> Iterator[Conversation]:
+    """All trials of one task concatenated into one session (the data README's way to stress
+    a budget: single runs are 6–62 messages)."""
+    runs = json.loads((data / "tau-bench" / "gpt-4o-airline.json").read_text(encoding="utf-8"))
+    by_task: dict[int, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_task.setdefault(run["task_id"], []).append(run)
+    tasks = sorted(by_task)
+    if limit is not None:
+        tasks = sorted(random.Random(seed).sample(tasks, min(limit, len(tasks))))
+    for t in tasks:
+        trials = sorted(by_task[t], key=lambda r: r["trial"])
+        msgs = [m for run in trials for m in _tau_messages(run)]
+        yield Conversation("τ-bench tasks", f"task{t}-all", "", msgs)
 
 
 def call_points(messages: list[dict[str, Any]]) -> set[int]:
@@ -199,14 +220,19 @@ def main() -> None:
     ap.add_argument("--budgets", type=int, nargs="+", default=[1_000, 4_000, 16_000])
     ap.add_argument("--locomo", type=int, default=None, help="LoCoMo conversations (default all 10).")
     ap.add_argument("--tau", type=int, default=None, help="τ-bench runs (default all 200).")
-    ap.add_argument("--seed", type=int, default=7, help="Seed of the τ-bench sample.")
-    ap.add_argument("--fast", action="store_true", help="2 LoCoMo conversations, 20 τ-bench runs.")
+    ap.add_argument("--tau-tasks", type=int, default=None,
+                    help="τ-bench tasks with all their trials in one session (default all 50).")
+    ap.add_argument("--seed", type=int, default=7, help="Seed of the τ-bench samples.")
+    ap.add_argument("--fast", action="store_true",
+                    help="2 LoCoMo conversations, 20 τ-bench runs, 5 τ-bench tasks.")
     ap.add_argument("--json", type=Path, default=None, help="Also write the rows as JSON here.")
     args = ap.parse_args()
     n_locomo = args.locomo if args.locomo is not None else (2 if args.fast else None)
     n_tau = args.tau if args.tau is not None else (20 if args.fast else None)
+    n_tasks = args.tau_tasks if args.tau_tasks is not None else (5 if args.fast else None)
     datasets = {"LoCoMo": list(locomo(args.data, n_locomo)),
-                "τ-bench": list(tau(args.data, n_tau, args.seed))}
+                "τ-bench": list(tau(args.data, n_tau, args.seed)),
+                "τ-bench tasks": list(tau_tasks(args.data, n_tasks, args.seed))}
 
     rows = []
     for name, convs in datasets.items():
@@ -226,7 +252,8 @@ def main() -> None:
             rows.append((name, budget, "sliding window", win))
 
     table = Table(title=f"Session consolidation vs sliding window — LoCoMo {len(datasets['LoCoMo'])} "
-                        f"conversations, τ-bench {len(datasets['τ-bench'])} runs")
+                        f"conversations, τ-bench {len(datasets['τ-bench'])} runs, "
+                        f"{len(datasets['τ-bench tasks'])} τ-bench tasks (all trials in one session)")
     for col in ("data", "budget", "method", "prompts", "consolidations (entries)", "peak / budget",
                 "over budget (unavoidable)", "pairing violations", "lost w/o archive",
                 "archived coverage", "summary tok / 1k msg tok", "ms / msg"):
