@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +105,14 @@ def measure(folder: Path, synchronous: str, n_single: int, n_batched: int, batch
             # Interleave mindpalace and raw so both see the same disk and CPU conditions.
             store = fresh_store(folder, f"mp-{synchronous}-{mode}-{r}", synchronous)
             try:
-                fn = (lambda s=store: mp_single(s, n)) if mode == "single" else (
-                    lambda s=store: mp_batched(s, n, batch))
+                fn = partial(mp_single, store, n) if mode == "single" else partial(mp_batched, store, n, batch)
                 mp_best = max(mp_best, rate(fn, n))
                 assert store.stream_version(SCOPE, "s") == n
             finally:
                 store.close()
             conn = raw_connection(folder, f"raw-{synchronous}-{mode}-{r}", synchronous)
             try:
-                fn = (lambda c=conn: raw_single(c, n)) if mode == "single" else (
-                    lambda c=conn: raw_batched(c, n, batch))
+                fn = partial(raw_single, conn, n) if mode == "single" else partial(raw_batched, conn, n, batch)
                 raw_best = max(raw_best, rate(fn, n))
                 assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == n
             finally:
