@@ -139,6 +139,7 @@ def task_resume(
 @app.command("ledger")
 def ledger(
     task: str = typer.Argument(..., help="Task id."),
+    tool: list[str] = typer.Option([], "--tool", help="Only calls of this tool (repeat the option)."),
     workspace: Path = WorkspaceOpt,
     session: str | None = SessionOpt,
     user: str | None = UserOpt,
@@ -148,17 +149,17 @@ def ledger(
     """Show a task's idempotency ledger: every keyed tool call, its status, attempts and result."""
     with Memory.open(workspace) as mem:
         t = _find_task(mem, task, session, user, agent)
-        entries = t.ledger.entries(t.id)
+        entries = [e for e in t.ledger.entries(t.id) if not tool or e.tool in tool]
     if as_json:
         print_json([e.to_json() for e in entries])
         return
     table = Table(title=f"ledger of task {task} ({len(entries)} calls)")
     for col in ("key", "tool", "status", "attempt", "result"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col != "result", overflow="ellipsis")
     for e in entries:
         shown = e.error if e.status == "failed" else json.dumps(e.result, ensure_ascii=False)
         status = f"{e.status} (reconciled)" if e.reconciled else e.status
-        table.add_row(e.key, e.tool, status, str(e.attempt), (shown or "")[:60])
+        table.add_row(e.key, e.tool, status, str(e.attempt), " ".join((shown or "").split())[:80])
     console.print(table)
 
 
@@ -180,12 +181,14 @@ def demo(
     root = workspace or Path(tempfile.mkdtemp(prefix="mindpalace-demo-"))
     config = fresh_config(root, steps=steps, seed=seed, budget_tokens=budget_tokens)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console)
+                        TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=console)
     bar = progress.add_task("travel agent", total=config.steps, note="")
+    note_chars = max(20, console.width - 70)
     # auto_refresh off: the crash mode forks, and a refresh thread must not exist at fork time.
     with Live(progress, console=console, auto_refresh=False, transient=as_json) as live:
-        def on_progress(done: int, total: int, recoveries: int) -> None:
-            progress.update(bar, completed=done, total=total, note=f"recoveries {recoveries}")
+        def on_progress(done: int, total: int, recoveries: int, last: str) -> None:
+            note = f"[dim]kills {recoveries}[/] {last}" if crash_every else last
+            progress.update(bar, completed=done, total=total, note=note[:note_chars])
             live.refresh()
 
         report = run_demo(config, crash_every=crash_every or None, on_progress=on_progress)
@@ -216,5 +219,5 @@ def _print_reports(reports: list[Any]) -> None:
     ]
     for label, name in fields:
         values = [getattr(r, name) for r in reports]
-        table.add_row(label, *(f"{v:.1f}" if isinstance(v, float) else str(v) for v in values))
+        table.add_row(label, *("-" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v) for v in values))
     console.print(table)

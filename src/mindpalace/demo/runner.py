@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mindpalace.demo.agent import Policy, WindowMind
+from mindpalace.demo.agent import EngineStepResult, Policy, WindowMind
 from mindpalace.demo.engine import CRASH_POINTS_PER_STEP, DEMO_SETTINGS, DemoConfig, run_engine
 from mindpalace.demo.scenario import budget_for_night, build_plan
 from mindpalace.demo.world import World
@@ -33,22 +33,23 @@ from mindpalace.workspace import Workspace
 
 @dataclass(frozen=True, slots=True)
 class DemoReport:
-    """The final numbers of one demo run (counts; tokens; seconds)."""
+    """The final numbers of one demo run (counts; tokens; seconds). None = does not apply
+    (the baseline has no event log, no step tiers, no guard, nothing acknowledged)."""
 
     agent: str
     steps: int
-    events: int
-    compactions: int
+    events: int | None
+    compactions: int | None
     peak_prompt_tokens: int
     budget_tokens: int
     bookings: int
     duplicates: int
     budget_violations: int
-    guard_blocks: int
-    refused_constraint_writes: int
+    guard_blocks: int | None
+    refused_constraint_writes: int | None
     recoveries: int
-    reconciled_calls: int
-    acked_events_lost: int
+    reconciled_calls: int | None
+    acked_events_lost: int | None
     fingerprint: str
     seconds: float
 
@@ -126,22 +127,23 @@ def run_demo(
     *,
     crash_every: int | None = None,
     max_crashes: int | None = None,
-    on_progress: Callable[[int, int, int], None] | None = None,
+    on_progress: Callable[[int, int, int, str], None] | None = None,
 ) -> DemoReport:
     """Run the demo to completion; returns the audited report.
 
     Args:
         crash_every: SIGKILL the agent about every K steps (seeded) and resume it each time.
         max_crashes: stop killing after this many kills (the rest runs uninterrupted).
-        on_progress: ``(steps done, steps total, recoveries)`` after each step (in the parent).
+        on_progress: ``(steps done, steps total, recoveries, last step's result)`` after each
+            step (in the parent).
     Raises:
         MindPalaceError: a child failed with something other than our SIGKILL.
     """
     start = time.perf_counter()
     if not crash_every:
-        def step_cb(i: int, total: int, _: Any) -> None:
+        def step_cb(i: int, total: int, result: EngineStepResult) -> None:
             if on_progress:
-                on_progress(i + 1, total, 0)
+                on_progress(i + 1, total, 0, f"{result.name}: {result.text}")
 
         run_engine(config, on_step=step_cb)
         return engine_report(config, recoveries=0, seconds=time.perf_counter() - start)
@@ -152,9 +154,9 @@ def run_demo(
         die_after: int | None = rng.randint(1, max(2, 2 * crash_every * CRASH_POINTS_PER_STEP))
         if max_crashes is not None and recoveries >= max_crashes:
             die_after = None
-        def relay(done: int, total: int, seen: int = recoveries) -> None:
+        def relay(done: int, total: int, last: str, seen: int = recoveries) -> None:
             if on_progress is not None:
-                on_progress(done, total, seen)
+                on_progress(done, total, seen, last)
 
         status = _run_child(config, die_after, relay)
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
@@ -173,7 +175,7 @@ def _prewarm(config: DemoConfig) -> None:
     get_counter(workspace.settings.tokens.tokenizer)
 
 
-def _run_child(config: DemoConfig, die_after: int | None, progress: Callable[[int, int], Any]) -> int:
+def _run_child(config: DemoConfig, die_after: int | None, progress: Callable[[int, int, str], Any]) -> int:
     """Fork one agent process (cheap: no re-import) and wait for it, relaying its progress."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -181,8 +183,9 @@ def _run_child(config: DemoConfig, die_after: int | None, progress: Callable[[in
         os.close(read_fd)
         code = 0
         try:
-            def step_cb(i: int, total: int, _: Any) -> None:
-                os.write(write_fd, f"{i + 1} {total}\n".encode())
+            def step_cb(i: int, total: int, result: EngineStepResult) -> None:
+                last = " ".join(f"{result.name}: {result.text}".split())[:200]
+                os.write(write_fd, f"{i + 1} {total} {last}\n".encode())
 
             run_engine(config, die_after=die_after, on_step=step_cb)
         except BaseException:
@@ -198,8 +201,8 @@ def _run_child(config: DemoConfig, die_after: int | None, progress: Callable[[in
             buf += chunk
             *lines, buf = buf.split(b"\n")
             if lines:
-                done, total = lines[-1].split()
-                progress(int(done), int(total))
+                done, total, last = ([*lines[-1].decode(errors="replace").split(" ", 2), ""])[:3]
+                progress(int(done), int(total), last)
     _, status = os.waitpid(pid, 0)
     return status
 
@@ -234,12 +237,12 @@ def run_baseline(config: DemoConfig, *, crash_every: int | None = None, max_cras
             executed += 1
         summary = world.summary()
         return DemoReport(
-            agent="sliding window, no ledger", steps=len(plan), events=0, compactions=0,
+            agent="sliding window, no ledger", steps=len(plan), events=None, compactions=None,
             peak_prompt_tokens=mind.peak_tokens, budget_tokens=config.budget_tokens,
             bookings=summary.bookings, duplicates=summary.duplicates + summary.duplicate_payments,
-            budget_violations=world.over_budget(budget_for_night), guard_blocks=0,
-            refused_constraint_writes=0, recoveries=recoveries, reconciled_calls=0,
-            acked_events_lost=0, fingerprint=fingerprint(None, world), seconds=time.perf_counter() - start,
+            budget_violations=world.over_budget(budget_for_night), guard_blocks=None,
+            refused_constraint_writes=None, recoveries=recoveries, reconciled_calls=None,
+            acked_events_lost=None, fingerprint=fingerprint(None, world), seconds=time.perf_counter() - start,
         )
     finally:
         world.close()
