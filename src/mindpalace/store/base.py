@@ -85,7 +85,7 @@ class Document:
 class SearchHit:
     """One search result. ``score`` is higher-is-better (BM25 negated, or cosine similarity);
     ``rank`` is 1-based; ``matched`` says which index found it (``bm25``, ``trigram``,
-    ``vector``)."""
+    ``substring``, ``vector``)."""
 
     doc: Document
     score: float
@@ -276,7 +276,9 @@ class Store(abc.ABC):
         self, scope: Scope, query: str, *, k: int = 10, kinds: Sequence[str] | None = None
     ) -> list[SearchHit]:
         """BM25 over the word index (CJK segmented into bigrams); falls back to the trigram
-        index for substrings the word index cannot match. Empty query → []."""
+        index for substrings the word index cannot match, then — for a 1–2 character query
+        such as one ideograph (猫) — to a scoped substring scan (score = occurrences).
+        Empty query → []."""
 
     @abc.abstractmethod
     def put_embeddings(self, doc_ids: Sequence[int], vectors: np.ndarray, model: str) -> None:

@@ -677,7 +677,29 @@ class SQLiteStore(Store):
         hits = self._fts(scope, "docs_fts", build_match_query(query), k, kinds, "bm25")
         if not hits:  # identifiers/substrings the word index cannot split the same way
             hits = self._fts(scope, "docs_tri", build_trigram_query(query), k, kinds, "trigram")
+        if not hits and 0 < len(query.strip()) < 3:  # e.g. one ideograph: below bigram/trigram
+            hits = self._substring(scope, query.strip(), k, kinds)
         return hits
+
+    def _substring(
+        self, scope: Scope, needle: str, k: int, kinds: Sequence[str] | None
+    ) -> list[SearchHit]:
+        """Scoped scan for a 1–2 character needle, most occurrences first (the last fallback)."""
+        if k <= 0:
+            return []
+        where, params = _scope_where(scope, "d")
+        sql = (
+            "SELECT d.*, (length(d.text) - length(replace(d.text, ?, ''))) / length(?) AS score "
+            f"FROM docs d WHERE instr(d.text, ?) > 0 AND {where}"
+        )
+        params = [needle, needle, needle, *params]
+        if kinds:
+            sql += f" AND d.kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
+        sql += " ORDER BY score DESC, d.id DESC LIMIT ?"
+        params.append(k)
+        rows = self._execute(sql, params).fetchall()
+        return [SearchHit(self._doc(r), float(r["score"]), i, "substring") for i, r in enumerate(rows, 1)]
 
     def _fts(
         self, scope: Scope, table: str, match: str, k: int, kinds: Sequence[str] | None, label: str

@@ -307,6 +307,16 @@ class TestKeywordSearch:
         assert [h.doc.ref for h in store.keyword_search(scope, "酒店预算")] == ["zh"]
         assert [h.doc.ref for h in store.keyword_search(scope, "预算是多少")] == ["zh"]
 
+    def test_single_ideograph_query_matches(self, store: Store) -> None:
+        scope = fresh_scope()
+        store.index_document(scope, "note", "end", "我的猫")  # 猫 ends the run: in no bigram start
+        store.index_document(scope, "note", "twice", "猫咪和猫")
+        store.index_document(scope, "note", "none", "我的狗")
+        hits = store.keyword_search(scope, "猫")
+        assert [h.doc.ref for h in hits] == ["twice", "end"]
+        assert hits[0].score > hits[1].score and hits[0].matched == "substring"
+        assert store.keyword_search(scope, "猫", kinds=["other"]) == []
+
     def test_best_match_ranks_first_with_higher_score(self, store: Store) -> None:
         scope = fresh_scope()
         store.index_document(scope, "note", "weak", "budget mentioned once among many other words here")
@@ -339,7 +349,7 @@ class TestKeywordSearch:
         b = a.with_(user="bob")
         store.index_document(a, "note", "a1", "alice private hotel budget 预算 XQ7Z9K2")
         store.index_document(b, "note", "b1", "bob private hotel budget 预算 XQ7Z9K3")
-        for query in ("hotel budget", "预算", "XQ7Z9", "private"):
+        for query in ("hotel budget", "预算", "XQ7Z9", "private", "预"):
             for scope, own in ((a, "a1"), (b, "b1")):
                 refs = {h.doc.ref for h in store.keyword_search(scope, query)}
                 assert refs == {own}, query
