@@ -73,3 +73,15 @@ def test_demo_json_small_run(tmp_path: Path) -> None:
     engine, baseline = json.loads(result.output[result.output.index("{"):])["reports"]
     assert engine["steps"] == 120 and engine["duplicates"] == 0 and engine["budget_violations"] == 0
     assert baseline["duplicates"] > 0 and baseline["budget_violations"] > 0
+
+
+def test_task_resolve_settles_the_unknown_call(ws: Path) -> None:
+    [entry] = json.loads(invoke("ledger", "trip-42", "-w", str(ws), "--json").output)
+    result = invoke("task", "resolve", "trip-42", entry["key"], "-w", str(ws), "--result", '{"booking_id": "TK001"}')
+    assert result.exit_code == 0 and "completed (reconciled by hand)" in result.output
+    assert json.loads(invoke("task", "resume", "trip-42", "-w", str(ws), "--json").output)["unknown_calls"] == []
+
+
+def test_task_resolve_needs_exactly_one_outcome(ws: Path) -> None:
+    result = invoke("task", "resolve", "trip-42", "k", "-w", str(ws))
+    assert result.exit_code != 0 and "exactly one" in str(result.exception)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mindpalace.errors import ConstraintError, ValidationError
 from mindpalace.memory import Session
@@ -121,3 +125,29 @@ class TestContextBuilder:
         built = budgeted.context(budget_tokens=400)
         assert built.report.total_tokens <= 400
         assert any(m["content"] == block for m in built.messages)
+
+
+attempts = st.lists(
+    st.tuples(st.sampled_from(["user", "developer", "tool", "agent"]),
+              st.sampled_from(["budget", "nights", "city"]),
+              st.none() | st.integers(0, 5000) | st.text(min_size=1, max_size=5)),
+    max_size=12,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(attempts)
+def test_only_user_and_developer_writes_ever_land(session: Session, writes: list) -> None:
+    """I7 as a property: whatever tools and the model try, the constraints equal the fold of the
+    user/developer writes alone."""
+    task = session.tasks(f"p-{uuid.uuid4().hex[:8]}")
+    expected: dict = {}
+    for source, name, value in writes:
+        try:
+            stored = task.constraints.set(name, value, source=source)
+        except (ConstraintError, ValidationError):
+            assert source not in ("user", "developer") or value is None
+            continue
+        assert source in ("user", "developer")
+        expected[name] = stored  # the value as given (NUL / lone surrogates escaped, see textsafe)
+    assert task.constraints.all() == expected

@@ -136,6 +136,30 @@ def task_resume(
         console.print(f"[yellow]outcome unknown[/] {key}: not re-run automatically; reconcile it first")
 
 
+@task_app.command("resolve")
+def task_resolve(
+    task: str = typer.Argument(..., help="Task id."),
+    key: str = typer.Argument(..., help="Ledger key of the call with unknown outcome (see `task resume`)."),
+    result: str | None = typer.Option(None, "--result", help="It happened: its result as JSON."),
+    error: str | None = typer.Option(None, "--error", help="It did not happen: why (the call may then run again)."),
+    workspace: Path = WorkspaceOpt,
+    session: str | None = SessionOpt,
+    user: str | None = UserOpt,
+    agent: str | None = AgentOpt,
+) -> None:
+    """Settle a tool call whose outcome is unknown, after checking the external system."""
+    if (result is None) == (error is None):
+        raise ValidationError("give exactly one of --result JSON (it happened) or --error TEXT (it did not)")
+    try:
+        value = None if result is None else json.loads(result)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"--result is not valid JSON: {exc}") from exc
+    with Memory.open(workspace) as mem:
+        t = _find_task(mem, task, session, user, agent)
+        entry = t.ledger.resolve(t.id, key, result=value, error=error)
+    console.print(f"{key}: {entry.status} (reconciled by hand)")
+
+
 @app.command("ledger")
 def ledger(
     task: str = typer.Argument(..., help="Task id."),
