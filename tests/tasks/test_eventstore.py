@@ -136,3 +136,10 @@ class TestClearTask:
         assert removed["ledger_rows"] == 1 and removed["events"] == 3
         assert session.task.version == 0
         assert session.store.kv_list(session.scope, LEDGER_NS) == []
+
+
+def test_unreadable_snapshot_falls_back_to_full_replay(session: Session) -> None:
+    ev = session.tasks.events
+    ev.append("t", steps(3))
+    session.store.kv_put(session.scope, SNAPSHOT_NS, "t", {"version": 6, "state": {"task": "t", "from_the_future": 1}})
+    assert ev.recover("t") == ev.recover("t", use_snapshot=False) and ev.recover("t").version == 6

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
+
 from mindpalace.errors import ConcurrencyError, NotFoundError, ValidationError
 from mindpalace.scope import Scope
 from mindpalace.settings import TaskSettings
@@ -174,9 +176,16 @@ class TaskEventStore:
         return records
 
     def latest_snapshot(self, task: str) -> TaskState | None:
-        """The stored snapshot (any version ≤ the log's), or None."""
+        """The stored snapshot (any version ≤ the log's), or None — also when it no longer fits
+        the current TaskState model (written by another version): the log is the source of
+        truth, so recovery then simply replays from event 1."""
         raw = self.store.kv_get(self.scope, SNAPSHOT_NS, require_name(task, field="task id"))
-        return None if raw is None else TaskState.model_validate(raw["state"])
+        if raw is None:
+            return None
+        try:
+            return TaskState.model_validate(raw["state"])
+        except (PydanticValidationError, KeyError, TypeError):
+            return None
 
     def recover(self, task: str, *, use_snapshot: bool = True) -> TaskState:
         """The exact current state: latest snapshot (if any) + replay of every later event.
