@@ -73,6 +73,20 @@ class TestOfflineTiktoken:
         ranks = tiktoken.load.load_tiktoken_bpe(url, expected_hash=sha256)
         assert ranks == tiktoken.get_encoding(encoding)._mergeable_ranks
 
+    def test_empty_cache_variable_does_not_turn_the_cache_off(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def no_network(*args: object, **kwargs: object) -> None:
+            raise AssertionError("tried to use the network")
+
+        monkeypatch.setattr(socket.socket, "connect", no_network)
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken reads "" as "download every time"
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        url, sha256 = _BPE_FILES["cl100k_base"]
+        path = ensure_tiktoken_cache("cl100k_base")
+        assert os.environ["TIKTOKEN_CACHE_DIR"] == str(path.parent)
+        assert tiktoken.load.load_tiktoken_bpe(url, expected_hash=sha256)
+
     def test_cold_process_counts_exactly_with_an_empty_cache_and_no_network(
         self, tmp_path: Path, exact: dict[str, TiktokenCounter]
     ) -> None:

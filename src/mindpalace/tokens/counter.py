@@ -57,7 +57,7 @@ def _cache_dir() -> Path:
 def ensure_tiktoken_cache(encoding: str) -> Path:
     """Write the shipped BPE file for `encoding` where tiktoken's cache lookup finds it.
 
-    Sets ``TIKTOKEN_CACHE_DIR`` (if unset) to ``~/.cache/mindpalace/tiktoken``. Idempotent.
+    Sets ``TIKTOKEN_CACHE_DIR`` (if unset or empty) to ``~/.cache/mindpalace/tiktoken``. Idempotent.
 
     Raises:
         ConfigError: `encoding` is not one of the shipped encodings.
@@ -68,7 +68,8 @@ def ensure_tiktoken_cache(encoding: str) -> Path:
     url, sha256 = _BPE_FILES[encoding]
     with _cache_lock:
         cache = _cache_dir()
-        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(cache))
+        if not os.environ.get("TIKTOKEN_CACHE_DIR"):  # "" would make tiktoken skip its cache
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)  # and download, which fails offline
         target = cache / hashlib.sha1(url.encode()).hexdigest()
         if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
             return target
@@ -224,8 +225,8 @@ HAN_PER_CHAR = 1.5  # common ideographs are 1 token in o200k, 1–2 in cl100k
 HAN_PER_RUN = 2.0  # short runs of 2-token characters (崩溃, 突破) need the headroom
 KANA_PER_CHAR = 2.0  # a lone kana is at most 2 tokens in either encoding
 HANGUL_PER_CHAR = 3.0  # = its UTF-8 bytes: a byte-level BPE can never need more
-LETTERS_PER_TOKEN = 3  # an ASCII letter run costs ⌈len/3⌉ …
-WORD_EXTRA = 0.5  # … + ½ (a word with no leading space is often one token more) …
+LETTERS_PER_TOKEN = 2.5  # an ASCII letter run costs ⌈len/2.5⌉ (rare words: amidst, bungee) …
+WORD_EXTRA = 0.25  # … + ¼ (a word with no leading space is often one token more) …
 MIXED_CASE_EXTRA = 1.0  # … + 1 with any capital (Bye, BTW split worse than lower case)
 SPACES_PER_TOKEN = 8  # a run of one whitespace character costs ⌈len/8⌉
 
@@ -238,8 +239,8 @@ class EstimateCounter(_BaseCounter):
     """Script-aware estimate for unknown tokenizers that errs high (never chars/4).
 
     Costs per piece (tokens): a run of Han ideographs 1.5 per character + 2; kana 2 per
-    character; hangul 3 (its UTF-8 bytes); an ASCII letter run ⌈len/3⌉ + ½, + 1 more when it
-    has a capital; a single space before an ASCII letter 0 (BPE glues it to the word); digits
+    character; hangul 3 (its UTF-8 bytes); an ASCII letter run ⌈len/2.5⌉ + ¼, + 1 more when
+    it has a capital; a single space before an ASCII letter 0 (BPE glues it to the word); digits
     ⌈len/3⌉ (BPE splits numbers into ≤3-digit groups); other whitespace ⌈len/8⌉ per run of one
     character; other letters (Latin-1, Greek, Cyrillic, Arabic …) 1 per 2-byte character or
     their UTF-8 bytes, + 1 per run; any other character 1 (ASCII), 2 (2–3 UTF-8 bytes) or
