@@ -160,8 +160,15 @@ class ContextBuilder:
         if budget < minimum:
             raise ContextBudgetError(budget, minimum)
         degradations: list[str] = []
+        blocks = self._blocks()
         if messages is None:
-            convo, unloaded = self._load_messages(budget)
+            # Messages are dropped before any block is cut, so only the tail that fits beside
+            # the blocks can survive: read just that much (plus one chunk) from the store.
+            fixed = [p.message for p in blocks]
+            if system_prompt is not None:
+                fixed.append({"role": "system", "content": system_prompt})
+            room = budget - self.counter.count_messages(fixed, tools)
+            convo, unloaded = self._load_messages(max(0, room))
         else:
             convo, unloaded = copy.deepcopy(list(messages)), 0
         lifted = [m for m in convo if m.get("role") == "system"]
@@ -169,7 +176,9 @@ class ContextBuilder:
         if system_prompt is None and lifted:
             system_prompt = _text(lifted[-1].get("content"))
         convo, pairing = repair_pairing(convo)
-        blocks = self._blocks(system_prompt)
+        if system_prompt:
+            at = 1 if blocks and blocks[0].name == "user corrections" else 0  # corrections stay on top
+            blocks.insert(at, _Part("system prompt", {"role": "system", "content": system_prompt}))
         fitter = _Fitter(self.counter, blocks, convo, tools, budget)
         if unloaded:
             fitter.dropped_messages += unloaded
@@ -181,12 +190,12 @@ class ContextBuilder:
         report = fitter.report(final, degradations, pairing)
         return BuiltContext(final, report, tools)
 
-    def _blocks(self, system_prompt: str | None) -> list[_Part]:
+    def _blocks(self) -> list[_Part]:
+        """Every block but the system prompt (which :meth:`build` inserts), in prompt order."""
         steps = self.session.steps
         index = steps.index()
         texts = [
             ("user corrections", _corrections_block(self.session)),
-            ("system prompt", system_prompt),
             ("protected constraints", _constraints_block(self.session)),
             ("working checkpoint", render_checkpoint(steps.state.checkpoint)),
             ("memory index", INDEX_HEADER + "\n" + "\n".join(index) if index else None),
@@ -210,7 +219,7 @@ class ContextBuilder:
             new_lo = max(first, lo - chunk)
             loaded = [m.message for m in log.list(from_index=new_lo, to_index=lo - 1)] + loaded
             lo, chunk = new_lo, chunk * 2
-            if self.counter.count_messages(loaded) > budget:
+            if self.counter.count_messages(_without_images(loaded)) > budget:
                 break
         unloaded = lo - first
         if unloaded:  # a partial load may start inside a tool group: its results go with it
@@ -342,6 +351,19 @@ class _Fitter:
         rows.append(("reply priming", self.counter.count_messages([])))
         total = self.counter.count_messages(final, self.tools)
         return ContextReport(rows, total, self.budget, degradations, pairing)
+
+
+def _without_images(messages: list[Message]) -> list[Message]:
+    """`messages` with image parts replaced by the placeholder (images are dropped first)."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = [{"type": "text", "text": IMAGE_PLACEHOLDER}
+                     if isinstance(p, dict) and p.get("type") in IMAGE_TYPES else p for p in content]
+            m = {**m, "content": parts}
+        out.append(m)
+    return out
 
 
 def _text(content: Any) -> str:
