@@ -193,6 +193,7 @@ class ContextBuilder:
     def _blocks(self) -> list[_Part]:
         """Every block but the system prompt (which :meth:`build` inserts), in prompt order."""
         steps = self.session.steps
+        steps.refresh()  # another process may have moved the tiers since this handle looked
         index = steps.index()
         texts = [
             ("user corrections", _corrections_block(self.session)),

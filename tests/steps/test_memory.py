@@ -203,3 +203,12 @@ def test_kill_9_during_compaction_loses_no_acknowledged_step(tmp_path: Path, kil
         snaps = steps.records.list(type="snapshot")
         assert snaps
         assert all(r.line in snaps[0].body.splitlines() for r in state.recent if r.step <= snaps[0].step_id)
+
+
+def test_refresh_sees_a_transition_committed_by_another_handle(small_memory: Memory) -> None:
+    s = new_session(small_memory)
+    reader, writer = StepMemory(s), StepMemory(s)
+    assert reader.state.pending == ()
+    writer.begin("written elsewhere")
+    assert reader.state.pending == ()  # the cached view
+    assert [p.goal for p in reader.refresh().pending] == ["written elsewhere"]

@@ -102,6 +102,12 @@ class StepMemory:
         with self._lock:
             return self.tiers.reload()
 
+    def refresh(self) -> TierState:
+        """The latest committed state: reloaded only when another writer (thread or process)
+        committed a transition since this object last saw the state."""
+        with self._lock:
+            return self.tiers.refresh()
+
     # -- steps ---------------------------------------------------------------------------
     def begin(self, goal: str, *, action: str = "") -> StepRef:
         """Start a step: a pending line ``Step N | Eval: pending | Goal: <goal>``; returns N.

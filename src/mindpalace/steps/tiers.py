@@ -299,6 +299,12 @@ class TierStore:
             self._state = TierState.from_json(raw)
         return self._state
 
+    def refresh(self) -> TierState:
+        """Reload only if another writer moved the journal since the cached state (one read)."""
+        if self._state is None or self.store.stream_version(self.scope, JOURNAL_STREAM) != self._version:
+            return self.reload()
+        return self._state
+
     def apply(self, fn: Callable[[TierState], Transition]) -> Transition:
         """Run transition `fn` on the current state and commit it atomically.
 
