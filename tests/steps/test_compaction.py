@@ -92,20 +92,33 @@ def test_i3_a_rejected_summary_leaves_recent_and_summary_unchanged(small_memory:
     assert snapshot.body == "\n".join(r.line for r in before_recent)
 
 
-def test_i4_an_always_failing_provider_makes_bounded_calls_and_loses_nothing(small_memory: Memory) -> None:
-    llm = FakeLLM(fail_times=10**9, error=ProviderResponseError("down", retryable=True),
-                  settings=LLMSettings(max_retries=1, breaker_fail_max=100))
+FAILURES = {
+    "provider error": lambda: FakeLLM(fail_times=10**9, error=ProviderResponseError("down", retryable=True),
+                                      settings=LLMSettings(max_retries=1, breaker_fail_max=100)),
+    "placeholder output": lambda: FakeLLM(default=lambda _m, _t: "(nothing)", settings=LLMSettings(max_retries=0)),
+    "empty output": lambda: FakeLLM(default=lambda _m, _t: " ", settings=LLMSettings(max_retries=0)),
+    "error finish": lambda: FakeLLM([completion(GOOD, "error")] * 100, settings=LLMSettings(max_retries=0)),
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(min_value=10, max_value=70), failure=st.sampled_from(sorted(FAILURES)))
+def test_i4_an_always_failing_provider_makes_bounded_calls_and_loses_nothing(
+    small_memory: Memory, n: int, failure: str
+) -> None:
+    llm = FAILURES[failure]()
     steps = step_memory(small_memory, llm)
     s = steps.settings
-    run_steps(steps, 30)
-    calls_after_30 = llm.calls
-    run_steps(steps, 30, start=30)
+    run_steps(steps, n)
     bound = s.compaction_max_attempts * s.compaction_breaker_fail_max * (llm.settings.max_retries + 1)
-    assert 0 < llm.calls <= bound
-    assert llm.calls == calls_after_30  # the breaker stopped calling: no compaction loop
+    assert 0 < llm.calls <= bound  # bounded whatever n is: the breaker stops the loop
+    calls = llm.calls
+    run_steps(steps, 10, start=n)
+    assert llm.calls == calls  # an open breaker makes no call at all
     assert steps.counters["compaction_skipped"] > 0
-    assert [r.step for r in steps.state.recent] == list(range(1, 61))  # nothing lost
+    assert [r.step for r in steps.state.recent] == list(range(1, n + 11))  # nothing lost
     assert steps.state.summary == ()
+    assert len(steps.records.exists([f"step_{i}" for i in range(1, n + 11)])) == n + 10
 
 
 def test_i4_a_gate_failure_retries_with_fewer_tokens_then_stops(small_memory: Memory) -> None:
