@@ -110,20 +110,41 @@ class FactMemory:
                 if stored is None:
                     self._save()
                     return None
-                fact = self.promote(stored)
+                return self.promote(stored)
             self._save()
         return fact
 
-    def promote(self, fact: Fact) -> Fact:
+    def promote(self, fact: Fact) -> Fact | None:
         """Count a recall hit on a long-term fact and put it into working memory (seed §2.3
-        "update"); returns the promoted copy."""
+        "update"); returns the promoted copy, or None when the fact is no longer current
+        (corrected or forgotten meanwhile — a stale value is never promoted)."""
+        return self.promote_many([fact])[0]
+
+    def promote_many(self, facts: list[Fact]) -> list[Fact | None]:
+        """:meth:`promote` for several hits in one transaction (one commit per recall)."""
+        out: list[Fact | None] = []
         with self.store.transaction():
-            touched = self.longterm.touch(fact)
-            if not touched.current:
-                return touched
-            kept = self.working.add(touched)
+            for fact in facts:
+                touched = self.longterm.touch(fact)
+                out.append(self.working.add(touched) if touched.current else None)
             self._save()
-        return kept
+        return out
+
+    def hit_working(self, keys: list[str]) -> list[Fact | None]:
+        """Count a recall hit on working-memory items (one transaction); a copy that went
+        stale (corrected or forgotten through another session) is dropped and returned as
+        the current long-term value, or None."""
+        out: list[Fact | None] = []
+        with self.store.transaction():
+            for key in keys:
+                fact = self.working.get(key)
+                if fact is not None and fact.id and not self._still_current(fact):
+                    self.working.remove(key)
+                    current = self.longterm.current(key)
+                    fact = self.working.add(self.longterm.touch(current)) if current else None
+                out.append(fact)
+            self._save()
+        return out
 
     def forget(self, key: str) -> bool:
         """Forget `key` everywhere: dropped from working memory, tombstoned long-term (it

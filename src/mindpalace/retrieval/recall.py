@@ -63,18 +63,25 @@ class Recall:
         hits = self._working_hits(query)[:k]
         seen = {h.fact.key for h in hits if h.fact is not None}
         found = self.retriever.search(self.scopes(), query, k=k + len(seen))
+        picked: list[RecallHit] = []
         for hit in found:
-            if len(hits) >= k:
+            if len(hits) + len(picked) >= k:
                 break
+            key = str(hit.meta.get("key", "")) if hit.tier == FACT_KIND else ""
+            if key and key in seen:
+                continue
+            seen.add(key)
+            picked.append(hit)
+        # Fact hits are promoted together: one transaction, one commit per recall.
+        fact_hits = [h for h in picked if h.tier == FACT_KIND]
+        stored = [self.facts.longterm.get(h.ref) for h in fact_hits]
+        promoted = self.facts.promote_many([f for f in stored if f is not None and f.current])
+        by_id = {f.id: f for f in promoted if f is not None}
+        for hit in picked:
             if hit.tier == FACT_KIND:
-                key = str(hit.meta.get("key", ""))
-                if key in seen:
-                    continue
-                fact = self.facts.longterm.get(hit.ref)
-                if fact is None or not fact.current:
-                    continue  # raced with a correction / forget: never return a stale value
-                fact = self.facts.promote(fact)
-                seen.add(key)
+                fact = by_id.get(hit.ref)
+                if fact is None:
+                    continue  # corrected or forgotten meanwhile: never return a stale value
                 hit = RecallHit(hit.tier, hit.ref, hit.text, hit.score, hit.scope, hit.why, hit.meta, fact)
             hits.append(hit)
         return hits
@@ -98,9 +105,12 @@ class Recall:
             if share >= WORKING_MIN_TERM_SHARE:
                 scored.append((share, fact, terms))
         scored.sort(key=lambda x: (-x[0], -x[1].importance))
+        if not scored:
+            return []
+        # Counts the accesses and replaces copies made stale by another session.
+        currents = self.facts.hit_working([fact.key for _, fact, _ in scored])
         hits = []
-        for score, fact, terms in scored:
-            current = self.facts.get(fact.key)  # counts the access, drops stale copies
+        for (score, _, terms), current in zip(scored, currents, strict=True):
             if current is None:
                 continue
             hits.append(
