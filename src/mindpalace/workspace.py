@@ -100,9 +100,12 @@ class Workspace:
         if (kdir / ".git").exists():
             return
         repo = git.Repo.init(kdir)
-        readme = kdir / "README.md"
-        if not readme.exists():
-            readme.write_text(KNOWLEDGE_README, encoding="utf-8")
-        repo.index.add(["README.md"])
-        actor = git.Actor("mindpalace", "mindpalace@localhost")
-        repo.index.commit("init knowledge repository", author=actor, committer=actor)
+        try:
+            readme = kdir / "README.md"
+            if not readme.exists():
+                readme.write_text(KNOWLEDGE_README, encoding="utf-8")
+            repo.index.add(["README.md"])
+            actor = git.Actor("mindpalace", "mindpalace@localhost")
+            repo.index.commit("init knowledge repository", author=actor, committer=actor)
+        finally:
+            repo.close()  # else its object-database file handles leak (ResourceWarning → error)
