@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from mindpalace.memory import Session
 
 log = logging.getLogger("mindpalace.steps")
+# A library logs, the application decides where it goes: no stderr spam via logging.lastResort.
+log.addHandler(logging.NullHandler())
 
 StepRef = int
 
