@@ -472,12 +472,15 @@ class SQLiteStore(Store):
         meta = _dumps(record.meta)
         with self.transaction():
             exists = self._execute(
-                "SELECT 1 FROM records WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
+                "SELECT type FROM records WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
                 "AND name = ?",
                 (*scope.values(), record.name),
             ).fetchone()
             if exists and not overwrite:
                 raise ValidationError(f"record {record.name!r} already exists in scope {scope}")
+            if exists and (not index or exists["type"] != record.type):
+                # the old body's search document (kind = old type) must not outlive it
+                self.delete_documents(scope, exists["type"], [record.name])
             self._execute(
                 f"INSERT OR REPLACE INTO records ({_SCOPE_COLS}, name, type, step_id, description, "
                 "created_at, body, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -773,6 +776,8 @@ class SQLiteStore(Store):
     ) -> list[SearchHit]:
         index = self._vector_index(scope, model, kinds)
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if not np.isfinite(q).all():
+            raise ValidationError(f"query vector for model {model!r} contains NaN or infinity")
         if index.dim and q.shape[0] != index.dim:
             raise DimensionMismatchError(index.dim, int(q.shape[0]), model)
         ids, sims = index.search(q, k)

@@ -230,6 +230,18 @@ class TestRecords:
         assert store.keyword_search(scope, "zebra") == []
         assert [h.doc.ref for h in store.keyword_search(scope, "giraffe")] == ["r"]
 
+    def test_overwrite_with_another_type_or_unindexed_leaves_no_stale_document(
+        self, store: Store
+    ) -> None:
+        scope = fresh_scope()
+        store.put_record(Record(scope, "r", "step", "zebra crossing"))
+        store.put_record(Record(scope, "r", "info", "giraffe neck"), overwrite=True)
+        assert store.keyword_search(scope, "zebra") == []
+        assert [(h.doc.kind, h.doc.ref) for h in store.keyword_search(scope, "giraffe")] == [("info", "r")]
+        store.put_record(Record(scope, "r", "info", "okapi stripes"), overwrite=True, index=False)
+        assert store.keyword_search(scope, "giraffe") == []
+        assert store.get_record(scope, "r").body == "okapi stripes"
+
     def test_listing_is_newest_first_and_filters_by_type(self, store: Store) -> None:
         scope = fresh_scope()
         for i in range(1, 5):
@@ -387,6 +399,8 @@ class TestVectors:
             store.put_embeddings(ids, np.ones((1, 4), np.float32), "m4")  # 2 ids, 1 row
         with pytest.raises(DimensionMismatchError):
             store.vector_search(scope, np.ones(5, np.float32), "m4")
+        with pytest.raises(ValidationError):
+            store.vector_search(scope, np.array([1, np.nan, 0, 0], np.float32), "m4")
         assert store.embedding_models()["m4"] == (4, 1)
 
     def test_non_finite_vectors_are_refused(self, store: Store) -> None:
