@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -156,6 +157,25 @@ class TestEvents:
         stored = store.append_events(scope, "s", late, expected_version=2)
         assert [e.version for e in stored] == list(range(3, 3 + batch))
         assert [e.version for e in store.read_events(scope, "s")] == list(range(1, 3 + batch))
+
+    def test_threads_appending_to_one_stream_get_contiguous_versions(self, store: Store) -> None:
+        scope = fresh_scope()
+        per_thread, threads = 40, 4
+
+        def writer(tid: int) -> None:
+            for i in range(per_thread):
+                if i % 2:  # mix the single-event and the batched (transaction) paths
+                    store.append_events(scope, "s", [NewEvent("e", {"t": tid, "i": i})])
+                else:
+                    with store.transaction():
+                        store.append_events(scope, "s", [NewEvent("e", {"t": tid, "i": i})])
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(writer, range(threads)))
+        events = store.read_events(scope, "s")
+        assert [e.version for e in events] == list(range(1, per_thread * threads + 1))
+        assert {(e.data["t"], e.data["i"]) for e in events} == {
+            (t, i) for t in range(threads) for i in range(per_thread)}
 
     def test_read_window_and_limit(self, store: Store) -> None:
         scope = fresh_scope()
