@@ -22,6 +22,12 @@ Quality column: share of queries whose source fact is in the top-k (hit@k).
 
 from __future__ import annotations
 
+import os
+
+# One query is one mat-vec: BLAS threads only add spin contention on a 2-core machine (same
+# setting for the product path and the numpy baseline). Must be set before numpy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import argparse
 import json
 import sys

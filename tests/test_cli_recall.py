@@ -1,0 +1,43 @@
+"""CLI: remember / recall / forget, exit codes and output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mindpalace.cli import app
+
+runner = CliRunner()
+
+
+def run(ws: Path, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, [*args, "-w", str(ws)], env={"MINDPALACE_EMBED__PROVIDER": "hashing"})
+    return result.exit_code, result.output
+
+
+def test_remember_recall_forget_round_trip(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    code, out = run(ws, "remember", "User:City", "Lisbon", "--importance", "0.9")
+    assert code == 0 and "user:city" in out and "long-term as user:city#00000001" in out
+    code, out = run(ws, "recall", "which city", "-k", "3", "--json")
+    hits = json.loads(out)
+    assert code == 0 and hits[0]["text"] == "user:city: Lisbon" and hits[0]["tier"] in {"working", "fact"}
+    code, out = run(ws, "forget", "user:city")
+    assert code == 0 and out.strip() == "forgot user:city"
+    code, out = run(ws, "recall", "which city", "--json")
+    assert code == 0 and json.loads(out) == []
+    code, out = run(ws, "forget", "user:city")
+    assert code == 1 and "nothing to forget" in out
+
+
+def test_low_importance_is_kept_in_working_memory_only(tmp_path: Path) -> None:
+    code, out = run(tmp_path / "ws", "remember", "scratch:note", "temp", "--importance", "0.1")
+    assert code == 0 and "working memory only" in out
+
+
+def test_bad_key_is_a_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["remember", "nokey", "x", "-w", str(tmp_path / "ws")])
+    assert result.exit_code != 0
+    assert "entity:attribute" in str(result.exception) + result.output
