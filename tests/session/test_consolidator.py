@@ -58,12 +58,27 @@ def prompt_of(c: Consolidator) -> list[dict[str, Any]]:
 
 
 # -- invariants checked on every prompt ------------------------------------------------------
+def call_result_pairs(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(call message position, result position) of every result that answers a call of the
+    batch right before it (the pairs the validator keeps); orphan results pair with nothing."""
+    pairs, batch, at = [], set(), -1
+    for i, m in enumerate(messages):
+        if m.get("role") == "tool":
+            cid = m.get("tool_call_id")
+            if cid in batch:
+                pairs.append((at, i))
+                batch.discard(cid)
+            continue
+        at, batch = i, {c["id"] for c in m.get("tool_calls") or []}
+    return pairs
+
+
 def check_invariants(s: Any, c: Consolidator, system_tokens: int, r: Any) -> None:
     full = [m.message for m in s.messages.list()]
     lc = c.last_consolidated
-    # I1: the cut is a group start of the whole history, so no call is split from its results
-    starts = {a for a, _ in tool_groups(full)} | {len(full)}
-    assert lc in starts, f"cursor {lc} splits a tool call group"
+    # I1: no call is archived while one of its results stays in the prompt, or vice versa
+    for call_at, result_at in call_result_pairs(full):
+        assert (call_at < lc) == (result_at < lc), f"cursor {lc} splits call {call_at}/{result_at}"
     prompt = prompt_of(c)
     assert check_pairing(prompt) == []
     # I2: every archived message is covered exactly once by a durable, indexed history entry
