@@ -104,8 +104,8 @@ class TaskEventStore:
             if snapshot or last // every > (last - len(stored)) // every:
                 self._write_snapshot(task, self.recover(task))
         return [
-            TaskEventRecord(task, s.version, s.type, self.registry.parse(s.type, n.data), n.data, s.created_at)
-            for s, n in zip(stored, new, strict=True)
+            TaskEventRecord(task, s.version, s.type, m, n.data, s.created_at)
+            for s, n, m in zip(stored, new, models, strict=True)
         ]
 
     def update(
