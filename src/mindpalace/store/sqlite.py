@@ -366,7 +366,8 @@ class SQLiteStore(Store):
         now = utcnow()
         now_iso = to_iso(now)
         if len(payloads) == 1 and not getattr(self._local, "depth", 0):
-            return [self._append_one(scope, stream, events[0], *payloads[0], now, expected_version)]
+            return [self._append_one(scope, stream, events[0], *payloads[0], now, now_iso,
+                                     expected_version)]
         with self.transaction():
             current = self.stream_version(scope, stream)
             if expected_version is not None and current != expected_version:
@@ -386,13 +387,13 @@ class SQLiteStore(Store):
 
     def _append_one(
         self, scope: Scope, stream: str, event: NewEvent, etype: str, data: str,
-        now: datetime, expected_version: int | None,
+        now: datetime, now_iso: str, expected_version: int | None,
     ) -> StoredEvent:
         """One event in one autocommit statement: reading the version and inserting are atomic
         (a stale WAL snapshot fails as SQLITE_BUSY and the whole statement is retried), so the
         common single append costs one statement instead of BEGIN/SELECT/INSERT/COMMIT."""
         sql = _APPEND_ONE if expected_version is None else _APPEND_ONE + " WHERE v = ?"
-        params: list[Any] = [*scope.values(), stream, etype, data, to_iso(now), *scope.values(), stream]
+        params: list[Any] = [*scope.values(), stream, etype, data, now_iso, *scope.values(), stream]
         if expected_version is not None:
             params.append(expected_version)
         try:
