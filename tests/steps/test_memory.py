@@ -212,3 +212,40 @@ def test_refresh_sees_a_transition_committed_by_another_handle(small_memory: Mem
     writer.begin("written elsewhere")
     assert reader.state.pending == ()  # the cached view
     assert [p.goal for p in reader.refresh().pending] == ["written elsewhere"]
+
+
+KILL_INSIDE_EVALUATE = textwrap.dedent(
+    """
+    import os, signal, sys
+    from mindpalace import Memory
+    from mindpalace.steps import StepMemory
+
+    mem = Memory.open(sys.argv[1], embed={"provider": "none"})
+    steps = StepMemory(mem.session("crash", user="u"))
+    for i in range(3):
+        steps.evaluate(steps.begin(f"goal {i}"), "success")
+    sid = steps.begin("the step being evaluated when the process dies")
+    real_put = steps.book.put
+
+    def put_then_die(*args, **kwargs):
+        real_put(*args, **kwargs)  # the step record is written inside the transaction ...
+        os.kill(os.getpid(), signal.SIGKILL)  # ... and the process dies before the tiers are
+
+    steps.book.put = put_then_die
+    steps.evaluate(sid, "success")
+    """
+)
+
+
+def test_kill_9_inside_an_evaluation_leaves_the_step_pending_and_no_half_record(tmp_path: Path) -> None:
+    path = tmp_path / "ws"
+    proc = subprocess.run([sys.executable, "-c", KILL_INSIDE_EVALUATE, str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    with Memory.open(path, embed={"provider": "none"}) as mem:
+        steps = mem.session("crash", user="u").steps
+        assert [r.step for r in steps.state.recent] == [1, 2, 3]
+        assert [p.step for p in steps.state.pending] == [4]
+        assert steps.records.exists(["step_3", "step_4"]) == {"step_3"}  # rolled back together
+        steps.evaluate(4, "success")  # and the step can still be finished
+        assert steps.records.get("step_4").body.startswith("Goal: the step being evaluated")
