@@ -20,22 +20,12 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: usage errors exit 2 (typer's standalone mode), library
+    errors exit 1 with their message, never a traceback."""
     try:
-        app(standalone_mode=False)
+        app()
     except MindPalaceError as exc:
         # escape: messages quote user text ("[steps]", paths) that rich would read as markup;
         # soft_wrap: never break a path or key across lines.
         err_console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(1)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors etc.
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
-        raise

@@ -1,0 +1,25 @@
+"""The console-script entry point: exit codes and messages, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ENTRY = [sys.executable, "-c", "from mindpalace.cli import main; main()"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ENTRY, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_usage_error_exits_2_without_traceback() -> None:
+    out = run("status", "--bogus")
+    assert out.returncode == 2
+    assert "No such option" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_library_error_exits_1_with_its_message(tmp_path: Path) -> None:
+    out = run("status", str(tmp_path / "nowhere"))
+    assert out.returncode == 1
+    assert "is not a mindpalace workspace" in out.stderr and "Traceback" not in out.stderr
