@@ -12,6 +12,7 @@ import typer
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
 from mindpalace.errors import NotFoundError, ValidationError
@@ -78,7 +79,7 @@ def task_show(
         ("artifacts", len(state.artifacts)),
     ]
     for name, value in rows:
-        table.add_row(name, str(value))
+        table.add_row(name, Text(str(value)))  # Text: user values are never read as markup/emoji
     console.print(table)
 
 
@@ -131,9 +132,9 @@ def task_resume(
         console.print(f"task {task}: {r.state.status}, nothing left to run (version {r.state.version})")
     else:
         again = " (started before the crash; run it again)" if nxt.retry else ""
-        console.print(f"task {task}: next step {nxt.index} [bold]{nxt.name}[/]{again}")
+        console.print(Text.assemble(f"task {task}: next step {nxt.index} ", (nxt.name, "bold"), again))
     for key in r.unknown_calls:
-        console.print(f"[yellow]outcome unknown[/] {key}: not re-run automatically; reconcile it first")
+        console.print(Text.assemble(("outcome unknown", "yellow"), f" {key}: not re-run automatically; reconcile it first"))
 
 
 @task_app.command("resolve")
@@ -157,7 +158,7 @@ def task_resolve(
     with Memory.open(workspace) as mem:
         t = _find_task(mem, task, session, user, agent)
         entry = t.ledger.resolve(t.id, key, result=value, error=error)
-    console.print(f"{key}: {entry.status} (reconciled by hand)")
+    console.print(Text(f"{key}: {entry.status} (reconciled by hand)"))
 
 
 @app.command("ledger")
@@ -183,7 +184,7 @@ def ledger(
     for e in entries:
         shown = e.error if e.status == "failed" else json.dumps(e.result, ensure_ascii=False)
         status = f"{e.status} (reconciled)" if e.reconciled else e.status
-        table.add_row(e.key, e.tool, status, str(e.attempt), " ".join((shown or "").split())[:80])
+        table.add_row(*(Text(v) for v in (e.key, e.tool, status, str(e.attempt), " ".join((shown or "").split())[:80])))
     console.print(table)
 
 

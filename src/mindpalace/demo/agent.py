@@ -92,8 +92,9 @@ class Policy:
         key = f"ticket:{spec.item}:{spec.date}"
         if (b := mind.booking(key)) is not None:
             return StepOutcome(f"{spec.item} on {spec.date} already booked ({b['booking_id']})")
-        args = {"place": spec.item, "date": spec.date, "quantity": 1, "client_ref": key}
-        r = mind.tool("book_ticket", args, self.world.book_ticket, key=key)
+        ref = f"{spec.item}@{spec.date}"  # the ledger key is book_ticket:<ref> = the client reference
+        args = {"place": spec.item, "date": spec.date, "quantity": 1, "client_ref": f"book_ticket:{ref}"}
+        r = mind.tool("book_ticket", args, self.world.book_ticket, key=ref)
         return StepOutcome(f"booked {spec.item} on {spec.date}: {r['booking_id']} ({r['total']} CNY)", {key: r})
 
     def _do_search_hotel(self, mind: Mind, index: int, spec: StepSpec) -> StepOutcome:
@@ -116,9 +117,10 @@ class Policy:
             ranked = [h for h in ranked if h["price_per_night"] <= budget]
         blocked = 0
         for hotel in ranked:
-            args = {"hotel": hotel["hotel"], "night": night, "price_per_night": hotel["price_per_night"], "client_ref": key}
-            try:
-                r = mind.tool("book_hotel", args, self.world.book_hotel, key=key)
+            args = {"hotel": hotel["hotel"], "night": night, "price_per_night": hotel["price_per_night"],
+                    "client_ref": f"book_hotel:{night}"}
+            try:  # keyed by night: one hotel per night, whichever option is finally taken
+                r = mind.tool("book_hotel", args, self.world.book_hotel, key=night)
             except ConstraintError:
                 blocked += 1  # the guard said no: try the next option
                 continue
@@ -133,8 +135,8 @@ class Policy:
         booking = mind.booking(f"hotel:{night}")
         if booking is None:
             return StepOutcome(f"nothing to pay for {night} yet")
-        args = {"booking_id": booking["booking_id"], "amount": booking["total"], "client_ref": key}
-        r = mind.tool("pay", args, self.world.pay, key=key)
+        args = {"booking_id": booking["booking_id"], "amount": booking["total"], "client_ref": f"pay:{night}"}
+        r = mind.tool("pay", args, self.world.pay, key=night)
         return StepOutcome(f"paid {r['amount']} CNY for {booking['booking_id']}: {r['payment_id']}", {key: r})
 
     def _do_feedback(self, mind: Mind, index: int, spec: StepSpec) -> StepOutcome:
