@@ -239,6 +239,11 @@ class ToolCall:
     an exception from `fn` is recorded as ``failed`` and re-raised. `before_run` (guards) runs
     before ``started`` is written and may refuse; `after_run` sees the result (constraint
     screening). Both are optional hooks the task facade supplies.
+
+    A completed call returns its recorded result even for idempotent / read-only tools (a
+    resumed agent sees exactly what the first run saw); pass a different ``key`` to fetch
+    fresh data. ``idempotent`` only changes what happens to a call with an unknown outcome:
+    it simply runs again.
     """
 
     ledger: Ledger
