@@ -113,6 +113,19 @@ class TestDegradation:
         assert built.messages[0]["content"].startswith("policy policy")
         assert built.messages[0]["content"].endswith("[truncated to fit the context budget]")
 
+    def test_the_longest_blocks_are_cut_to_a_common_level_keeping_their_heads(self, mem: Memory) -> None:
+        s = filled(mem, steps=40, turns=0)
+        full = s.context(100_000, system_prompt="policy " * 600)
+        sizes = dict(full.report.blocks)
+        built = s.context(full.report.total_tokens // 2, system_prompt="policy " * 600)
+        cut = dict(built.report.blocks)
+        assert built.report.total_tokens <= full.report.total_tokens // 2
+        assert cut["system prompt"] < sizes["system prompt"] and cut["memory index"] < sizes["memory index"]
+        assert abs(cut["system prompt"] - cut["memory index"]) <= 8  # one level for the longest
+        assert cut["pending steps"] == sizes["pending steps"]  # short blocks untouched
+        index = next(m["content"] for m in built.messages if m["content"].startswith("Memory index"))
+        assert index.splitlines()[1].startswith("- step_40 ")  # the newest entries survive
+
     def test_a_budget_below_the_irreducible_minimum_is_a_clear_error(self, mem: Memory) -> None:
         with pytest.raises(ContextBudgetError, match="irreducible minimum"):
             fresh(mem).context(20, tools=TOOLS)

@@ -307,24 +307,36 @@ class _Fitter:
         return [c for c in out if c[0] > 0]
 
     def _truncate(self, total: int, degradations: list[str]) -> int:
+        """Cut the tails of the longest parts: the longest is cut down to the next longest,
+        then both, … (one pass computes the common level), so every block keeps its head —
+        for the newest-first memory index, its newest entries."""
         mark = self.counter.count(TRUNCATION_MARK)
-        for _ in range(4 * (len(self.blocks) + 8)):  # each pass shrinks one part; bounded
+        cands = self._candidates()
+        if total > self.budget and cands:
+            level = _level([c[0] for c in cands], total - self.budget)
+            for tokens, name, msg in cands:
+                if tokens > level:
+                    self._cut(msg, name, tokens, level, mark, degradations)
+            total = self.total()
+        for _ in range(4 * (len(self.blocks) + 8)):  # exact fix-up for tokenizer seams; bounded
             if total <= self.budget:
                 break
             cands = self._candidates()
             if not cands:
                 break
             tokens, name, msg = max(cands, key=lambda c: c[0])
-            keep = tokens - (total - self.budget)
-            if keep > mark:
-                msg["content"] = self.counter.truncate(msg["content"], keep - mark) + TRUNCATION_MARK
-                degradations.append(f"truncated the tail of {name} from {tokens} to {keep} tokens")
-            else:
-                msg["content"] = ""
-                degradations.append(f"emptied {name} ({tokens} tokens)")
-                self.blocks = [p for p in self.blocks if p.message is not msg]
+            self._cut(msg, name, tokens, tokens - (total - self.budget), mark, degradations)
             total = self.total()
         return total
+
+    def _cut(self, msg: Message, name: str, tokens: int, keep: int, mark: int, degradations: list[str]) -> None:
+        if keep > mark:
+            msg["content"] = self.counter.truncate(msg["content"], keep - mark) + TRUNCATION_MARK
+            degradations.append(f"truncated the tail of {name} from {tokens} to {keep} tokens")
+        else:
+            msg["content"] = ""
+            degradations.append(f"emptied {name} ({tokens} tokens)")
+            self.blocks = [p for p in self.blocks if p.message is not msg]
 
     def _drop_rest(self, total: int, degradations: list[str]) -> None:
         """Last resort: what is left is not text (tool-call arguments, names)."""
@@ -352,6 +364,19 @@ class _Fitter:
         rows.append(("reply priming", self.counter.count_messages([])))
         total = self.counter.count_messages(final, self.tools)
         return ContextReport(rows, total, self.budget, degradations, pairing)
+
+
+def _level(sizes: list[int], excess: int) -> int:
+    """The largest height h with sum(max(0, t - h)) >= `excess` over `sizes` (tokens): cutting
+    every part longer than h down to h removes at least `excess` tokens."""
+    ordered = [*sorted(sizes, reverse=True), 0]
+    top = 0
+    for k in range(1, len(ordered)):
+        top += ordered[k - 1]
+        h = (top - excess) // k
+        if h >= ordered[k]:
+            return max(0, h)
+    return 0
 
 
 def _without_images(messages: list[Message]) -> list[Message]:
