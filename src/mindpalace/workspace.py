@@ -10,14 +10,21 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
+from filelock import Timeout as LockTimeout
 
 from mindpalace.errors import WorkspaceError
 from mindpalace.settings import CONFIG_FILENAME, Settings, default_toml, load_settings
 
 DB_FILENAME = "memory.db"
+INIT_LOCK_FILENAME = ".mindpalace-init.lock"  # serialises concurrent inits of one folder
+INIT_LOCK_TIMEOUT_SECONDS = 60.0  # an init (folders, toml, git init + commit) takes < 1 s
 KNOWLEDGE_README = """# knowledge
 
 Curated long-term memory of this workspace (SOUL.md, USER.md, MEMORY.md and the L0–L3 files).
@@ -65,15 +72,23 @@ class Workspace:
             raise WorkspaceError(f"{root} exists and is not a folder")
         try:
             root.mkdir(parents=True, exist_ok=True)
-            for sub in ("archive", "history", "knowledge"):
-                (root / sub).mkdir(exist_ok=True)
-            config = root / CONFIG_FILENAME
-            if not config.exists():
-                config.write_text(default_toml(), encoding="utf-8")
+            # Two processes opening a fresh folder at once would race on `git init` (one of
+            # them crashes) and could read a half-written mindpalace.toml: one init at a time.
+            with FileLock(str(root / INIT_LOCK_FILENAME), timeout=INIT_LOCK_TIMEOUT_SECONDS):
+                for sub in ("archive", "history", "knowledge"):
+                    (root / sub).mkdir(exist_ok=True)
+                config = root / CONFIG_FILENAME
+                if not config.exists():
+                    _write_atomic(config, default_toml())
+                ws = cls(root, load_settings(config, **overrides))
+                ws._init_knowledge_repo()
+        except LockTimeout as exc:
+            raise WorkspaceError(
+                f"{root}: another process has been initialising this workspace for over "
+                f"{INIT_LOCK_TIMEOUT_SECONDS:g} s; if none is running, delete {INIT_LOCK_FILENAME}"
+            ) from exc
         except OSError as exc:
             raise WorkspaceError(f"cannot create workspace at {root}: {exc}") from exc
-        ws = cls(root, load_settings(root / CONFIG_FILENAME, **overrides))
-        ws._init_knowledge_repo()
         return ws
 
     @classmethod
@@ -97,10 +112,10 @@ class Workspace:
         import git
 
         kdir = self.knowledge_dir
-        if (kdir / ".git").exists():
-            return
-        repo = git.Repo.init(kdir)
+        repo = git.Repo(kdir) if (kdir / ".git").exists() else git.Repo.init(kdir)
         try:
+            if repo.head.is_valid():  # initialised (an init interrupted before its commit is redone)
+                return
             readme = kdir / "README.md"
             if not readme.exists():
                 readme.write_text(KNOWLEDGE_README, encoding="utf-8")
@@ -109,3 +124,15 @@ class Workspace:
             repo.index.commit("init knowledge repository", author=actor, committer=actor)
         finally:
             repo.close()  # else its object-database file handles leak (ResourceWarning → error)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

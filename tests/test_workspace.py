@@ -1,0 +1,82 @@
+"""Workspace folder: layout, idempotent init, concurrent first opens, interrupted inits."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+from filelock import FileLock
+
+import mindpalace.workspace as workspace_module
+from mindpalace.errors import WorkspaceError
+from mindpalace.settings import CONFIG_FILENAME, default_toml
+from mindpalace.workspace import INIT_LOCK_FILENAME, Workspace
+
+# Waits for "go" on stdin so that every process initialises the same fresh folder at once.
+INIT_WORKER = r"""
+import sys
+from mindpalace.workspace import Workspace
+sys.stdin.readline()
+Workspace.init(sys.argv[1])
+"""
+
+
+class TestInit:
+    def test_concurrent_inits_of_a_fresh_folder_all_succeed_once(self, tmp_path: Path) -> None:
+        root = tmp_path / "ws"
+        procs = [
+            subprocess.Popen([sys.executable, "-c", INIT_WORKER, str(root)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        for p in procs:  # all are started (imports done in parallel) before any may go
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        assert (root / CONFIG_FILENAME).read_text(encoding="utf-8") == default_toml()
+        assert len(list(git.Repo(root / "knowledge").iter_commits())) == 1
+
+    def test_init_interrupted_before_the_first_commit_is_completed(self, tmp_path: Path) -> None:
+        root = tmp_path / "ws"
+        (root / "knowledge").mkdir(parents=True)
+        git.Repo.init(root / "knowledge").close()  # crashed right after `git init`
+        Workspace.init(root)
+        repo = git.Repo(root / "knowledge")
+        assert [c.message for c in repo.iter_commits()] == ["init knowledge repository"]
+        repo.close()
+
+    def test_a_held_init_lock_times_out_with_a_hint(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        root = tmp_path / "ws"
+        root.mkdir()
+        monkeypatch.setattr(workspace_module, "INIT_LOCK_TIMEOUT_SECONDS", 0.05)
+        with FileLock(str(root / INIT_LOCK_FILENAME)), pytest.raises(WorkspaceError, match=INIT_LOCK_FILENAME):
+            Workspace.init(root)
+
+    def test_init_keeps_an_existing_config(self, tmp_path: Path) -> None:
+        root = tmp_path / "ws"
+        root.mkdir()
+        (root / CONFIG_FILENAME).write_text("[steps]\nbudget_tokens = 900\n", encoding="utf-8")
+        ws = Workspace.init(root)
+        assert ws.settings.steps.budget_tokens == 900
+        assert (root / CONFIG_FILENAME).read_text(encoding="utf-8") == "[steps]\nbudget_tokens = 900\n"
+        assert not [p for p in root.iterdir() if p.name.startswith(f".{CONFIG_FILENAME}.")]
+
+
+class TestOpen:
+    def test_open_without_create_refuses_a_plain_folder(self, tmp_path: Path) -> None:
+        with pytest.raises(WorkspaceError, match="mindpalace init"):
+            Workspace.open(tmp_path, create=False)
+        assert list(tmp_path.iterdir()) == []
+
+    def test_open_creates_the_layout_by_default(self, tmp_path: Path) -> None:
+        ws = Workspace.open(tmp_path / "new")
+        for path in (ws.config_path, ws.archive_dir, ws.history_dir, ws.knowledge_dir / ".git"):
+            assert path.exists()
