@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +129,51 @@ class TestFacade:
         with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
             assert mem.sync_embeddings() is None
             assert mem.store.embedding_models() == {"hashing-256": (256, 2)}
+
+
+# Re-embeds a store for a new model, announcing each finished batch, and blocks (to be killed)
+# once two batches are written.
+SYNC_WORKER = r"""
+import sys
+from pathlib import Path
+from mindpalace.providers.embed import HashingEmbedder
+from mindpalace.retrieval.embedding_sync import sync_embeddings
+from mindpalace.store import SQLiteStore
+
+class Announcing(HashingEmbedder):
+    batches = 0
+    def _embed_batch(self, texts, *, query):
+        if Announcing.batches == 2:  # two batches are stored by now
+            print("two batches stored", flush=True)
+            sys.stdin.readline()  # killed here
+        Announcing.batches += 1
+        return super()._embed_batch(texts, query=query)
+
+sync_embeddings(SQLiteStore(Path(sys.argv[1])), Announcing(32, batch_size=3), batch=3)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+class TestKilledSync:
+    def test_kill_during_re_embedding_keeps_every_old_vector(self, tmp_path: Path) -> None:
+        db = tmp_path / "memory.db"
+        st = SQLiteStore(db)
+        fill(st, A, 12)
+        old = HashingEmbedder(64)
+        sync_embeddings(st, old)
+        st.close()
+        proc = subprocess.Popen([sys.executable, "-c", SYNC_WORKER, str(db)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "two batches stored"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+        st = SQLiteStore(db)
+        try:
+            assert st.embedding_models() == {"hashing-64": (64, 12), "hashing-32": (32, 6)}
+            assert len(st.vector_search(A, old.embed_query("hotel"), old.model_id, k=20)) == 12
+            report = sync_embeddings(st, HashingEmbedder(32))  # the rerun finishes the job
+            assert (report.embedded, report.retired_models) == (6, ["hashing-64"])
+            assert st.embedding_models() == {"hashing-32": (32, 12)}
+        finally:
+            st.close()
