@@ -144,3 +144,13 @@ class TestNewerSchema:
         finally:
             other.close()
             first.close()
+
+
+class TestDocumentation:
+    def test_every_setting_has_a_description_and_appears_in_the_default_toml(self) -> None:
+        toml = default_toml()
+        for section, field in Settings.model_fields.items():
+            assert f"[{section}]" in toml
+            for name, setting in field.annotation.model_fields.items():
+                assert setting.description, f"{section}.{name} has no description"
+                assert f"# {name} =" in toml, f"{section}.{name} missing from default_toml()"
