@@ -121,6 +121,17 @@ class TestExactCounts:
         for text in SAMPLES:
             assert exact[encoding].count(text) == len(enc.encode(text, disallowed_special=()))
 
+    def test_long_texts_are_counted_exactly_without_being_cached(
+        self, exact: dict[str, TiktokenCounter]
+    ) -> None:
+        counter = TiktokenCounter("o200k_base")
+        long_text = "budget 预算 " * 2_000  # well over the memoised length
+        before = counter._count.cache_info().currsize
+        assert counter.count(long_text) == len(tiktoken.get_encoding("o200k_base").encode(long_text))
+        assert counter._count.cache_info().currsize == before
+        counter.count("short text")
+        assert counter._count.cache_info().currsize == before + 1
+
     @settings(max_examples=60, deadline=None)
     @given(text=mixed, limit=st.integers(min_value=0, max_value=30))
     def test_truncate_keeps_a_prefix_within_the_limit(

@@ -43,6 +43,9 @@ TOKENS_PER_TOOL_CALL = 8  # id, type and function wrapper around name + argument
 TOKENS_TOOLS_OVERHEAD = 12  # the namespace wrapper around all tool schemas
 TOKENS_PER_IMAGE = 1_105  # a high-detail 1024×1024 image; real cost is lower for smaller ones
 
+COUNT_CACHE_ENTRIES = 16_384  # memoised counts per encoding (messages are re-counted each turn)
+COUNT_CACHE_MAX_CHARS = 4_096  # longer texts are counted afresh: bounded memory (≤ 64 MB of keys)
+
 _cache_lock = threading.Lock()
 
 
@@ -179,14 +182,18 @@ class TiktokenCounter(_BaseCounter):
         ensure_tiktoken_cache(encoding)
         self.name = encoding
         self._enc = tiktoken.get_encoding(encoding)
-        self._count = lru_cache(maxsize=16_384)(self._count_uncached)
+        self._count = lru_cache(maxsize=COUNT_CACHE_ENTRIES)(self._count_uncached)
 
     def _count_uncached(self, text: str) -> int:
         return len(self._enc.encode(text, disallowed_special=()))
 
     def count(self, text: str) -> int:
         """Exact token count of `text` (special-token text is counted as plain text)."""
-        return self._count(text) if text else 0
+        if not text:
+            return 0
+        # Only short texts are memoised: the cache keeps its keys alive, and 16k cached tool
+        # outputs of 100 KB each would hold 1.6 GB.
+        return self._count(text) if len(text) <= COUNT_CACHE_MAX_CHARS else self._count_uncached(text)
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode(text, disallowed_special=())
