@@ -44,7 +44,7 @@ TOKENS_TOOLS_OVERHEAD = 12  # the namespace wrapper around all tool schemas
 TOKENS_PER_IMAGE = 1_105  # a high-detail 1024×1024 image; real cost is lower for smaller ones
 
 COUNT_CACHE_ENTRIES = 16_384  # memoised counts per encoding (messages are re-counted each turn)
-COUNT_CACHE_MAX_CHARS = 4_096  # longer texts are counted afresh: bounded memory (≤ 64 MB of keys)
+COUNT_CACHE_MAX_CHARS = 4_096  # longer texts are counted afresh: keys stay ≤ 64 MB (ASCII) to 256 MB
 
 _cache_lock = threading.Lock()
 
