@@ -60,14 +60,23 @@ def chinese_lines(seeds: Path) -> list[str] | None:
     return [ln for ln in lines if ln]
 
 
+ZH_CLAUSES = [
+    "用户说每晚酒店预算不超过两千元", "五天的东京行程", "请先查一下浅草寺的开放时间", "门票已经订好了",
+    "不要订经济舱以外的机票", "预算必须控制在八千元以内", "当任务步骤超过几十步时",
+    "上下文窗口很快就会被挤爆", "摘要压缩之前先保存原始快照", "按需召回完整的步骤记录",
+    "系统崩溃以后从检查点恢复", "长期记忆按重要性排序", "工具调用的结果不能覆盖用户约束",
+]
+EN_WORDS = ["the", "hotel", "budget", "per", "night", "is", "at", "most", "2000", "CNY", "and", "we",
+            "must", "book", "Senso-ji", "tickets", "Caroline", "said", "yesterday", "museum"]
+
+
 def generated(rng: random.Random, chinese: bool, n: int) -> list[str]:
-    """Fallback text when the shared data is absent (seeded, so runs are comparable)."""
-    en = ["the", "hotel", "budget", "per", "night", "is", "at", "most", "2000", "CNY", "and", "we",
-          "must", "book", "Senso-ji", "tickets"]
-    zh = ["用户", "预算", "酒店", "每晚", "不超过", "两千元", "门票", "东京", "记忆", "压缩", "摘要", "，", "。"]
-    words = zh if chinese else en
-    sep = "" if chinese else " "
-    return [sep.join(rng.choice(words) for _ in range(rng.randint(5, 30))) for _ in range(n)]
+    """Fallback text when the shared data is absent: seeded sentences of natural clauses (CJK)
+    or common words (English) — never character soup, which no script-aware estimate bounds."""
+    if chinese:
+        return ["，".join(rng.choice(ZH_CLAUSES) for _ in range(rng.randint(1, 5))) + "。" for _ in range(n)]
+    return [" ".join(rng.choice(EN_WORDS) for _ in range(rng.randint(5, 30))).capitalize() + "."
+            for _ in range(n)]
 
 
 def mixed_lines(en: list[str], zh: list[str], target_bytes: int) -> list[str]:

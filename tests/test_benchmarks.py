@@ -1,0 +1,50 @@
+"""Benchmarks stay runnable: the `python -m benchmarks` runner and tiny runs of bench_store / bench_tokens."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestRunner:
+    def test_lists_benchmarks_and_rejects_unknown_names(self) -> None:
+        out = subprocess.run([sys.executable, "-m", "benchmarks", "no-such-bench"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2
+        assert "unknown benchmark(s) no-such-bench" in out.stderr
+        assert "store" in out.stderr and "tokens" in out.stderr
+
+
+class TestBenchStore:
+    def test_tiny_run_measures_both_sides_for_every_workload(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        load("bench_store").main(["--synchronous", "OFF", "--single", "50", "--batched", "200",
+                                  "--batch", "100", "--repeats", "1", "--json", str(out)])
+        rows = json.loads(out.read_text())
+        assert [(r["mode"], r["events"]) for r in rows] == [("single", 50), ("batched ×100", 200)]
+        assert all(r["mindpalace_per_s"] > 0 and r["raw_per_s"] > 0 for r in rows)
+
+
+class TestBenchTokens:
+    def test_generated_fallback_text_keeps_the_estimate_above_exact(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        code = load("bench_tokens").main([
+            "--data", str(tmp_path / "none"), "--seeds", str(tmp_path / "none"), "--mb", "0.02",
+            "--repeats", "1", "--json", str(out)])
+        rows = json.loads(out.read_text())
+        assert code == 0 and len(rows) == 6
+        assert all(r["lines_below_exact"] == 0 and r["estimate_error"] >= 0 for r in rows)
