@@ -8,12 +8,14 @@ step to run next.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from mindpalace.errors import InvalidNameError
 from mindpalace.scope import Scope
 from mindpalace.settings import TaskSettings
 from mindpalace.store import Store
@@ -199,12 +201,21 @@ class Tasks:
 
     @property
     def current(self) -> Task:
-        """The session's default task (its id is the session id)."""
-        return self(str(self.events.scope.session))
+        """The session's default task: its id is the session id, or ``session-<sha1 prefix>``
+        when the session id is not a valid task name (spaces, slashes …)."""
+        return self(default_task_id(str(self.events.scope.session)))
 
     def list(self) -> list[tuple[str, int]]:
         """(task id, version) of the session's tasks."""
         return self.events.list_tasks()
+
+
+def default_task_id(session_id: str) -> str:
+    """A valid task id for a session: the id itself when it passes ``require_name``."""
+    try:
+        return require_name(session_id, field="task id")
+    except InvalidNameError:
+        return "session-" + hashlib.sha1(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def render_constraints(session: Session) -> str | None:
