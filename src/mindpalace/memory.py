@@ -22,10 +22,10 @@ from mindpalace.workspace import Workspace
 
 if TYPE_CHECKING:
     from mindpalace.context import BuiltContext
+    from mindpalace.facts import Fact, FactMemory
     from mindpalace.providers.embed.base import Embedder
     from mindpalace.providers.llm.base import LLMProvider
     from mindpalace.retrieval.embedding_sync import Progress, SyncReport
-    from mindpalace.facts import Fact, FactMemory
     from mindpalace.retrieval.hybrid import HybridRetriever, RecallHit
     from mindpalace.session.consolidator import Consolidator
     from mindpalace.session.lease import Lease
