@@ -135,7 +135,7 @@ class TestOpenAIEmbedder:
 
     def test_auth_failure_fails_fast_without_retries(self, server: EmbeddingServer) -> None:
         server.script = ["401"]
-        with pytest.raises(ProviderError, match="HTTP 401") as info:
+        with pytest.raises(ProviderError, match=r"HTTP 401.*MINDPALACE_EMBED__API_KEY") as info:
             client(server, dim=DIM).embed(["x"])
         assert not isinstance(info.value, ProviderResponseError)
         assert len(server.requests) == 1

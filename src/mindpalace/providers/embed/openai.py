@@ -120,8 +120,11 @@ class OpenAIEmbedder(Embedder):
         except openai.APIStatusError as exc:
             if exc.status_code == 429 or exc.status_code >= 500:
                 raise _Retryable(f"HTTP {exc.status_code}: {_snippet(exc.response.text)}") from exc
+            hint = ""
+            if exc.status_code in (401, 403):
+                hint = "; set embed.api_key (env MINDPALACE_EMBED__API_KEY)"
             raise ProviderError(
-                f"{self._where()}: HTTP {exc.status_code}: {_snippet(exc.response.text)}"
+                f"{self._where()}: HTTP {exc.status_code}: {_snippet(exc.response.text)}{hint}"
             ) from exc
         return self._parse(raw.http_response.text, len(texts))
 
