@@ -99,11 +99,28 @@ class TestDegradation:
 
     def test_oldest_messages_go_in_whole_tool_groups(self, mem: Memory) -> None:
         s = filled(mem)
-        full = s.context(100_000)
-        built = s.context(full.report.total_tokens - 60)
+        full = s.context(100_000, consolidate=False)
+        built = s.context(full.report.total_tokens - 60, consolidate=False)
         assert any(d.startswith("dropped") and "oldest messages" in d for d in built.report.degradations)
         assert check_pairing(built.messages) == []
         assert built.messages[-1]["role"] == "tool"
+
+    def test_over_budget_messages_are_consolidated_into_history_first(self, mem: Memory) -> None:
+        s = filled(mem)
+        total = s.messages.count()
+        full = s.context(100_000)
+        assert full.report.consolidation is not None and not full.report.consolidation.consolidated
+        built = s.context(full.report.total_tokens - 60)
+        assert built.report.consolidation is not None and built.report.consolidation.consolidated
+        archived = s.consolidator.last_consolidated
+        assert 0 < archived < total
+        covered = {i for e in s.consolidator.history.read(0, session=s.scope) if e.messages
+                   for i in range(e.messages[0], e.messages[1] + 1)}
+        assert covered >= set(range(1, archived + 1))  # I2: nothing left the prompt without a copy
+        assert any(m["content"].startswith("Archived context summary") for m in built.messages
+                   if m["role"] == "system" and isinstance(m.get("content"), str))
+        assert built.report.total_tokens <= full.report.total_tokens - 60
+        assert check_pairing(built.messages) == []
 
     def test_the_tail_of_the_longest_block_is_truncated_last(self, mem: Memory) -> None:
         s = fresh(mem)
@@ -143,7 +160,7 @@ class TestDegradation:
         s = fresh(mem)
         for i in range(300):
             s.add_message({"role": "user", "content": f"message {i} " + "words " * 30})
-        built = s.context(1_000)
+        built = s.context(1_000, consolidate=False)
         assert built.report.total_tokens <= 1_000
         assert built.report.degradations[0].endswith("oldest messages (not loaded)")
         assert built.messages[-1]["content"].startswith("message 299 ")

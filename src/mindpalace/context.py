@@ -35,6 +35,7 @@ from mindpalace.steps.index import INDEX_HEADER
 
 if TYPE_CHECKING:
     from mindpalace.memory import Session
+    from mindpalace.session.consolidator import ConsolidationResult
 
 Message = dict[str, Any]
 
@@ -56,6 +57,8 @@ class ContextReport:
         total_tokens: ``count_messages(messages, tools)`` of the returned prompt.
         budget_tokens: the budget asked for; ``total_tokens <= budget_tokens`` always.
         degradations: what was dropped or cut, in order (empty when everything fit).
+        consolidation: what the consolidator archived before building (None when it did
+            not run: explicit `messages` or ``consolidate=False``).
         pairing: what :func:`repair_pairing` repaired (dangling calls closed, orphan results
             dropped) in the conversation.
     """
@@ -65,6 +68,7 @@ class ContextReport:
     budget_tokens: int
     degradations: list[str] = field(default_factory=list)
     pairing: PairingReport = field(default_factory=PairingReport)
+    consolidation: ConsolidationResult | None = None
 
 
 @dataclass
@@ -133,6 +137,7 @@ class ContextBuilder:
         system_prompt: str | None = None,
         tools: list[dict[str, Any]] | None = None,
         messages: list[Message] | None = None,
+        consolidate: bool = True,
     ) -> BuiltContext:
         """Assemble the prompt for the next model call.
 
@@ -144,6 +149,10 @@ class ContextBuilder:
             tools: tool schemas sent with the request (counted, I9).
             messages: the conversation; None = the session's stored messages after the
                 consolidation cursor (only the tail that can matter is read).
+            consolidate: with stored messages, first let the session's consolidator archive
+                older messages into history.jsonl when the prompt is over `budget_tokens`
+                (seed 002), so messages leave the prompt with a durable summary (I2) rather
+                than by the last-resort drop.
 
         Returns:
             A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
@@ -161,6 +170,11 @@ class ContextBuilder:
             raise ContextBudgetError(budget, minimum)
         degradations: list[str] = []
         blocks = self._blocks()
+        consolidation = None
+        if messages is None and consolidate:
+            consolidation = self._consolidate(blocks, system_prompt, tools, budget)
+            if consolidation.consolidated:  # the archived-summary block changed
+                blocks = self._blocks()
         if messages is None:
             # Messages are dropped before any block is cut, so only the tail that fits beside
             # the blocks can survive: read just that much (plus one chunk) from the store.
@@ -188,7 +202,24 @@ class ContextBuilder:
             pairing.closed_calls += check.closed_calls
             pairing.dropped_results += check.dropped_results
         report = fitter.report(final, degradations, pairing)
+        report.consolidation = consolidation
         return BuiltContext(final, report, tools)
+
+    def _consolidate(
+        self,
+        blocks: list[_Part],
+        system_prompt: str | None,
+        tools: list[dict[str, Any]] | None,
+        budget: int,
+    ) -> ConsolidationResult:
+        """Run the consolidator with the exact size of every fixed part but its own summary."""
+        fixed = [p.message for p in blocks if p.name != "archived summary"]
+        if system_prompt is not None:
+            fixed.append({"role": "system", "content": system_prompt})
+        tokens = sum(self.counter.count_message(m) for m in fixed)
+        return self.session.consolidator.maybe_consolidate(
+            system_tokens=tokens, tools=tools, budget_tokens=budget
+        )
 
     def _blocks(self) -> list[_Part]:
         """Every block but the system prompt (which :meth:`build` inserts), in prompt order."""

@@ -213,6 +213,7 @@ class Consolidator:
         self._msg_tokens: dict[int, int] = {}  # message index → tokens (messages never change)
         self._live_cache: dict[int, StoredMessage] = {}  # index → message, only after the cursor
         self._cache_lock = threading.Lock()
+        self._run_target: int | None = None  # target of the run in progress (held lock only)
 
     @cached_property
     def llm(self) -> Any:
@@ -232,9 +233,11 @@ class Consolidator:
 
     @property
     def summary_cap_tokens(self) -> int:
-        """Cap on one summary: min(summary_max_tokens, share · target), at least 16 tokens."""
+        """Cap on one summary: min(summary_max_tokens, share · target), at least 16 tokens.
+        During a run with an explicit budget the target is that run's (set under the lock)."""
         s = self.settings
-        return max(16, min(s.summary_max_tokens, int(s.summary_share_of_target * self.target_tokens)))
+        target = self._run_target or self.target_tokens
+        return max(16, min(s.summary_max_tokens, int(s.summary_share_of_target * target)))
 
     # -- state -----------------------------------------------------------------------------
     def state(self) -> ConsolidationState:
@@ -293,7 +296,11 @@ class Consolidator:
 
     # -- the seed's maybe_consolidate_by_tokens ----------------------------------------------
     def maybe_consolidate(
-        self, *, system_tokens: int = 0, tools: list[dict[str, Any]] | None = None
+        self,
+        *,
+        system_tokens: int = 0,
+        tools: list[dict[str, Any]] | None = None,
+        budget_tokens: int | None = None,
     ) -> ConsolidationResult:
         """Archive old messages when the full prompt is over the input budget.
 
@@ -301,6 +308,9 @@ class Consolidator:
             system_tokens: tokens of the prompt's fixed messages (system prompt, injected
                 memory …) as counted by ``counter.count_message`` per message.
             tools: the tool schemas sent with the request (counted with their overhead).
+            budget_tokens: the prompt budget of this call (tokens); None = the input budget
+                (window − max completion − safety buffer). The target is
+                ``consolidation_ratio`` of it.
 
         Returns:
             A :class:`ConsolidationResult`; ``consolidated`` is False when the prompt fits
@@ -314,31 +324,45 @@ class Consolidator:
         """
         if not isinstance(system_tokens, int) or system_tokens < 0:
             raise ValidationError(f"system_tokens must be an int ≥ 0, got {system_tokens!r}")
+        budget = self.budget_tokens if budget_tokens is None else budget_tokens
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValidationError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
+        target = int(self.settings.consolidation_ratio * budget)
         with self.locked():
-            self.recover()
-            state = self.state()
-            live = self._messages_after(state.last_consolidated)
-            costs = self._group_costs(live)
-            before = self._fixed_tokens(system_tokens, tools, state.last_summary) + sum(costs)
-            result = ConsolidationResult(
-                prompt_tokens_before=before, prompt_tokens_after=before,
-                budget_tokens=self.budget_tokens, target_tokens=self.target_tokens,
-                last_consolidated=state.last_consolidated)
-            if before <= self.budget_tokens:
-                return result
-            # Bound the summary block by its cap so the prompt still fits once it is replaced.
-            bound = self._fixed_tokens(system_tokens, tools, "x") + self.summary_cap_tokens
-            cut = choose_boundary([m.message for m in live], costs, fixed_tokens=bound,
-                                  target_tokens=self.target_tokens)
-            if cut is not None:
-                self._archive(live[:cut], result)
-            after = self.state()
-            rest = self._messages_after(after.last_consolidated)
-            result.prompt_tokens_after = self._fixed_tokens(
-                system_tokens, tools, after.last_summary) + sum(self._group_costs(rest))
-            result.over_budget = result.prompt_tokens_after > self.budget_tokens
-            result.last_consolidated = after.last_consolidated
+            self._run_target = target
+            try:
+                return self._consolidate(system_tokens, tools, budget, target)
+            finally:
+                self._run_target = None
+
+    def _consolidate(
+        self, system_tokens: int, tools: list[dict[str, Any]] | None, budget: int, target: int
+    ) -> ConsolidationResult:
+        """maybe_consolidate's body; the caller holds the session lock."""
+        self.recover()
+        state = self.state()
+        live = self._messages_after(state.last_consolidated)
+        costs = self._group_costs(live)
+        before = self._fixed_tokens(system_tokens, tools, state.last_summary) + sum(costs)
+        result = ConsolidationResult(
+            prompt_tokens_before=before, prompt_tokens_after=before,
+            budget_tokens=budget, target_tokens=target,
+            last_consolidated=state.last_consolidated)
+        if before <= budget:
             return result
+        # Bound the summary block by its cap so the prompt still fits once it is replaced.
+        bound = self._fixed_tokens(system_tokens, tools, "x") + self.summary_cap_tokens
+        cut = choose_boundary([m.message for m in live], costs, fixed_tokens=bound,
+                              target_tokens=target)
+        if cut is not None:
+            self._archive(live[:cut], result)
+        after = self.state()
+        rest = self._messages_after(after.last_consolidated)
+        result.prompt_tokens_after = self._fixed_tokens(
+            system_tokens, tools, after.last_summary) + sum(self._group_costs(rest))
+        result.over_budget = result.prompt_tokens_after > budget
+        result.last_consolidated = after.last_consolidated
+        return result
 
     def archive_before(self, cut_index: int, result: ConsolidationResult | None = None) -> ConsolidationResult:
         """Archive every live message with index < `cut_index` (the caller picked a safe cut).
