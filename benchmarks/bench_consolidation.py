@@ -10,17 +10,18 @@ model call (whenever the next recorded message is the assistant's, and at the en
 
 Methods, measured in the same run on the same prompts:
 
-- ``consolidator``: ``Consolidator.maybe_consolidate`` then the prompt = fixed system prompt +
-  "Archived context summary" + the messages after ``last_consolidated``; summaries by the offline
+- ``consolidator``: the product path ``Session.context(budget)``: the context builder runs
+  ``Consolidator.maybe_consolidate`` and then assembles system prompt + "Archived context
+  summary" + the messages after ``last_consolidated`` under the budget; summaries by the offline
   extractive provider (``llm.provider = "extractive"``).
 - ``sliding window``: seed 004's ``trimMessages`` — keep the newest messages whose tokens fit
   the budget, nothing archived.
 
 Columns: prompts built; consolidations (runs that archived something; history entries in
-brackets); peak prompt tokens / budget; prompts over budget (of which unavoidable: the newest
-call/result group alone is larger than the budget — only the context builder's last-resort
-trimming can fit those); pairing violations on the untouched prompt (a tool call without its
-result or a result without its call, before any repair); messages that left the prompt with no
+brackets); peak prompt tokens / budget; prompts over budget on the final prompt (in brackets:
+prompts that still needed the context builder's last-resort trimming after consolidation,
+because the newest call/result group alone is larger than the budget); pairing violations on
+the final prompt sent (the window baseline applies no repair); messages that left the prompt with no
 archive; archived coverage (messages that left the prompt and are in history.jsonl, by message
 range); summarizer tokens (prompt + reply) per 1,000 message tokens; ms per replayed message
 (store append + consolidation + prompt estimate).
@@ -44,7 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mindpalace import Memory
-from mindpalace.session.pairing import check_pairing, tool_groups
+from mindpalace.session.pairing import check_pairing
 from mindpalace.tokens import TokenCounter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +70,7 @@ class Stats:
     over_budget: int = 0
     over_unavoidable: int = 0
     violations: int = 0
+    violations_before_repair: int = 0
     lost: int = 0
     left_prompt: int = 0
     covered: int = 0
@@ -152,32 +154,32 @@ def run_consolidator(conv: Conversation, mem: Memory, budget: int, st: Stats) ->
     counter: TokenCounter = mem.tokens
     s = mem.session(conv.name)
     c = s.consolidator
-    system_msgs = [{"role": "system", "content": conv.system}] if conv.system else []
-    system_tokens = sum(counter.count_message(m) for m in system_msgs)
     points = call_points(conv.messages)
     for pos, msg in enumerate(conv.messages, 1):
         t0 = time.perf_counter()
         s.add_message(msg)
         if pos in points:
-            r = c.maybe_consolidate(system_tokens=system_tokens)
+            # The product path: the context builder consolidates first, then assembles the
+            # prompt under the budget (last-resort trimming only for an oversized newest group).
+            live_before = [m.message for m in c.live_messages()]
+            built = s.context(budget, system_prompt=conv.system or None)
             st.seconds += time.perf_counter() - t0
             st.prompts += 1
-            if r.consolidated:
+            r = built.report.consolidation
+            if r is not None and r.consolidated:
                 st.consolidations += 1
                 st.entries += r.entries
                 st.raw_fallbacks += r.raw_fallbacks
-            st.summary_tokens += r.summary_tokens_spent
-            live = [m.message for m in c.live_messages()]
-            block = c.summary_block()
-            prompt = system_msgs + ([block] if block else []) + live
-            tokens = counter.count_messages(prompt)
-            assert tokens == r.prompt_tokens_after or check_pairing(live), "estimate drifted"
+            st.summary_tokens += r.summary_tokens_spent if r is not None else 0
+            tokens = built.report.total_tokens
+            assert tokens == counter.count_messages(built.messages), "report drifted"
             st.peak_ratio = max(st.peak_ratio, tokens / budget)
             if tokens > budget:
                 st.over_budget += 1
-                if len(tool_groups(live)) <= 1:
-                    st.over_unavoidable += 1
-            st.violations += len(check_pairing(live))
+            if built.report.degradations:
+                st.over_unavoidable += 1  # needed last-resort trimming after consolidation
+            st.violations += len(check_pairing(built.messages))
+            st.violations_before_repair += len(check_pairing(live_before))
         else:
             st.seconds += time.perf_counter() - t0
     lc = c.last_consolidated
@@ -255,7 +257,7 @@ def main() -> None:
                         f"conversations, τ-bench {len(datasets['τ-bench'])} runs, "
                         f"{len(datasets['τ-bench tasks'])} τ-bench tasks (all trials in one session)")
     for col in ("data", "budget", "method", "prompts", "consolidations (entries)", "peak / budget",
-                "over budget (unavoidable)", "pairing violations", "lost w/o archive",
+                "over budget (trimmed)", "pairing violations", "lost w/o archive",
                 "archived coverage", "summary tok / 1k msg tok", "ms / msg"):
         table.add_column(col, justify="left" if col in ("data", "method") else "right")
     out = []
