@@ -177,7 +177,7 @@ class FactSettings(_Section):
     keyword_weight: float = Field(1.0, ge=0, description="Weight of the BM25 list in fusion.")
     vector_weight: float = Field(0.3, ge=0, description="Weight of the vector list in fusion.")
     neighbor_weights: list[float] = Field(
-        default_factory=lambda: [0.5, 0.25],
+        default_factory=lambda: [0.6, 0.3, 0.1],
         description="Context scoring of session messages: a message also earns weight[d-1] × the best fused score of the messages d turns before or after it (d = 1, 2, …); [] = off.",
     )
     speaker_boost: float = Field(0.2, ge=0, description="A message whose speaker (its 'name') is the one person the query names scores × (1 + boost).")

@@ -104,7 +104,8 @@ class Recall:
             share = len(terms) / len(wanted)
             if share >= WORKING_MIN_TERM_SHARE:
                 scored.append((share, fact, terms))
-        scored.sort(key=lambda x: (-x[0], -x[1].importance))
+        # Ties go to the more important item, importance decayed by age when configured.
+        scored.sort(key=lambda x: (-x[0], -self.facts.longterm.effective_importance(x[1])))
         if not scored:
             return []
         # Counts the accesses and replaces copies made stale by another session.

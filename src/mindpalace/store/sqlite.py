@@ -564,11 +564,16 @@ class SQLiteStore(Store):
         self, scope: Scope, namespace: str, *, prefix: str = ""
     ) -> list[tuple[Scope, str, Any]]:
         where, params = _scope_where(scope)
-        rows = self._execute(
-            f"SELECT * FROM kv WHERE {where} AND namespace = ? AND substr(key, 1, ?) = ? "
-            "ORDER BY key",
-            [*params, namespace, len(prefix), prefix],
-        )
+        sql = f"SELECT * FROM kv WHERE {where} AND namespace = ? AND substr(key, 1, ?) = ?"
+        params += [namespace, len(prefix), prefix]
+        upper = _prefix_upper_bound(prefix)
+        if prefix:  # a key range the primary key index can seek (substr alone scans the namespace)
+            sql += " AND key >= ?"
+            params.append(prefix)
+        if upper is not None:
+            sql += " AND key < ?"
+            params.append(upper)
+        rows = self._execute(sql + " ORDER BY key", params)
         return [(_scope_of(r), r["key"], json.loads(r["value"])) for r in rows]
 
     # -- documents & search ----------------------------------------------------------------
@@ -840,6 +845,22 @@ class SQLiteStore(Store):
                 cur = self._execute("DELETE FROM embeddings WHERE model != ?", (keep_model,))
             self._bump_generation()
             return cur.rowcount
+
+
+def _prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string above every string starting with `prefix` (None: no bound needed).
+
+    UTF-8 byte order (SQLite's BINARY collation) equals code point order, so incrementing the
+    last code point gives an exact exclusive bound; surrogates are skipped (not storable).
+    """
+    if not prefix:
+        return None
+    last = ord(prefix[-1]) + 1
+    if 0xD800 <= last <= 0xDFFF:
+        last = 0xE000
+    if last > 0x10FFFF:
+        return None
+    return prefix[:-1] + chr(last)
 
 
 def _split_sql(script: str) -> list[str]:
