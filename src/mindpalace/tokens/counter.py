@@ -228,7 +228,7 @@ _SAME_CHAR_RUN = re.compile(r"(.)\1*", re.DOTALL)
 # Costs (tokens), calibrated so that o200k_base and cl100k_base never count more on real
 # English (LoCoMo turns) and Chinese (seed articles) text, down to single words and lines
 # (benchmarks/bench_tokens.py measures the margin). Each errs high; see EstimateCounter.
-HAN_PER_CHAR = 1.5  # common ideographs are 1 token in o200k, 1–2 in cl100k
+HAN_PER_CHAR = 1.75  # 1 token in o200k, 1–2 in cl100k; unpunctuated cl100k stretches reach 1.7
 HAN_PER_RUN = 2.0  # short runs of 2-token characters (崩溃, 突破) need the headroom
 KANA_PER_CHAR = 2.0  # a lone kana is at most 2 tokens in either encoding
 HANGUL_PER_CHAR = 3.0  # = its UTF-8 bytes: a byte-level BPE can never need more
@@ -245,7 +245,7 @@ def _utf8_len(ch: str) -> int:
 class EstimateCounter(_BaseCounter):
     """Script-aware estimate for unknown tokenizers that errs high (never chars/4).
 
-    Costs per piece (tokens): a run of Han ideographs 1.5 per character + 2; kana 2 per
+    Costs per piece (tokens): a run of Han ideographs 1.75 per character + 2; kana 2 per
     character; hangul 3 (its UTF-8 bytes); an ASCII letter run ⌈len/2.5⌉ + ¼, + 1 more when
     it has a capital; a single space before an ASCII letter 0 (BPE glues it to the word); digits
     ⌈len/3⌉ (BPE splits numbers into ≤3-digit groups); other whitespace ⌈len/8⌉ per run of one
@@ -253,10 +253,11 @@ class EstimateCounter(_BaseCounter):
     their UTF-8 bytes, + 1 per run; any other character 1 (ASCII), 2 (2–3 UTF-8 bytes) or
     its UTF-8 bytes (emoji and other 4-byte characters).
 
-    On natural text it counts about 2.3× the exact tokens for English and 1.5× (cl100k_base)
-    to 2.2× (o200k_base) for Chinese (benchmarks/bench_tokens.py). Character soup made only of
-    ideographs that take 2–3 tokens each under cl100k_base (酒店酒店酒店, rare characters) can
-    exceed 1.5 per character; only a per-byte count bounds that, at 2–4× the cost on real text.
+    On natural text it counts about 2.3× the exact tokens for English and 1.7× (cl100k_base)
+    to 2.5× (o200k_base) for Chinese (benchmarks/bench_tokens.py); no window of the seed
+    articles' Chinese and no line of LoCoMo is under either encoding. Character soup made only
+    of ideographs that take 2–3 tokens each under cl100k_base (酒店酒店酒店, rare characters)
+    can exceed 1.75 per character; only a per-byte count bounds that, at 2–4× the cost.
     """
 
     exact = False
