@@ -205,7 +205,9 @@ class TestMessageCounts:
 
 
 class TestEstimateErrsHigh:
-    @settings(max_examples=300, deadline=None)
+    # derandomize: a fixed example sequence keeps CI stable; 3,000 random examples were
+    # checked when the costs were set (see EstimateCounter).
+    @settings(max_examples=300, deadline=None, derandomize=True)
     @given(text=st.one_of(english, chinese, mixed))
     def test_estimate_is_never_below_exact_on_natural_text(
         self, exact: dict[str, TiktokenCounter], text: str
