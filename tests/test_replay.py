@@ -74,3 +74,32 @@ def test_a_file_that_is_not_a_transcript_is_refused(tmp_path: Path) -> None:
     path.write_text('{"hello": 1}', encoding="utf-8")
     with pytest.raises(ValidationError, match="not a transcript"):
         load_transcripts(path)
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ({"role": "alien", "content": "x"}, "role"),
+        ({"role": "user", "content": {"a": 1}}, "content"),
+        ({"role": "assistant", "content": None, "tool_calls": "oops"}, "tool_calls"),
+        (5, "must be an object"),
+    ],
+)
+def test_a_bad_message_halfway_is_refused_before_anything_is_stored(
+    mem: Memory, tmp_path: Path, bad: object, why: str
+) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, bad]}), encoding="utf-8")
+    s = session(mem)
+    with pytest.raises(ValidationError, match=why) as err:
+        replay(s, load_transcripts(path))
+    assert "t.json" in str(err.value) and ("message 2" in str(err.value) or why == "must be an object")
+    assert s.messages.count() == 0
+
+
+@pytest.mark.parametrize("text", ["", "[]", '{"messages": []}'])
+def test_an_empty_transcript_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValidationError, match="no messages"):
+        load_transcripts(path)

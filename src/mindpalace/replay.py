@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mindpalace.errors import ValidationError
+from mindpalace.session.messages import validate_message
 from mindpalace.steps.checkpoint import compact_args
 from mindpalace.steps.tiers import one_line
 
@@ -92,21 +93,46 @@ def load_transcripts(path: str | Path) -> list[Transcript]:
             data = [json.loads(line) for line in text.splitlines() if line.strip()]
         except ValueError as exc:
             raise ValidationError(f"{path}: neither JSON nor JSONL ({exc})") from exc
-    if isinstance(data, dict) and isinstance(data.get("history"), list):
-        return [Transcript(path.stem, [_clean(m) for m in data["history"]])]
-    if isinstance(data, dict) and isinstance(data.get("messages"), list):
-        return [Transcript(path.stem, [_clean(m) for m in data["messages"]])]
-    if isinstance(data, list) and data and all(isinstance(r, dict) and "traj" in r for r in data):
-        return [
-            Transcript(f"{r.get('task_id', i)}-{r.get('trial', 0)}", [_clean(m) for m in r["traj"]])
-            for i, r in enumerate(data)
-        ]
+    transcripts = _shape(path, data)
+    # Check every message before anything is replayed: a bad message halfway through a file
+    # must not leave the first half stored (a fixed re-run would then duplicate it).
+    for t in transcripts:
+        for i, m in enumerate(t.messages, start=1):
+            try:
+                validate_message({k: v for k, v in m.items() if not k.startswith("_")})
+            except ValidationError as exc:
+                raise ValidationError(f"{path}: transcript {t.name!r}, message {i}: {exc}") from exc
+    if not any(t.messages for t in transcripts):
+        raise ValidationError(f"{path}: the transcript has no messages; nothing to replay")
+    return transcripts
+
+
+def _shape(path: Path, data: Any) -> list[Transcript]:
+    """Recognise the file's shape and keep the OpenAI fields of every message."""
+    try:
+        if isinstance(data, dict) and isinstance(data.get("history"), list):
+            return [Transcript(path.stem, [_clean(m) for m in data["history"]])]
+        if isinstance(data, dict) and isinstance(data.get("messages"), list):
+            return [Transcript(path.stem, [_clean(m) for m in data["messages"]])]
+        if isinstance(data, list) and data and all(isinstance(r, dict) and "traj" in r for r in data):
+            return [
+                Transcript(f"{r.get('task_id', i)}-{r.get('trial', 0)}", [_clean(m) for m in _runs(r)])
+                for i, r in enumerate(data)
+            ]
+    except ValidationError as exc:
+        raise ValidationError(f"{path}: {exc}") from exc
     if isinstance(data, list) and all(isinstance(m, dict) and "role" in m for m in data):
         return [Transcript(path.stem, [_clean(m) for m in data])]
     raise ValidationError(
         f"{path}: not a transcript; expected a JSON/JSONL list of OpenAI messages, "
         "{'messages': [...]}, a τ-bench run list, or a SWE-agent .traj"
     )
+
+
+def _runs(run: dict[str, Any]) -> list[Any]:
+    if not isinstance(run["traj"], list):
+        raise ValidationError(f"τ-bench run {run.get('task_id', '?')}: 'traj' must be a list of messages")
+    return run["traj"]
 
 
 def _clean(message: Any) -> Message:
