@@ -103,3 +103,22 @@ def test_an_empty_transcript_is_refused(tmp_path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ValidationError, match="no messages"):
         load_transcripts(path)
+
+
+def test_nul_and_lone_surrogates_in_a_tool_result_are_escaped_not_refused_halfway(
+    mem: Memory, tmp_path: Path
+) -> None:
+    msgs = [
+        {"role": "user", "content": "cat the file"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "bin \x00 out \ud800 end"},
+        {"role": "assistant", "content": "done"},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"messages": msgs}), encoding="utf-8")  # JSON escapes both
+    s = session(mem)
+    stats = replay(s, load_transcripts(path))
+    assert (stats.messages, stats.steps) == (4, 1) and s.messages.count() == 4
+    body = s.read_records(["step_1"]).found["step_1"].body
+    assert "bin \\x00 out \\ud800 end" in body

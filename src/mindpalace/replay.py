@@ -30,6 +30,7 @@ from mindpalace.errors import ValidationError
 from mindpalace.session.messages import validate_message
 from mindpalace.steps.checkpoint import compact_args
 from mindpalace.steps.tiers import one_line
+from mindpalace.textsafe import clean_json
 
 if TYPE_CHECKING:
     from mindpalace.memory import Session
@@ -141,13 +142,16 @@ def _clean(message: Any) -> Message:
     if not isinstance(message, dict):
         raise ValidationError(f"transcript message must be an object, got {type(message).__name__}")
     out = {k: message[k] for k in _KEEP if message.get(k) is not None}
-    if out.get("role") == "tool" and "tool_call_id" not in out and message.get("tool_call_ids"):
-        out["tool_call_id"] = str(message["tool_call_ids"][0])
+    ids = message.get("tool_call_ids")
+    if out.get("role") == "tool" and "tool_call_id" not in out and isinstance(ids, list) and ids:
+        out["tool_call_id"] = str(ids[0])
     if out.get("role") == "assistant":
         out.setdefault("content", None if out.get("tool_calls") else "")
         if message.get("action") and not out.get("tool_calls"):
             out["_action"] = str(message["action"])
-    return out
+    # Recorded tool output is untrusted bulk text: NUL / lone surrogates are escaped here, so
+    # the step record gets the same text as the stored message (not refused halfway).
+    return clean_json(out)
 
 
 # -- replay ----------------------------------------------------------------------------------------
