@@ -19,7 +19,7 @@ class TestScope:
         with pytest.raises(ValidationError, match="tenant"):
             Scope(ANY)  # type: ignore[arg-type]
 
-    @pytest.mark.parametrize("bad", ["a\x00b", "x" * 201, 7])
+    @pytest.mark.parametrize("bad", ["a\x00b", "x" * 201, 7, "s\udcff"])
     def test_bad_field_values_are_refused(self, bad: object) -> None:
         with pytest.raises(ValidationError):
             Scope("t", bad)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from mindpalace.errors import ValidationError
+from mindpalace.textsafe import require_text
 
 SCOPE_FIELDS: Final = ("tenant", "user", "agent", "session")
 
@@ -37,8 +38,8 @@ class Scope:
     the tenant can never be ANY.
 
     Raises:
-        ValidationError: a field is not a string / ANY, contains NUL, is over 200 characters,
-            or the tenant is ANY.
+        ValidationError: a field is not a string / ANY, contains NUL or a lone surrogate, is
+            over 200 characters, or the tenant is ANY.
     """
 
     tenant: str = "default"
@@ -57,6 +58,7 @@ class Scope:
                 raise ValidationError(f"scope.{name} must be a string, got {type(value).__name__}")
             if "\x00" in value or len(value) > 200:
                 raise ValidationError(f"scope.{name} must be under 200 characters without NUL")
+            require_text(f"scope.{name}", value)  # lone surrogates: sqlite cannot encode them
 
     @property
     def concrete(self) -> bool:
