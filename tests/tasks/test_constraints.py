@@ -64,6 +64,17 @@ class TestProtection:
             budgeted.constraints.set("budget_per_night_cny", None, source="user")
 
 
+    @pytest.mark.parametrize("value", [float("nan"), float("inf"), object(), {"cap": float("-inf")}])
+    def test_a_value_that_is_not_json_is_refused_not_stored_changed(self, budgeted: Session, value: object) -> None:
+        version = budgeted.task.version
+        with pytest.raises(ValidationError, match="JSON"):
+            budgeted.constraints.set("budget_per_night_cny", value, source="user")
+        with pytest.raises(ValidationError, match="JSON"):
+            budgeted.constraints.feedback("change it", updates={"budget_per_night_cny": value})
+        assert budgeted.constraints["budget_per_night_cny"] == 2000
+        assert budgeted.task.version == version
+
+
 class TestGuards:
     def test_guard_blocks_an_over_budget_booking(self, budgeted: Session) -> None:
         with pytest.raises(ConstraintError, match="price_per_night=4500"):

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import PydanticSerializationError
 
 from mindpalace.errors import ValidationError
 from mindpalace.textsafe import clean_json
@@ -39,7 +40,9 @@ ConstraintSource = Literal["user", "developer"]
 class TaskEvent(BaseModel):
     """Base of every event payload; unknown fields are refused so typos fail loudly."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # ser_json_inf_nan: keep NaN / ±inf as floats so the store refuses them; pydantic's default
+    # would silently store them as null (a changed value).
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
     type: str = ""
 
 
@@ -210,8 +213,16 @@ class EventRegistry:
 
 
 def payload_of(event: TaskEvent) -> dict[str, Any]:
-    """The JSON payload stored for `event` (its type lives in the stream row, not the payload)."""
-    return clean_json(event.model_dump(mode="json", exclude={"type"}))
+    """The JSON payload stored for `event` (its type lives in the stream row, not the payload).
+
+    Raises:
+        ValidationError: a value is not JSON (an arbitrary object); NaN / ±inf are refused by
+            the store when written.
+    """
+    try:
+        return clean_json(event.model_dump(mode="json", exclude={"type"}))
+    except PydanticSerializationError as exc:
+        raise ValidationError(f"task event {event.type!r}: a value is not JSON-serialisable: {exc}") from exc
 
 
 DEFAULT_REGISTRY = EventRegistry()
