@@ -149,6 +149,22 @@ class TestDegradation:
         with pytest.raises(ValidationError):
             fresh(mem).context(0)
 
+    @pytest.mark.parametrize(
+        ("options", "why"),
+        [
+            ({"system_prompt": 123}, "system_prompt"),
+            ({"system_prompt": "be brief \ud800"}, "lone surrogate"),
+            ({"tools": "get_user_details"}, "list of tool schemas"),
+            ({"tools": {"type": "function"}}, "list of tool schemas"),
+            ({"tools": [{"type": "function", "x": object()}]}, "JSON"),
+        ],
+    )
+    def test_a_request_the_model_api_could_not_take_is_refused(
+        self, mem: Memory, options: dict[str, Any], why: str
+    ) -> None:
+        with pytest.raises(ValidationError, match=why):
+            fresh(mem).context(2_000, **options)
+
     def test_a_dangling_tool_call_is_repaired_and_reported(self, mem: Memory) -> None:
         s = fresh(mem)
         msgs = [{"role": "user", "content": "go"}, tool_turn(1)[0], {"role": "user", "content": "next"}]

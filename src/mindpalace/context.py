@@ -25,6 +25,7 @@ block; each degradation is named in the report. The final messages always go thr
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,6 +33,7 @@ from mindpalace.errors import ContextBudgetError, ValidationError
 from mindpalace.session.pairing import PairingReport, repair_pairing, tool_groups
 from mindpalace.steps.checkpoint import render_checkpoint, render_summary_lines
 from mindpalace.steps.index import INDEX_HEADER
+from mindpalace.textsafe import require_text
 
 if TYPE_CHECKING:
     from mindpalace.memory import Session
@@ -160,11 +162,13 @@ class ContextBuilder:
         Raises:
             ContextBudgetError: the budget is below the irreducible minimum (tool schemas +
                 reply priming).
-            ValidationError: `budget_tokens` is not a positive int.
+            ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
+                text; `tools` is not a list of JSON objects.
         """
         budget = self.default_budget() if budget_tokens is None else budget_tokens
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValidationError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
+        _check_request(system_prompt, tools)
         minimum = self.counter.count_messages([], tools)
         if budget < minimum:
             raise ContextBudgetError(budget, minimum)
@@ -429,3 +433,17 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+def _check_request(system_prompt: Any, tools: Any) -> None:
+    """Refuse what the model API could not be sent (the prompt is built for a real request)."""
+    if system_prompt is not None:
+        require_text("system_prompt", system_prompt)
+    if tools is None:
+        return
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ValidationError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
+    try:
+        json.dumps(tools, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"tools must be JSON-serialisable: {exc}") from exc
