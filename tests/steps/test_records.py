@@ -53,3 +53,9 @@ class TestReadByName:
         assert list(result.found) == ["user_profile"]
         assert result.missing == ["nope", "../x"]
         assert result.render().endswith("Not found: nope, ../x")
+
+    def test_a_single_name_as_a_string_is_one_name_not_its_characters(self, small_memory: Memory) -> None:
+        b = book(small_memory)
+        b.put_info("user_profile", "window seat", description="seat")
+        assert list(b.read("user_profile").found) == ["user_profile"]
+        assert b.read("nope").missing == ["nope"]

@@ -147,7 +147,10 @@ class RecordBook:
 
     def read(self, names: Iterable[str]) -> ReadResult:
         """Records by name, in request order (duplicates once); unknown or invalid names are
-        returned in ``missing`` rather than raised."""
+        returned in ``missing`` rather than raised. A single string is one name (as in the
+        read_files protocol), never iterated character by character."""
+        if isinstance(names, str):
+            names = [names]
         asked: list[str] = []
         valid: list[str] = []
         for name in names:
