@@ -24,6 +24,11 @@ WorkspaceOpt = typer.Option(
 )
 
 
+UserOpt = typer.Option("", "--user", "-u", help="User id of the session scope.")
+AgentOpt = typer.Option("", "--agent", "-a", help="Agent id of the session scope.")
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
+
+
 def print_json(data: Any) -> None:
     """Shared --json output: UTF-8, sorted keys, stable for tests."""
     typer.echo(json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True, default=str))

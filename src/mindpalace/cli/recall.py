@@ -11,12 +11,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
+from mindpalace.cli.app import AgentOpt, UserOpt, WorkspaceOpt, app, console, print_json
 from mindpalace.memory import Memory
 
 SessionOpt = typer.Option("cli", "--session", "-s", help="Session id.")
-UserOpt = typer.Option("", "--user", "-u", help="User id (scope).")
-AgentOpt = typer.Option("", "--agent", "-a", help="Agent id (scope).")
 
 eval_app = typer.Typer(help="Evaluations on real data (LoCoMo) and the Recuris span experiment.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")

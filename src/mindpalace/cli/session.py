@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
+from mindpalace.cli.app import AgentOpt, JsonOpt, UserOpt, WorkspaceOpt, app, console, print_json
 from mindpalace.errors import ValidationError
 from mindpalace.history import HistoryLog
 from mindpalace.memory import Memory
@@ -25,9 +25,6 @@ history_app = typer.Typer(help="history.jsonl, the archive written by consolidat
 app.add_typer(session_app, name="session")
 app.add_typer(history_app, name="history")
 
-UserOpt = typer.Option("", "--user", help="User id of the session scope.")
-AgentOpt = typer.Option("", "--agent", help="Agent id of the session scope.")
-JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
 
 
 @session_app.command("show")

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
+from mindpalace.cli.app import AgentOpt, JsonOpt, UserOpt, WorkspaceOpt, app, console, print_json
 from mindpalace.memory import Memory, Session
 from mindpalace.steps.records import render_record
 
@@ -17,9 +17,6 @@ records_app = typer.Typer(help="Named records of a session (step / info / snapsh
 app.add_typer(steps_app, name="steps")
 app.add_typer(records_app, name="records")
 
-UserOpt = typer.Option("", "--user", help="User id of the session scope.")
-AgentOpt = typer.Option("", "--agent", help="Agent id of the session scope.")
-JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
 
 
 def _session(mem: Memory, session: str, user: str, agent: str) -> Session:
