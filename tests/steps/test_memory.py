@@ -40,6 +40,15 @@ class TestBeginAndEvaluate:
             "Analysis: HAT136 at 11:00", "Tool outputs:", '[1] [{"flight": "HAT136"}]',
         ]
 
+    def test_binary_tool_output_is_escaped_and_a_lone_string_is_one_output(self, small_memory: Memory) -> None:
+        steps = step_memory(small_memory)
+        sid = steps.begin("cat the file")
+        record = steps.evaluate(sid, "success", tool_outputs=["bin \x00 out \ud800"])
+        assert record.body.splitlines()[-1] == "[1] bin \\x00 out \\ud800"
+        sid = steps.begin("cat it again")
+        record = steps.evaluate(sid, "success", tool_outputs="one output")  # type: ignore[arg-type]
+        assert record.body.splitlines()[-1] == "[1] one output"
+
     def test_free_text_evaluation_stays_on_one_line(self, small_memory: Memory) -> None:
         steps = step_memory(small_memory)
         sid = steps.begin("pay")

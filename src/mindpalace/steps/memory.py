@@ -157,7 +157,7 @@ class StepMemory:
                 in full in the record).
             analysis: what was learned (record only).
             tool_outputs: raw tool results (record only, each cut to
-                ``record_tool_output_max_chars`` characters).
+                ``record_tool_output_max_chars`` characters; NUL and lone surrogates escaped).
 
         Returns:
             The saved step record.
@@ -169,7 +169,14 @@ class StepMemory:
         step_id = _step_id(step)
         evaluation = clean_text(require_text("evaluation", evaluation, allow_empty=False))
         analysis = clean_text(require_text("analysis", analysis))
-        outputs = [clean_text(require_text("tool_outputs[]", o)) for o in tool_outputs]
+        if isinstance(tool_outputs, str):  # one output, not one per character
+            tool_outputs = [tool_outputs]
+        # Tool output is untrusted bulk text: NUL / lone surrogates are escaped, not refused
+        # (textsafe.clean_text), so a binary result never loses the step's evaluation.
+        outputs = [
+            require_text(f"tool_outputs[{i}]", clean_text(o) if isinstance(o, str) else o)
+            for i, o in enumerate(tool_outputs)
+        ]
         saved: list[Record] = []
 
         def fn(state: TierState) -> Transition:
