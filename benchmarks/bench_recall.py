@@ -108,7 +108,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     vocab = make_vocab(rng)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mindpalace-bench-recall-") as tmp:
-        memory = Memory.open(Path(tmp) / "ws", embed={"provider": "hashing", "dimensions": args.dim})
+        memory = Memory.open(
+            Path(tmp) / "ws", embed={"provider": "hashing", "dimensions": args.dim},
+            facts={"keyword_max_df_ratio": args.max_df_ratio},
+        )
         session = memory.session("bench", user="bench-user", agent="bench")
         scope = session.facts.fact_scope
         all_facts: list[Fact] = []
@@ -173,7 +176,8 @@ def measure(
 
 def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     console = Console()
-    table = Table(title=f"recall latency (ms) — {args.queries} queries/size, k={args.k}, hashing-{args.dim} vectors, seed {args.seed}")
+    table = Table(title=f"recall latency (ms) — {args.queries} queries/size, k={args.k}, hashing-{args.dim} vectors, "
+                  f"keyword_max_df_ratio {args.max_df_ratio}, seed {args.seed}")
     for col in ("facts", "fill s", "first query", "recall p50", "recall p95", "FTS p50/p95",
                 "vector p50/p95", "numpy cosine p50/p95", "hit@k recall", "hit@k numpy"):
         table.add_column(col, justify="right")
@@ -198,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=64, help="Hashing embedder width.")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--json", type=Path, default=None, help="Write the rows here.")
+    parser.add_argument("--max-df-ratio", type=float, default=None,
+                        help="facts.keyword_max_df_ratio for the product path (default: off).")
     args = parser.parse_args(argv)
     if args.fast:
         args.sizes = [s for s in args.sizes if s <= 100_000]

@@ -190,7 +190,9 @@ class HybridRetriever:
             self.sync_embeddings()
             qvec = self.embedder.embed_query(query)
         for scope in scope_list:
-            keyword += self.store.keyword_search(scope, query, k=n, kinds=kinds)
+            keyword += self.store.keyword_search(
+                scope, query, k=n, kinds=kinds, max_df_ratio=self.settings.keyword_max_df_ratio
+            )
             if qvec is not None:
                 vector += self.store.vector_search(
                     scope, qvec, self.embedder.model_id, k=n, kinds=kinds

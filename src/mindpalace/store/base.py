@@ -273,12 +273,22 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def keyword_search(
-        self, scope: Scope, query: str, *, k: int = 10, kinds: Sequence[str] | None = None
+        self,
+        scope: Scope,
+        query: str,
+        *,
+        k: int = 10,
+        kinds: Sequence[str] | None = None,
+        max_df_ratio: float | None = None,
     ) -> list[SearchHit]:
         """BM25 over the word index (CJK segmented into bigrams); falls back to the trigram
         index for substrings the word index cannot match, then — for a 1–2 character query
         such as one ideograph (猫) — to a scoped substring scan (score = occurrences).
-        Empty query → []."""
+        Empty query → [].
+
+        `max_df_ratio`: query terms found in more than this share of all documents are left
+        out while a rarer term remains (near-zero BM25 weight, but they make the index score
+        most of the corpus); None keeps every term."""
 
     @abc.abstractmethod
     def put_embeddings(self, doc_ids: Sequence[int], vectors: np.ndarray, model: str) -> None:

@@ -680,15 +680,37 @@ class SQLiteStore(Store):
             last = rows[-1]["id"]
 
     def keyword_search(
-        self, scope: Scope, query: str, *, k: int = 10, kinds: Sequence[str] | None = None
+        self,
+        scope: Scope,
+        query: str,
+        *,
+        k: int = 10,
+        kinds: Sequence[str] | None = None,
+        max_df_ratio: float | None = None,
     ) -> list[SearchHit]:
         require_text("query", query)
-        hits = self._fts(scope, "docs_fts", build_match_query(query), k, kinds, "bm25")
+        match = build_match_query(query)
+        if max_df_ratio is not None and " OR " in match:
+            match = self._drop_common_terms(match, max_df_ratio)
+        hits = self._fts(scope, "docs_fts", match, k, kinds, "bm25")
         if not hits:  # identifiers/substrings the word index cannot split the same way
             hits = self._fts(scope, "docs_tri", build_trigram_query(query), k, kinds, "trigram")
         if not hits and 0 < len(query.strip()) < 3:  # e.g. one ideograph: below bigram/trigram
             hits = self._substring(scope, query.strip(), k, kinds)
         return hits
+
+    def _drop_common_terms(self, match: str, max_df_ratio: float) -> str:
+        """Keep the OR-terms of `match` in at most max_df_ratio of all documents (the rarest
+        term always stays). Document frequencies come from the index itself (one count per
+        term, tokenized exactly as indexed); max(id) stands in for the document count."""
+        terms = match.split(" OR ")
+        total = self._execute("SELECT max(id) FROM docs").fetchone()[0] or 0
+        counts = [
+            (self._execute("SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ?", (t,)).fetchone()[0], t)
+            for t in terms
+        ]
+        keep = [t for n, t in counts if n <= max_df_ratio * total]
+        return " OR ".join(keep) if keep else min(counts)[1]
 
     def _substring(
         self, scope: Scope, needle: str, k: int, kinds: Sequence[str] | None
