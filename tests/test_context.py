@@ -81,6 +81,17 @@ class TestAssembly:
         assert built.report.total_tokens == exact
         assert sum(t for _, t in built.report.blocks) == exact
 
+    def test_a_stored_system_message_stays_the_system_prompt_after_it_is_archived(self, mem: Memory) -> None:
+        s = fresh(mem)
+        s.add_message({"role": "system", "content": "You plan Tokyo trips."})
+        for i in range(40):
+            s.add_message({"role": "user", "content": f"question {i} " + "about hotels " * 20})
+            s.add_message({"role": "assistant", "content": f"answer {i} " + "a plan " * 20})
+            built = s.context(600)
+            assert built.messages[0] == {"role": "system", "content": "You plan Tokyo trips."}
+        assert s.consolidator.last_consolidated > 1  # the system message itself was archived
+        assert s.context(600, consolidate=False).messages[0]["content"] == "You plan Tokyo trips."
+
     def test_a_system_message_of_the_conversation_becomes_the_system_prompt(self, mem: Memory) -> None:
         s = fresh(mem)
         built = s.context(10_000, messages=[{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"}])

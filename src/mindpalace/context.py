@@ -147,7 +147,8 @@ class ContextBuilder:
             budget_tokens: hard cap on ``count_messages(result.messages, tools)`` (tokens);
                 None = :meth:`default_budget`.
             system_prompt: the system prompt; None = the latest ``system`` message of the
-                conversation (system messages are always lifted out of the conversation).
+                conversation (system messages are always lifted out of the conversation; with
+                stored messages, the session's latest one even if it is archived).
             tools: tool schemas sent with the request (counted, I9).
             messages: the conversation; None = the session's stored messages after the
                 consolidation cursor (only the tail that can matter is read).
@@ -169,6 +170,11 @@ class ContextBuilder:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValidationError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
         _check_request(system_prompt, tools)
+        if messages is None and system_prompt is None:
+            # The session's system message, even when it was archived long ago (seed 002: the
+            # system prompt is never consolidated away).
+            latest = self.session.messages.latest_system()
+            system_prompt = _text(latest.get("content")) if latest else None
         minimum = self.counter.count_messages([], tools)
         if budget < minimum:
             raise ContextBudgetError(budget, minimum)

@@ -21,6 +21,7 @@ from mindpalace.timeutil import from_iso, require_aware, to_iso, utcnow
 
 STREAM = "messages"
 ROLES = frozenset({"system", "user", "assistant", "tool"})
+SYSTEM_NAMESPACE, SYSTEM_KEY = "messages", "latest_system"  # {"index": N} of the newest system message
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,22 @@ class MessageLog:
                     {"role": m.get("role"), "name": m.get("name"), "timestamp": to_iso(t),
                      "index": ev.version},
                 )
+            systems = [ev.version for ev, m in zip(stored, clean, strict=True) if m.get("role") == "system"]
+            if systems:  # the prompt keeps it after older messages are archived (see latest_system)
+                self.store.kv_put(self.scope, SYSTEM_NAMESPACE, SYSTEM_KEY, {"index": systems[-1]})
         return [ev.version for ev in stored]
+
+    def latest_system(self) -> dict[str, Any] | None:
+        """The newest ``system`` message of the whole session, archived or not (None if none).
+
+        The context builder lifts it into the system prompt, so a system message stored at the
+        start of a long session is not lost once consolidation archives that part of the log.
+        """
+        ref = self.store.kv_get(self.scope, SYSTEM_NAMESPACE, SYSTEM_KEY)
+        if not ref:
+            return None
+        found = self.list(from_index=int(ref["index"]), to_index=int(ref["index"]))
+        return found[0].message if found else None
 
     def list(self, *, from_index: int = 1, to_index: int | None = None) -> list[StoredMessage]:
         """Messages with from_index ≤ index ≤ to_index, oldest first."""
