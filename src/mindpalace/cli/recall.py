@@ -179,7 +179,7 @@ def _print_locomo(report: Any) -> None:
     for m in report.methods:
         console.print(f"[bold]{escape(m.name)}[/]: {escape(m.settings)} ({m.seconds:.1f} s)")
     console.print(f"ingest + embed: {report.ingest_seconds:.1f} s; skipped {report.skipped_evidence_ids} "
-                  f"unresolvable evidence ids and {report.skipped_questions} questions without evidence")
+                  f"unresolvable evidence ids and {report.skipped_questions} questions left without resolvable evidence")
 
 
 @eval_app.command("spans")

@@ -446,7 +446,7 @@ def _run(
          lambda c, q: recall_ranking(memory, c, q, where[c.sample_id], limit)),
     ]
     if baselines and emb is not None:
-        runs.append((f"dense only ({emb.model_id})", "exact cosine over 'speaker: text' messages",
+        runs.append((f"dense only ({emb.model_id})", "exact cosine over the same message documents ('speaker: text' + photo caption)",
                      lambda c, q: dense_ranking(memory, c, q, where[c.sample_id], limit)))
     n_questions = sum(len(c.questions) for c in convs)
     for name, desc, rank in runs:
