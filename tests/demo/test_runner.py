@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mindpalace.demo import fresh_config, run_baseline, run_demo
 from mindpalace.demo.scenario import build_plan
+from mindpalace.errors import ValidationError
 
 
 def test_plan_is_deterministic_and_long() -> None:
@@ -27,3 +30,12 @@ def test_crashed_run_equals_uninterrupted_run(tmp_path: Path) -> None:
 def test_baseline_shows_the_seed_failures(tmp_path: Path) -> None:
     r = run_baseline(fresh_config(tmp_path, steps=120, seed=11, budget_tokens=2000, name="baseline"))
     assert r.duplicates > 0 and r.budget_violations > 0
+
+
+def test_a_negative_crash_interval_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    # it used to kill every child within its first two kill points: an endless loop
+    config = fresh_config(tmp_path, steps=120, seed=11, budget_tokens=2000)
+    for run in (run_demo, run_baseline):
+        with pytest.raises(ValidationError, match="crash_every"):
+            run(config, crash_every=-1)
+    assert not (tmp_path / "demo").exists()

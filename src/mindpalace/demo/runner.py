@@ -24,7 +24,7 @@ from mindpalace.demo.agent import EngineStepResult, Policy, WindowMind
 from mindpalace.demo.engine import CRASH_POINTS_PER_STEP, DEMO_SETTINGS, DemoConfig, run_engine
 from mindpalace.demo.scenario import budget_for_night, build_plan
 from mindpalace.demo.world import World
-from mindpalace.errors import MindPalaceError
+from mindpalace.errors import MindPalaceError, ValidationError
 from mindpalace.memory import Memory
 from mindpalace.tasks.state import TaskState
 from mindpalace.tokens import get_counter
@@ -137,8 +137,10 @@ def run_demo(
         on_progress: ``(steps done, steps total, recoveries, last step's result)`` after each
             step (in the parent).
     Raises:
+        ValidationError: `crash_every` is negative (it would kill every child at once, forever).
         MindPalaceError: a child failed with something other than our SIGKILL.
     """
+    _require_crash_every(crash_every)
     start = time.perf_counter()
     if not crash_every:
         def step_cb(i: int, total: int, result: EngineStepResult) -> None:
@@ -166,6 +168,11 @@ def run_demo(
             break
         raise MindPalaceError(f"demo agent process failed (wait status {status}); see its stderr above")
     return engine_report(config, recoveries=recoveries, seconds=time.perf_counter() - start)
+
+
+def _require_crash_every(crash_every: int | None) -> None:
+    if crash_every is not None and (isinstance(crash_every, bool) or not isinstance(crash_every, int) or crash_every < 0):
+        raise ValidationError(f"crash_every must be an int ≥ 0 (steps between kills; 0 = never), got {crash_every!r}")
 
 
 def _prewarm(config: DemoConfig) -> None:
@@ -213,6 +220,7 @@ def run_baseline(config: DemoConfig, *, crash_every: int | None = None, max_cras
     With `crash_every`, a crash loses its in-memory state and it restarts from step 0 (it has
     nothing durable to resume from); the world keeps every booking it made.
     """
+    _require_crash_every(crash_every)
     start = time.perf_counter()
     plan = build_plan(config.steps, config.seed)
     world = World(config.world_path)
