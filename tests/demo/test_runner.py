@@ -38,4 +38,18 @@ def test_a_negative_crash_interval_is_refused_before_anything_runs(tmp_path: Pat
     for run in (run_demo, run_baseline):
         with pytest.raises(ValidationError, match="crash_every"):
             run(config, crash_every=-1)
-    assert not (tmp_path / "demo").exists()
+    assert config.world_path.stat().st_size == 0 and not config.ack_path.exists()  # nothing ran
+
+
+def test_demos_started_at_once_on_one_workspace_get_their_own_sessions(tmp_path: Path) -> None:
+    # fresh_config used to check for an existing world file: two `mindpalace demo` runs started
+    # together both took demo-s7-r1 and drove one task from two processes.
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        sessions = pool.starmap(_fresh_session, [(tmp_path,)] * 8)
+    assert len(set(sessions)) == 8
+
+
+def _fresh_session(root: Path) -> str:
+    return fresh_config(root, steps=120, seed=7, budget_tokens=2000).session

@@ -257,8 +257,18 @@ def run_baseline(config: DemoConfig, *, crash_every: int | None = None, max_cras
 
 
 def fresh_config(workspace: Path, *, steps: int, seed: int, budget_tokens: int, name: str = "demo") -> DemoConfig:
-    """A config with a session id not used yet in `workspace` (re-running never resumes an old demo)."""
+    """A config with a session id not used yet in `workspace` (re-running never resumes an old demo).
+
+    The id is reserved atomically by creating its (empty) world database with O_EXCL, so two
+    demos started at once on one workspace never share a session.
+    """
+    (workspace / "demo").mkdir(parents=True, exist_ok=True)
     n = 1
-    while (workspace / "demo" / f"{name}-s{seed}-r{n}-world.db").exists():
-        n += 1
-    return DemoConfig(workspace, f"{name}-s{seed}-r{n}", steps, seed, budget_tokens)
+    while True:
+        config = DemoConfig(workspace, f"{name}-s{seed}-r{n}", steps, seed, budget_tokens)
+        try:
+            os.close(os.open(config.world_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            n += 1
+            continue
+        return config
