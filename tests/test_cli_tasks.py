@@ -85,3 +85,16 @@ def test_task_resolve_settles_the_unknown_call(ws: Path) -> None:
 def test_task_resolve_needs_exactly_one_outcome(ws: Path) -> None:
     result = invoke("task", "resolve", "trip-42", "k", "-w", str(ws))
     assert result.exit_code != 0 and "exactly one" in str(result.exception)
+
+
+def test_a_session_id_that_is_not_a_task_name_finds_that_sessions_task(tmp_path: Path) -> None:
+    # Session.task of a Chinese session id is stored as session-<hash>; `task show 会话` used to
+    # fail with "invalid name" and the hashed id appears nowhere.
+    root = tmp_path / "ws"
+    with Memory.open(root, embed={"provider": "none"}) as mem:
+        mem.session("东京行程").constraints.set("budget_per_night_cny", 1800, source="user")
+    for command in (("task", "show"), ("task", "resume"), ("ledger",)):
+        result = invoke(*command, "东京行程", "-w", str(root))
+        assert result.exit_code == 0, result.output
+    state = json.loads(invoke("task", "show", "东京行程", "-w", str(root), "--json").output)
+    assert state["constraints"]["budget_per_night_cny"]["value"] == 1800

@@ -20,6 +20,7 @@ from mindpalace.memory import Memory
 from mindpalace.scope import ANY, Scope
 from mindpalace.tasks import Task, Tasks
 from mindpalace.tasks.eventstore import stream_of
+from mindpalace.tasks.task import default_task_id
 
 task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.", no_args_is_help=True)
 app.add_typer(task_app, name="task")
@@ -36,6 +37,10 @@ def _find_task(mem: Memory, task: str, session: str | None, user: str | None, ag
     Raises:
         NotFoundError: no such task. ValidationError: several scopes hold one (narrow it down).
     """
+    if default_task_id(task) != task:
+        # Not a valid task name, e.g. a Chinese session id: that session's default task
+        # (Session.task) is stored under default_task_id(session id).
+        session, task = (task if session is None else session), default_task_id(task)
     wanted = Scope(mem.tenant, ANY if user is None else user, ANY if agent is None else agent,
                    ANY if session is None else session)
     stream = stream_of(task)
