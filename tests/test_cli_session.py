@@ -47,6 +47,12 @@ def test_history_tail_lists_the_newest_entries(workspace: Path) -> None:
     assert rows[0]["messages"][0] == 1
 
 
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_history_tail_refuses_a_count_below_one_instead_of_saying_empty(workspace: Path, n: str) -> None:
+    result = CliRunner().invoke(app, ["history", "tail", "-n", n, "-w", str(workspace)])
+    assert result.exit_code == 2 and "history is empty" not in result.output
+
+
 def test_compact_a_session_now_then_nothing_changes(workspace: Path) -> None:
     first = run("compact", "trip", "--user", "u1", "-w", str(workspace))
     assert first[0]["status"] == "compacted" and first[0]["archived_messages"] > 0

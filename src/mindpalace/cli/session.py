@@ -75,7 +75,7 @@ def session_show(
 @history_app.command("tail")
 def history_tail(
     workspace: Path = WorkspaceOpt,
-    n: int = typer.Option(10, "-n", "--lines", help="How many newest entries."),
+    n: int = typer.Option(10, "-n", "--lines", min=1, help="How many newest entries (≥ 1)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Show the newest history.jsonl entries (cursor, time, session, kind, message range, text)."""
