@@ -76,6 +76,16 @@ class TestOpen:
             Workspace.open(tmp_path, create=False)
         assert list(tmp_path.iterdir()) == []
 
+    @pytest.mark.parametrize("path", ["", "  "])
+    def test_an_empty_path_string_is_refused_not_taken_as_the_cwd(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        for make in (Workspace.open, Workspace.init):
+            with pytest.raises(WorkspaceError, match="empty"):
+                make(path)
+        assert list(tmp_path.iterdir()) == []
+
     def test_open_creates_the_layout_by_default(self, tmp_path: Path) -> None:
         ws = Workspace.open(tmp_path / "new")
         for path in (ws.config_path, ws.archive_dir, ws.history_dir, ws.knowledge_dir / ".git"):

@@ -64,10 +64,11 @@ class Workspace:
         """Create (or complete) a workspace at `root`; idempotent — existing files are kept.
 
         Raises:
-            WorkspaceError: `root` exists and is not a folder, or cannot be created.
+            WorkspaceError: `root` exists and is not a folder, cannot be created, or is an
+                empty string.
             ConfigError: an existing mindpalace.toml is malformed.
         """
-        root = Path(root).expanduser().resolve()
+        root = _root(root)
         if root.exists() and not root.is_dir():
             raise WorkspaceError(f"{root} exists and is not a folder")
         try:
@@ -96,10 +97,10 @@ class Workspace:
         """Open the workspace at `root`, creating it when `create` (the default).
 
         Raises:
-            WorkspaceError: it does not exist and `create` is False.
+            WorkspaceError: it does not exist and `create` is False; `root` is an empty string.
             ConfigError: mindpalace.toml is malformed (names file, key and expected type).
         """
-        root = Path(root).expanduser().resolve()
+        root = _root(root)
         if not (root / DB_FILENAME).exists() and not (root / CONFIG_FILENAME).exists():
             if not create:
                 raise WorkspaceError(
@@ -124,6 +125,12 @@ class Workspace:
             repo.index.commit("init knowledge repository", author=actor, committer=actor)
         finally:
             repo.close()  # else its object-database file handles leak (ResourceWarning → error)
+
+
+def _root(root: str | Path) -> Path:
+    if isinstance(root, str) and not root.strip():  # Path("") would silently be the cwd
+        raise WorkspaceError("the workspace path is empty; give a folder, e.g. './ws' or '.'")
+    return Path(root).expanduser().resolve()
 
 
 def _write_atomic(path: Path, text: str) -> None:
