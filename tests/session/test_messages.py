@@ -30,7 +30,8 @@ class TestMessageLog:
     @pytest.mark.parametrize(
         "bad",
         [{"role": "robot", "content": "x"}, {"role": "tool", "content": "x"}, "not a dict",
-         {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}],
+         {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]},
+         {"role": "user", "content": [1, 2]}, {"role": "user", "content": [{"text": "no type"}]}],
     )
     def test_malformed_messages_are_refused(self, memory: Memory, uid: str, bad: object) -> None:
         with pytest.raises(ValidationError):

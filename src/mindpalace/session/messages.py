@@ -49,6 +49,10 @@ def validate_message(message: Any) -> dict[str, Any]:
     content = message.get("content")
     if content is not None and not isinstance(content, str | list):
         raise ValidationError(f"message content must be text or a list of parts, got {type(content).__name__}")
+    if isinstance(content, list) and not all(isinstance(p, dict) and p.get("type") for p in content):
+        raise ValidationError(
+            'message content parts must be objects with a "type", e.g. {"type": "text", "text": "…"}'
+        )
     if role == "tool" and not message.get("tool_call_id"):
         raise ValidationError("a tool message needs the tool_call_id of the call it answers")
     calls = message.get("tool_calls")
