@@ -96,6 +96,15 @@ class TestPrecedence:
             load_settings(write_config(tmp_path, ""))
         assert info.value.file == "environment MINDPALACE_STEPS__BUDGET_TOKENS"
 
+    def test_an_unknown_tokenizer_is_blamed_on_its_source_when_loading(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("MINDPALACE_TOKENS__TOKENIZER", "gpt2")
+        with pytest.raises(ConfigError) as info:
+            load_settings(write_config(tmp_path, ""))
+        assert (info.value.file, info.value.key) == ("environment MINDPALACE_TOKENS__TOKENIZER", "tokens.tokenizer")
+        assert "o200k_base" in info.value.problem
+
     def test_bad_argument_is_blamed_on_the_arguments(self, tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             load_settings(write_config(tmp_path, ""), steps={"budget_tokens": -1})

@@ -39,7 +39,7 @@ class _Section(BaseModel):
 class TokenSettings(_Section):
     """How tokens are counted (I9: exact, or an estimate that errs high)."""
 
-    tokenizer: str = Field(
+    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = Field(
         "o200k_base",
         description="tiktoken encoding (o200k_base, cl100k_base) or 'estimate' for the "
         "script-aware upper-bound estimate used for unknown tokenizers.",
