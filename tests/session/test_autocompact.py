@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from mindpalace import Memory
+from mindpalace.errors import ValidationError
 from mindpalace.session.autocompact import AutoCompact, recent_window_cut
 from mindpalace.session.lease import LEASE_KEY, STATE_NAMESPACE, SessionBusyError, lease_active
 from mindpalace.session.pairing import tool_groups
@@ -52,6 +53,15 @@ class TestIdle:
         assert [m.index for m in s.consolidator.live_messages()] == list(range(13, 21))
         entries = s.consolidator.history.read(session=s.scope)
         assert [e.messages for e in entries] == [(1, 12)]
+
+    def test_a_naive_now_or_clock_is_refused_by_name(self, mem: Memory) -> None:
+        s = mem.session("naive")
+        chat(s, 4)
+        with pytest.raises(ValidationError, match="now: naive"):
+            AutoCompact(mem).is_idle(s, now=datetime(2025, 1, 1))
+        with pytest.raises(ValidationError, match="clock"):
+            AutoCompact(mem, clock=lambda: datetime(2025, 1, 1)).compact(s)
+        assert s.consolidator.last_consolidated == 0
 
     def test_active_session_is_left_alone(self, mem: Memory) -> None:
         s = mem.session("busy-ish")

@@ -21,7 +21,7 @@ from mindpalace.session.consolidator import ConsolidationResult
 from mindpalace.session.lease import current_lease
 from mindpalace.session.messages import STREAM
 from mindpalace.session.pairing import tool_groups
-from mindpalace.timeutil import utcnow
+from mindpalace.timeutil import require_aware, utcnow
 
 if TYPE_CHECKING:
     from mindpalace.memory import Memory, Session
@@ -89,13 +89,17 @@ class AutoCompact:
         return self.settings.idle_compact_after_minutes > 0
 
     def is_idle(self, session: Session, now: datetime | None = None) -> bool:
-        """True when the session's newest message is older than the idle threshold."""
+        """True when the session's newest message is older than the idle threshold.
+
+        Raises:
+            ValidationError: `now` (or the clock) is a naive datetime.
+        """
         if not self.enabled:
             return False
         last = session.consolidator.last_activity()
         if last is None:
             return False
-        now = now or self.clock()
+        now = require_aware("now", now or self.clock())
         return now - last >= timedelta(minutes=self.settings.idle_compact_after_minutes)
 
     def sessions(self) -> list[Session]:
@@ -119,7 +123,7 @@ class AutoCompact:
         """
         c = session.consolidator
         with c.locked():  # the consolidator's lock: the lease check and the archive are one step
-            now = self.clock()
+            now = require_aware("clock()", self.clock())
             if current_lease(session.store, session.scope, now) is not None:
                 return CompactOutcome(session.id, "busy")
             if not force:
