@@ -192,7 +192,7 @@ class Session:
 
         s = self.memory.settings.session
         return turn_lease(self.store, self.scope, self.consolidator.lock, holder=holder,
-                          ttl_seconds=ttl_seconds or s.lease_ttl_seconds,
+                          ttl_seconds=s.lease_ttl_seconds if ttl_seconds is None else ttl_seconds,
                           lock_timeout_seconds=s.lock_timeout_seconds)
 
     # -- step memory (seeds 000, 003; mindpalace.steps) and the context builder -----------------

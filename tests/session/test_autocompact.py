@@ -127,6 +127,13 @@ class TestLease:
             pass
         assert mem.store.kv_get(s.scope, STATE_NAMESPACE, LEASE_KEY) is None
 
+    @pytest.mark.parametrize("ttl", [0, -1])
+    def test_a_ttl_that_is_not_positive_is_refused(self, mem: Memory, ttl: float) -> None:
+        s = mem.session("ttl")  # 0 used to fall back to the default silently; -1 was refused
+        with pytest.raises(ValidationError, match="ttl_seconds"), s.lease(ttl_seconds=ttl):
+            pass
+        assert mem.store.kv_get(s.scope, STATE_NAMESPACE, LEASE_KEY) is None
+
     def test_expired_or_dead_holder_lease_does_not_count(self) -> None:
         now = utcnow()
         live = {"expires_at": to_iso(now + timedelta(minutes=5)), "pid": os.getpid(),
