@@ -55,6 +55,15 @@ class TestExactlyOnce:
         assert ledger_key("t", {"a": 1, "b": [1, 2]}) == ledger_key("t", {"b": [1, 2], "a": 1})
         assert ledger_key("t", {"a": 1}) != ledger_key("t", {"a": 2})
 
+    @pytest.mark.parametrize("args", [["Senso-ji"], "Senso-ji", None])
+    def test_arguments_that_are_not_a_dict_are_refused_before_anything_is_recorded(
+        self, session: Session, args: object
+    ) -> None:
+        with pytest.raises(ValidationError, match="tool arguments must be a dict"), \
+                session.tool_call("book_ticket", args) as call:  # type: ignore[arg-type]
+            call.run(Booker())
+        assert session.task.state().calls["started"] == 0
+
     def test_explicit_key_groups_calls(self, session: Session) -> None:
         tool = Booker()
         book(session, tool, key="trip-42:senso-ji")

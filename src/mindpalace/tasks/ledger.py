@@ -60,8 +60,14 @@ def canonical_json(value: Any) -> str:
 
 
 def ledger_key(tool: str, args: dict[str, Any], key: str | None = None) -> str:
-    """``<tool>:<explicit key>`` or ``<tool>:<sha256 of canonical args, 32 hex>``."""
+    """``<tool>:<explicit key>`` or ``<tool>:<sha256 of canonical args, 32 hex>``.
+
+    Raises:
+        InvalidNameError: bad tool name. ValidationError: `args` is not a dict of JSON values.
+    """
     require_name(tool, field="tool name")
+    if not isinstance(args, dict):
+        raise ValidationError(f"tool arguments must be a dict of named JSON values, got {type(args).__name__}")
     if key is not None:
         return f"{tool}:{require_text('idempotency key', key, allow_empty=False)}"
     return f"{tool}:{hashlib.sha256(canonical_json(args).encode()).hexdigest()[:32]}"
