@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import git
+import pytest
 from typer.testing import CliRunner
 
 from mindpalace import Memory
@@ -84,6 +85,20 @@ class TestStatus:
         data = json.loads(CliRunner().invoke(app, ["status", str(ws), "--json"]).stdout)
         assert {k: data[k] for k in ("events", "streams", "records", "documents", "facts", "sessions")} == {
             "events": 2, "streams": 1, "records": 1, "documents": 1, "facts": 1, "sessions": 1}
+
+    def test_the_folder_argument_defaults_to_mindpalace_workspace(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # like every -w option: `MINDPALACE_WORKSPACE=ws mindpalace status` used to read the cwd
+        (tmp_path / "cwd").mkdir()
+        monkeypatch.chdir(tmp_path / "cwd")
+        ws = tmp_path / "ws"
+        env = {"MINDPALACE_WORKSPACE": str(ws)}
+        assert CliRunner().invoke(app, ["init"], env=env).exit_code == 0
+        result = CliRunner().invoke(app, ["status", "--json"], env=env)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["workspace"] == str(ws.resolve())
+        assert list((tmp_path / "cwd").iterdir()) == []
 
     def test_table_output_lists_the_items(self, tmp_path: Path) -> None:
         ws = tmp_path / "ws"

@@ -17,7 +17,7 @@ app.add_typer(embed_app, name="embed")
 
 @embed_app.command("sync")
 def sync(
-    directory: Path = typer.Argument(Path("."), help="Workspace folder."),
+    directory: Path = typer.Argument(Path("."), help="Workspace folder.", envvar="MINDPALACE_WORKSPACE"),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Embed documents that lack a vector; after an embedder change re-embed all, then drop old vectors."""

@@ -20,7 +20,7 @@ CHECK_PROMPT = "Reply with the single word: ok"
 
 @llm_app.command("check")
 def check(
-    directory: Path = typer.Argument(Path("."), help="Workspace folder."),
+    directory: Path = typer.Argument(Path("."), help="Workspace folder.", envvar="MINDPALACE_WORKSPACE"),
     prompt: str = typer.Option(CHECK_PROMPT, "--prompt", help="The user message to send."),
     max_tokens: int = typer.Option(16, "--max-tokens", min=1, help="Cap on the reply (tokens)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),

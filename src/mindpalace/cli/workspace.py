@@ -14,7 +14,7 @@ from mindpalace.workspace import Workspace
 
 
 @app.command()
-def init(directory: Path = typer.Argument(Path("."), help="Workspace folder to create.")) -> None:
+def init(directory: Path = typer.Argument(Path("."), help="Workspace folder to create.", envvar="MINDPALACE_WORKSPACE")) -> None:
     """Create a workspace folder (idempotent): mindpalace.toml, memory.db, knowledge/, archive/."""
     ws = Workspace.init(directory)
     Memory.open(ws.root).close()  # creates and migrates memory.db
@@ -23,7 +23,7 @@ def init(directory: Path = typer.Argument(Path("."), help="Workspace folder to c
 
 @app.command()
 def status(
-    directory: Path = typer.Argument(Path("."), help="Workspace folder."),
+    directory: Path = typer.Argument(Path("."), help="Workspace folder.", envvar="MINDPALACE_WORKSPACE"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Show what a workspace holds: sessions, records, facts, events, sizes, schema version."""
