@@ -45,6 +45,12 @@ def test_task_events_lists_versions(ws: Path) -> None:
     assert [line.split()[:2] for line in result.output.splitlines()] == [["2", "constraint_set"], ["3", "step_started"]]
 
 
+def test_task_events_refuses_a_negative_limit(ws: Path) -> None:
+    # --limit -1 sliced [: -1] and silently hid the newest event
+    result = invoke("task", "events", "trip-42", "-w", str(ws), "--limit", "-1")
+    assert result.exit_code == 2 and "--limit" in result.output
+
+
 def test_task_resume_names_the_step_and_the_unknown_call(ws: Path) -> None:
     result = invoke("task", "resume", "trip-42", "-w", str(ws))
     assert result.exit_code == 0

@@ -92,7 +92,7 @@ def task_show(
 def task_events(
     task: str = typer.Argument(..., help="Task id."),
     from_version: int = typer.Option(1, "--from-version", help="First event version to show."),
-    limit: int = typer.Option(50, "--limit", help="Show at most this many events (0 = all)."),
+    limit: int = typer.Option(50, "--limit", min=0, help="Show at most this many events (0 = all)."),
     workspace: Path = WorkspaceOpt,
     session: str | None = SessionOpt,
     user: str | None = UserOpt,
