@@ -168,6 +168,10 @@ class TestDegradation:
             ({"tools": "get_user_details"}, "list of tool schemas"),
             ({"tools": {"type": "function"}}, "list of tool schemas"),
             ({"tools": [{"type": "function", "x": object()}]}, "JSON"),
+            ({"messages": "hello"}, "list of chat messages"),
+            ({"messages": [{"role": "user", "content": "hi"}, 5]}, r"messages\[1\]"),
+            ({"messages": [{"role": "alien", "content": "x"}]}, "role"),
+            ({"messages": [{"role": "user", "content": {"a": 1}}]}, "content"),
         ],
     )
     def test_a_request_the_model_api_could_not_take_is_refused(

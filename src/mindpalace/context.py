@@ -24,12 +24,12 @@ block; each degradation is named in the report. The final messages always go thr
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from mindpalace.errors import ContextBudgetError, ValidationError
+from mindpalace.session.messages import validate_message
 from mindpalace.session.pairing import PairingReport, repair_pairing, tool_groups
 from mindpalace.steps.checkpoint import render_checkpoint, render_summary_lines
 from mindpalace.steps.index import INDEX_HEADER
@@ -164,7 +164,7 @@ class ContextBuilder:
             ContextBudgetError: the budget is below the irreducible minimum (tool schemas +
                 reply priming).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
-                text; `tools` is not a list of JSON objects.
+                text; `tools` is not a list of JSON objects; a given message is malformed.
         """
         budget = self.default_budget() if budget_tokens is None else budget_tokens
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
@@ -194,7 +194,7 @@ class ContextBuilder:
             room = budget - self.counter.count_messages(fixed, tools)
             convo, unloaded = self._load_messages(max(0, room))
         else:
-            convo, unloaded = copy.deepcopy(list(messages)), 0
+            convo, unloaded = _given_messages(messages), 0
         lifted = [m for m in convo if m.get("role") == "system"]
         convo = [m for m in convo if m.get("role") != "system"]
         if system_prompt is None and lifted:
@@ -439,6 +439,19 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+def _given_messages(messages: Any) -> list[Message]:
+    """Checked, storable copies of caller-given messages (the same rules as stored ones)."""
+    if not isinstance(messages, list | tuple):
+        raise ValidationError(f"messages must be a list of chat messages, got {type(messages).__name__}")
+    out = []
+    for i, m in enumerate(messages):
+        try:
+            out.append(validate_message(m))  # a fresh copy: the caller's list is never changed
+        except ValidationError as exc:
+            raise ValidationError(f"messages[{i}]: {exc}") from exc
+    return out
 
 
 def _check_request(system_prompt: Any, tools: Any) -> None:
