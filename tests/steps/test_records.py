@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mindpalace import Memory
-from mindpalace.errors import InvalidNameError, NotFoundError
+from mindpalace.errors import InvalidNameError, NotFoundError, ValidationError
 from mindpalace.steps.records import RecordBook, parse_front_matter, render_record
 
 from .conftest import new_session
@@ -59,3 +59,5 @@ class TestReadByName:
         b.put_info("user_profile", "window seat", description="seat")
         assert list(b.read("user_profile").found) == ["user_profile"]
         assert b.read("nope").missing == ["nope"]
+        with pytest.raises(ValidationError, match="list of names"):
+            b.read(None)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import yaml
 
-from mindpalace.errors import InvalidNameError
+from mindpalace.errors import InvalidNameError, ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store import Record, Store
 from mindpalace.textsafe import clean_text, require_name, require_text
@@ -151,6 +151,8 @@ class RecordBook:
         read_files protocol), never iterated character by character."""
         if isinstance(names, str):
             names = [names]
+        elif not isinstance(names, Iterable):
+            raise ValidationError(f"record names must be a list of names, got {type(names).__name__}")
         asked: list[str] = []
         valid: list[str] = []
         for name in names:
