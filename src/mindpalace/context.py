@@ -161,8 +161,8 @@ class ContextBuilder:
             A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
 
         Raises:
-            ContextBudgetError: the budget is below the irreducible minimum (tool schemas +
-                reply priming).
+            ContextBudgetError: the budget is below the irreducible minimum: tool schemas +
+                reply priming + the protected constraints and user corrections (never cut, I7).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
                 text; `tools` is not a list of JSON objects; a given message is malformed.
         """
@@ -185,6 +185,12 @@ class ContextBuilder:
             consolidation = self._consolidate(blocks, system_prompt, tools, budget)
             if consolidation.consolidated:  # the archived-summary block changed
                 blocks = self._blocks()
+        protected = [p.message for p in blocks if p.name in PROTECTED_BLOCKS]
+        if protected and budget < (floor := self.counter.count_messages(protected, tools)):
+            raise ContextBudgetError(  # I7: constraints are never cut, so they must fit whole
+                budget, floor, "tool schemas, reply priming and the protected constraints and "
+                "user corrections, which are never cut"
+            )
         if messages is None:
             # Messages are dropped before any block is cut, so only the tail that fits beside
             # the blocks can survive: read just that much (plus one chunk) from the store.
@@ -387,7 +393,9 @@ class _Fitter:
             total = self.total()
         while total > self.budget and self.blocks:
             unprotected = [p for p in self.blocks if p.name not in PROTECTED_BLOCKS]
-            part = unprotected[0] if unprotected else self.blocks[0]
+            if not unprotected:  # cannot happen: build() refuses budgets below the protected floor
+                break
+            part = unprotected[0]
             self.blocks.remove(part)
             degradations.append(f"dropped block {part.name}")
             total = self.total()

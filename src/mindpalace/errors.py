@@ -93,13 +93,16 @@ class DimensionMismatchError(ValidationError):
 
 
 class ContextBudgetError(ValidationError):
-    """The requested prompt budget is below the irreducible minimum (tool schemas + priming)."""
+    """The requested prompt budget is below the irreducible minimum: tool schemas, reply
+    priming and the protected constraints / user corrections, which are never cut (I7)."""
 
-    def __init__(self, budget: int, minimum: int) -> None:
+    def __init__(
+        self, budget: int, minimum: int, parts: str = "tool schemas and reply priming"
+    ) -> None:
         self.budget, self.minimum = budget, minimum
         super().__init__(
             f"a prompt budget of {budget} tokens is below the irreducible minimum of {minimum} "
-            "tokens (tool schemas and reply priming); raise budget_tokens or send fewer tools"
+            f"tokens ({parts}); raise budget_tokens or send fewer tools"
         )
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mindpalace.errors import ConstraintError, ValidationError
+from mindpalace.errors import ConstraintError, ContextBudgetError, ValidationError
 from mindpalace.memory import Session
 from mindpalace.tasks import evaluate_guard, render_constraints, render_corrections
 
@@ -136,6 +136,13 @@ class TestContextBuilder:
         built = budgeted.context(budget_tokens=400)
         assert built.report.total_tokens <= 400
         assert any(m["content"] == block for m in built.messages)
+
+    def test_a_budget_smaller_than_the_constraints_is_refused_not_cut(self, budgeted: Session) -> None:
+        budgeted.constraints.set("notes", "never book a chain hotel " * 80, source="user")
+        budgeted.add_message({"role": "user", "content": "plan day 1"})
+        with pytest.raises(ContextBudgetError, match="protected constraints"):
+            budgeted.context(budget_tokens=200)
+        assert render_constraints(budgeted) in [m["content"] for m in budgeted.context(4000).messages]
 
 
 attempts = st.lists(
