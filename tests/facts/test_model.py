@@ -60,3 +60,14 @@ class TestFact:
         fact = Fact("user:uid", "x", importance=0.8, created_at=T0)
         assert fact.effective_importance(T0 + timedelta(days=10), 10) == pytest.approx(0.4)
         assert fact.effective_importance(T0 + timedelta(days=10), 0) == 0.8  # 0 = no decay
+
+
+def test_an_overlong_key_error_quotes_a_bounded_prefix() -> None:
+    import pytest
+
+    from mindpalace.errors import ValidationError
+    from mindpalace.facts.model import normalize_key
+
+    with pytest.raises(ValidationError, match="over 200 characters") as info:
+        normalize_key("user:" + "x" * 10_000)
+    assert len(str(info.value)) < 200

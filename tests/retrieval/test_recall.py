@@ -47,6 +47,8 @@ class TestRecall:
             hits = mem.session("s2", user=uid).recall("ramen", k=5)
             assert {(h.tier, h.scope.session) for h in hits} == {("message", "s2"), ("fact", "")}
 
-    def test_k_must_be_positive(self, memory: Memory, uid: str) -> None:
-        with pytest.raises(ValidationError, match="k must be at least 1"):
-            memory.session("s1", user=uid).recall("x", k=0)
+
+@pytest.mark.parametrize("bad_k", [0, -1, "3", 2.5, True])
+def test_recall_k_must_be_a_positive_int(memory: Memory, uid: str, bad_k: object) -> None:
+    with pytest.raises(ValidationError, match="recall k"):
+        memory.session(uid).recall("anything", k=bad_k)  # type: ignore[arg-type]

@@ -34,16 +34,17 @@ def normalize_key(key: str) -> str:
             for fact ids), NUL, or longer than 200 characters.
     """
     text = require_text("fact key", key, allow_empty=False)
+    shown = text if len(text) <= 60 else text[:60] + "…"  # messages quote a bounded prefix
     text = unicodedata.normalize("NFKC", text).strip().lower()
     entity, sep, attribute = text.partition(":")
     entity, attribute = _SPACES.sub("_", entity.strip()), _SPACES.sub("_", attribute.strip())
     if not sep or not entity or not attribute:
-        raise ValidationError(f"fact key {key!r} must look like 'entity:attribute', e.g. 'user:uid'")
+        raise ValidationError(f"fact key {shown!r} must look like 'entity:attribute', e.g. 'user:uid'")
     if "#" in entity or "#" in attribute:
-        raise ValidationError(f"fact key {key!r} must not contain '#' (reserved for fact ids)")
+        raise ValidationError(f"fact key {shown!r} must not contain '#' (reserved for fact ids)")
     out = f"{entity}:{attribute}"
     if len(out) > MAX_KEY_CHARS:
-        raise ValidationError(f"fact key {key!r} is over {MAX_KEY_CHARS} characters")
+        raise ValidationError(f"fact key {shown!r} is over {MAX_KEY_CHARS} characters ({len(out)})")
     return out
 
 

@@ -53,13 +53,13 @@ class Recall:
             query: free text, or an ``entity:attribute`` key.
             k: hits wanted (default ``facts.recall_top_k``), ≥ 1.
         Raises:
-            ValidationError: k < 1; InvalidTextError: `query` is not storable text.
+            ValidationError: k is not an int ≥ 1; InvalidTextError: `query` is not storable text.
             ProviderError: the embedder failed.
         """
         require_text("query", query)
         k = self.settings.recall_top_k if k is None else k
-        if k < 1:
-            raise ValidationError(f"recall k must be at least 1, got {k}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValidationError(f"recall k must be an integer of at least 1, got {k!r}")
         hits = self._working_hits(query)[:k]
         seen = {h.fact.key for h in hits if h.fact is not None}
         found = self.retriever.search(self.scopes(), query, k=k + len(seen))
