@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -34,6 +36,7 @@ from mindpalace.store.base import (
     StoredEvent,
     StoreStats,
 )
+from mindpalace.store.bm25 import PostingIndex
 from mindpalace.store.textindex import build_match_query, build_trigram_query, segment_for_index
 from mindpalace.store.vectors import ExactCosineIndex, VectorIndex, VectorIndexFactory
 from mindpalace.textsafe import require_name, require_text
@@ -102,6 +105,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX embeddings_model ON embeddings (model);
     CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
     INSERT INTO meta (key, value) VALUES ('embedding_generation', 0);
+    """,
+    # v2: the word index's postings, read by the in-process BM25 scorer (mindpalace.store.bm25).
+    """
+    CREATE VIRTUAL TABLE docs_fts_v USING fts5vocab(docs_fts, 'instance');
+    CREATE VIRTUAL TABLE docs_fts_r USING fts5vocab(docs_fts, 'row');
     """,
 ]
 
@@ -183,10 +191,17 @@ class SQLiteStore(Store):
         self._conns_lock = threading.Lock()
         self._vec_cache: dict[tuple[Any, ...], tuple[int, VectorIndex]] = {}
         self._vec_lock = threading.Lock()
+        self._bm25: PostingIndex | None = None
+        self._bm25_lock = threading.Lock()
+        self._bm25_build = (0.0, 0.0)  # (finished at, seconds taken) of the last build
+        self._token_cache: dict[str, tuple[str, ...]] = {}
         self._refuse_newer_schema()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._migrate()
         self.schema_version = SCHEMA_VERSION
+        sql = self._execute("SELECT sql FROM sqlite_master WHERE name = 'docs_fts'").fetchone()[0]
+        found = re.search(r"tokenize\s*=\s*'([^']*)'", sql)
+        self._fts_tokenizer = found.group(1) if found else "unicode61"
 
     # -- connections & transactions --------------------------------------------------------
     def _refuse_newer_schema(self) -> None:
@@ -692,12 +707,124 @@ class SQLiteStore(Store):
         match = build_match_query(query)
         if max_df_ratio is not None and " OR " in match:
             match = self._drop_common_terms(match, max_df_ratio)
-        hits = self._fts(scope, "docs_fts", match, k, kinds, "bm25")
+        hits = self._fast_bm25(scope, match, k, kinds)
+        if hits is None:
+            hits = self._fts(scope, "docs_fts", match, k, kinds, "bm25")
         if not hits:  # identifiers/substrings the word index cannot split the same way
             hits = self._fts(scope, "docs_tri", build_trigram_query(query), k, kinds, "trigram")
         if not hits and 0 < len(query.strip()) < 3:  # e.g. one ideograph: below bigram/trigram
             hits = self._substring(scope, query.strip(), k, kinds)
         return hits
+
+    # -- in-process BM25 (mindpalace.store.bm25) ------------------------------------------------
+    def _fast_bm25(
+        self, scope: Scope, match: str, k: int, kinds: Sequence[str] | None
+    ) -> list[SearchHit] | None:
+        """The word-index search scored in numpy; None = use the SQL path (inside a write
+        transaction, a term that is not exactly one index token, or a rebuild not yet due)."""
+        if not match or k <= 0:
+            return []
+        conn = self._conn()
+        if conn.in_transaction:  # uncommitted rows could be rolled back under the same generation
+            return None
+        try:
+            self._retry(lambda: conn.execute("BEGIN"))  # one snapshot for generation + data
+            try:
+                return self._fast_bm25_in_snapshot(conn, scope, match, k, kinds)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return None
+            raise StoreError(f"{self.path}: {exc}") from exc
+
+    def _fast_bm25_in_snapshot(
+        self, conn: sqlite3.Connection, scope: Scope, match: str, k: int,
+        kinds: Sequence[str] | None,
+    ) -> list[SearchHit] | None:
+        phrases = self._phrase_tokens(conn, [t[1:-1].replace('""', '"') for t in match.split(" OR ")])
+        if phrases is None:
+            return None
+        generation = self.search_generation()
+        index = self._bm25
+        if index is None or index.generation != generation:
+            built_at, took = self._bm25_build
+            # Amortise: a store written between every query serves from SQL instead of
+            # rebuilding each time (rebuilds take at most ~1/4 of the wall time).
+            if index is not None and time.monotonic() - built_at < 4 * took:
+                return None
+            t0 = time.monotonic()
+            doc_ids = np.fromiter(
+                (r[0] for r in conn.execute("SELECT id FROM docs ORDER BY id")), dtype=np.int64
+            )
+            try:
+                vocab = [(r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")]
+                occurrences = np.fromiter(
+                    (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v")), dtype=np.int64
+                )
+                index = PostingIndex.build(generation, doc_ids, vocab, occurrences)
+            except LookupError:
+                return None
+            with self._bm25_lock:
+                self._bm25 = index
+                self._bm25_build = (time.monotonic(), time.monotonic() - t0)
+        mask_key = (scope.values(), tuple(sorted(kinds)) if kinds else None)
+        mask = index.masks.get(mask_key)
+        if mask is None:
+            where, params = _scope_where(scope)
+            sql = f"SELECT id FROM docs WHERE {where or '1'}"
+            if kinds:
+                sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+                params += list(kinds)
+            ids = np.fromiter((r[0] for r in conn.execute(sql, params)), dtype=np.int64)
+            mask = np.zeros(index.n_docs, dtype=bool)
+            mask[np.searchsorted(index.doc_ids, ids)] = True
+            if len(index.masks) > 64:  # bounded: scopes come and go
+                index.masks.clear()
+            index.masks[mask_key] = mask
+        top = index.top(phrases, mask, k)
+        docs = self.get_documents([i for i, _ in top])
+        return [SearchHit(docs[i], score, rank, "bm25") for rank, (i, score) in enumerate(top, 1)]
+
+    def _phrase_tokens(self, conn: sqlite3.Connection, terms: list[str]) -> list[str] | None:
+        """The index token of each query term, tokenized by the word index's own tokenizer
+        (a scratch FTS5 table in the connection's temp schema); None when a term is not
+        exactly one token (a multi-token phrase needs positions: the SQL path handles it)."""
+        cache = self._token_cache
+        missing = [t for t in dict.fromkeys(terms) if t not in cache]
+        resolved: dict[str, tuple[str, ...]] = {}
+        if missing:
+            if not getattr(self._local, "qtok", False):
+                tok = self._fts_tokenizer.replace("'", "")
+                conn.execute(
+                    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.mp_qtok USING fts5(x, tokenize='{tok}')"
+                )
+                conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mp_qtok_v "
+                    "USING fts5vocab(temp, mp_qtok, 'instance')"
+                )
+                self._local.qtok = True
+            conn.execute("DELETE FROM temp.mp_qtok")
+            conn.executemany(
+                "INSERT INTO temp.mp_qtok (rowid, x) VALUES (?, ?)",
+                [(i, t) for i, t in enumerate(missing, 1)],
+            )
+            found: dict[int, list[tuple[int, str]]] = {}
+            for term, doc, offset in conn.execute("SELECT term, doc, offset FROM temp.mp_qtok_v"):
+                found.setdefault(int(doc), []).append((int(offset), term))
+            conn.execute("DELETE FROM temp.mp_qtok")
+            if len(cache) > 10_000:
+                cache.clear()
+            for i, t in enumerate(missing, 1):
+                resolved[t] = cache[t] = tuple(term for _, term in sorted(found.get(i, [])))
+        out = []
+        for t in terms:
+            tokens = resolved[t] if t in resolved else cache.get(t, ())
+            if len(tokens) != 1:
+                return None
+            out.append(tokens[0])
+        return out
 
     def _drop_common_terms(self, match: str, max_df_ratio: float) -> str:
         """Keep the OR-terms of `match` in at most max_df_ratio of all documents (the rarest
@@ -746,7 +873,7 @@ class SQLiteStore(Store):
         if kinds:
             sql += f" AND d.kind IN ({','.join('?' * len(kinds))})"
             params += list(kinds)
-        sql += " ORDER BY score LIMIT ?"
+        sql += " ORDER BY score, d.id LIMIT ?"
         params.append(k)
         try:
             rows = self._execute(sql, params).fetchall()
