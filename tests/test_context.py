@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
-from mindpalace.context import IMAGE_PLACEHOLDER, ContextBuilder
+from mindpalace.context import IMAGE_PLACEHOLDER
 from mindpalace.errors import ContextBudgetError, ValidationError
 from mindpalace.memory import Session
 from mindpalace.session.pairing import check_pairing
@@ -87,10 +87,10 @@ class TestAssembly:
         for i in range(40):
             s.add_message({"role": "user", "content": f"question {i} " + "about hotels " * 20})
             s.add_message({"role": "assistant", "content": f"answer {i} " + "a plan " * 20})
-            built = s.context(600)
+            built = s.prepare(600)
             assert built.messages[0] == {"role": "system", "content": "You plan Tokyo trips."}
         assert s.consolidator.last_consolidated > 1  # the system message itself was archived
-        assert s.context(600, consolidate=False).messages[0]["content"] == "You plan Tokyo trips."
+        assert s.context(600).messages[0]["content"] == "You plan Tokyo trips."
 
     def test_a_system_message_of_the_conversation_becomes_the_system_prompt(self, mem: Memory) -> None:
         s = fresh(mem)
@@ -110,18 +110,18 @@ class TestDegradation:
 
     def test_oldest_messages_go_in_whole_tool_groups(self, mem: Memory) -> None:
         s = filled(mem)
-        full = s.context(100_000, consolidate=False)
-        built = s.context(full.report.total_tokens - 60, consolidate=False)
+        full = s.context(100_000)
+        built = s.context(full.report.total_tokens - 60)
         assert any(d.startswith("dropped") and "oldest messages" in d for d in built.report.degradations)
         assert check_pairing(built.messages) == []
         assert built.messages[-1]["role"] == "tool"
 
-    def test_over_budget_messages_are_consolidated_into_history_first(self, mem: Memory) -> None:
+    def test_prepare_consolidates_over_budget_messages_into_history_first(self, mem: Memory) -> None:
         s = filled(mem)
         total = s.messages.count()
-        full = s.context(100_000)
+        full = s.prepare(100_000)
         assert full.report.consolidation is not None and not full.report.consolidation.consolidated
-        built = s.context(full.report.total_tokens - 60)
+        built = s.prepare(full.report.total_tokens - 60)
         assert built.report.consolidation is not None and built.report.consolidation.consolidated
         archived = s.consolidator.last_consolidated
         assert 0 < archived < total
@@ -191,7 +191,7 @@ class TestDegradation:
         s = fresh(mem)
         for i in range(300):
             s.add_message({"role": "user", "content": f"message {i} " + "words " * 30})
-        built = s.context(1_000, consolidate=False)
+        built = s.context(1_000)
         assert built.report.total_tokens <= 1_000
         assert built.report.degradations[0].endswith("oldest messages (not loaded)")
         assert built.messages[-1]["content"].startswith("message 299 ")
@@ -222,13 +222,13 @@ def test_the_prompt_never_exceeds_its_budget(
     for _ in range(images):
         msgs.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
     tools = TOOLS if with_tools else None
-    built = ContextBuilder(s).build(budget, system_prompt=system, tools=tools, messages=msgs)
+    built = s.context_builder.build(budget, system_prompt=system, tools=tools, messages=msgs)
     exact = s.memory.tokens.count_messages(built.messages, tools)
     assert built.report.total_tokens == exact <= budget
     assert sum(t for _, t in built.report.blocks) == exact
     assert check_pairing(built.messages) == []
     if exact < s.memory.tokens.count_messages(
-        ContextBuilder(s).build(10**7, system_prompt=system, tools=tools, messages=msgs).messages, tools
+        s.context_builder.build(10**7, system_prompt=system, tools=tools, messages=msgs).messages, tools
     ):
         assert built.report.degradations  # anything cut is named
 

@@ -2,45 +2,82 @@
 
 Start with :class:`Memory` (one workspace) and :meth:`Memory.session` (one agent conversation);
 every component below is reachable from a session and usable on its own.
+
+Names are loaded on first use (PEP 562), so ``import mindpalace`` costs next to nothing and a
+CLI call or a hook that shells out pays only for what it touches.
 """
 
-from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
-from mindpalace.errors import (
-    CircuitOpenError,
-    ConcurrencyError,
-    ConfigError,
-    ConstraintError,
-    ContextBudgetError,
-    DimensionMismatchError,
-    InvalidNameError,
-    InvalidTextError,
-    MindPalaceError,
-    NotFoundError,
-    OutcomeUnknownError,
-    ProviderError,
-    ProviderResponseError,
-    ProviderTimeoutError,
-    SchemaVersionError,
-    StoreBusyError,
-    StoreError,
-    TokenBudgetExceededError,
-    ValidationError,
-    WorkspaceError,
-)
-from mindpalace.facts import Fact, FactMemory
-from mindpalace.history import HistoryLog
-from mindpalace.memory import Memory, Session
-from mindpalace.retrieval.recall import RecallHit
-from mindpalace.scope import ANY, Scope
-from mindpalace.session import MessageLog
-from mindpalace.session.autocompact import AutoCompact
-from mindpalace.session.consolidator import Consolidator
-from mindpalace.settings import Settings, load_settings
-from mindpalace.steps import StepMemory
-from mindpalace.tasks import Task, Tasks
-from mindpalace.workspace import Workspace
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
+    from mindpalace.errors import (
+        CircuitOpenError,
+        ConcurrencyError,
+        ConfigError,
+        ConstraintError,
+        ContextBudgetError,
+        DimensionMismatchError,
+        InvalidNameError,
+        InvalidTextError,
+        MindPalaceError,
+        NotFoundError,
+        OutcomeUnknownError,
+        ProviderError,
+        ProviderResponseError,
+        ProviderTimeoutError,
+        SchemaVersionError,
+        StoreBusyError,
+        StoreError,
+        TokenBudgetExceededError,
+        ValidationError,
+        WorkspaceError,
+    )
+    from mindpalace.facts import Fact, FactMemory, RecallHit
+    from mindpalace.history import HistoryLog
+    from mindpalace.memory import Memory, Session
+    from mindpalace.providers.embed import Embedder
+    from mindpalace.providers.llm import LLMProvider
+    from mindpalace.scope import ANY, Scope
+    from mindpalace.session import MessageLog
+    from mindpalace.session.autocompact import AutoCompact
+    from mindpalace.session.consolidator import Consolidator
+    from mindpalace.settings import Settings, load_settings
+    from mindpalace.steps import StepMemory
+    from mindpalace.summary import Summarizer
+    from mindpalace.tasks import EventRegistry, Task, Tasks
+    from mindpalace.workspace import Workspace
 
 __version__ = "0.1.0"
+
+_ERRORS = (
+    "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
+    "DimensionMismatchError", "InvalidNameError", "InvalidTextError", "MindPalaceError",
+    "NotFoundError", "OutcomeUnknownError", "ProviderError", "ProviderResponseError",
+    "ProviderTimeoutError", "SchemaVersionError", "StoreBusyError", "StoreError",
+    "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
+)
+_LOCATIONS: dict[str, str] = {
+    **dict.fromkeys(_ERRORS, "mindpalace.errors"),
+    **dict.fromkeys(("BuiltContext", "ContextBuilder", "ContextReport"), "mindpalace.context"),
+    **dict.fromkeys(("Fact", "FactMemory", "RecallHit"), "mindpalace.facts"),
+    **dict.fromkeys(("Memory", "Session"), "mindpalace.memory"),
+    **dict.fromkeys(("ANY", "Scope"), "mindpalace.scope"),
+    **dict.fromkeys(("Settings", "load_settings"), "mindpalace.settings"),
+    **dict.fromkeys(("EventRegistry", "Task", "Tasks"), "mindpalace.tasks"),
+    "AutoCompact": "mindpalace.session.autocompact",
+    "Consolidator": "mindpalace.session.consolidator",
+    "Embedder": "mindpalace.providers.embed",
+    "HistoryLog": "mindpalace.history",
+    "LLMProvider": "mindpalace.providers.llm",
+    "MessageLog": "mindpalace.session",
+    "StepMemory": "mindpalace.steps",
+    "Summarizer": "mindpalace.summary",
+    "Workspace": "mindpalace.workspace",
+}
 
 __all__ = [
     "ANY",
@@ -55,11 +92,14 @@ __all__ = [
     "ContextBuilder",
     "ContextReport",
     "DimensionMismatchError",
+    "Embedder",
+    "EventRegistry",
     "Fact",
     "FactMemory",
     "HistoryLog",
     "InvalidNameError",
     "InvalidTextError",
+    "LLMProvider",
     "Memory",
     "MessageLog",
     "MindPalaceError",
@@ -76,6 +116,7 @@ __all__ = [
     "StepMemory",
     "StoreBusyError",
     "StoreError",
+    "Summarizer",
     "Task",
     "Tasks",
     "TokenBudgetExceededError",
@@ -85,3 +126,16 @@ __all__ = [
     "__version__",
     "load_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module that holds `name` on first access (PEP 562)."""
+    location = _LOCATIONS.get(name)
+    if location is None:
+        raise AttributeError(f"module 'mindpalace' has no attribute {name!r}")
+    return getattr(import_module(location), name)
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the module's own dunders."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__"))})

@@ -1,17 +1,22 @@
 """ContextBuilder: the ONLY place that assembles a prompt — every part counted, never over budget.
 
-Order of the prompt (one system message per block, then the conversation):
+Building is read-only: the same stored state in gives the same messages out, nothing is written
+and no model is called (``Session.context``, ``mindpalace context``). Making room first — the
+consolidation of older messages into history.jsonl — is the agent path's explicit turn call,
+``Session.prepare``, which runs the consolidator and then this builder.
 
-0. user corrections (seed 004; :func:`_corrections_block`, newest first, at the very top)
-1. system prompt (given, else the latest ``system`` message of the conversation)
-2. protected constraints (seed 004; :func:`_constraints_block`, filled by the tasks component)
+Order of the prompt (one message per block, roles from :data:`mindpalace.blocks.BLOCK_ROLES`,
+then the conversation):
+
+0. user corrections (seed 004, newest first, at the very top)
+1. system prompt (given, else the session's latest ``system`` message, archived or not)
+2. protected constraints (seed 004, I7)
 3. working checkpoint (seed 003)
 4. memory index (seed 000)
 5. "Summarized memory (compressed from earlier steps)" (seed 000 summary tier)
 6. recent steps, 7. pending steps (seed 000)
 8. the last ``<summary>`` lines (seed 003)
-9. archived context summary (seed 002; :func:`_archived_summary_block`, filled by the session
-   consolidator)
+9. archived context summary (seed 002)
 10. the last messages (after the consolidation cursor)
 
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
@@ -25,25 +30,31 @@ block; each degradation is named in the report. The final messages always go thr
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
+from mindpalace.blocks import (
+    BLOCK_ORDER,
+    PROTECTED_BLOCKS,
+    Block,
+    Message,
+    ToolSchema,
+    block_message,
+)
+from mindpalace.checks import require_int
 from mindpalace.errors import ContextBudgetError, ValidationError
-from mindpalace.session.messages import validate_message
+from mindpalace.session.consolidator import ConsolidationResult, Consolidator
+from mindpalace.session.messages import MessageLog, validate_message
 from mindpalace.session.pairing import PairingReport, repair_pairing, tool_groups
 from mindpalace.steps.checkpoint import render_checkpoint, render_summary_lines
 from mindpalace.steps.index import INDEX_HEADER
+from mindpalace.steps.memory import StepMemory
+from mindpalace.tasks.task import Tasks
 from mindpalace.textsafe import require_text
-
-if TYPE_CHECKING:
-    from mindpalace.memory import Session
-    from mindpalace.session.consolidator import ConsolidationResult
-
-Message = dict[str, Any]
+from mindpalace.tokens import TokenCounter
 
 IMAGE_TYPES: Final = frozenset({"image_url", "image", "input_image"})
-PROTECTED_BLOCKS: Final = frozenset({"user corrections", "protected constraints"})
-"""Blocks that are never truncated (I7); dropped only after every other part is gone."""
 IMAGE_PLACEHOLDER: Final = "[image omitted to fit the context budget]"
 TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
@@ -59,10 +70,10 @@ class ContextReport:
         total_tokens: ``count_messages(messages, tools)`` of the returned prompt.
         budget_tokens: the budget asked for; ``total_tokens <= budget_tokens`` always.
         degradations: what was dropped or cut, in order (empty when everything fit).
-        consolidation: what the consolidator archived before building (None when it did
-            not run: explicit `messages` or ``consolidate=False``).
         pairing: what :func:`repair_pairing` repaired (dangling calls closed, orphan results
             dropped) in the conversation.
+        consolidation: what ``Session.prepare`` archived before building (None for a pure
+            build, ``Session.context``).
     """
 
     blocks: list[tuple[str, int]]
@@ -80,82 +91,110 @@ class BuiltContext:
 
     messages: list[Message]
     report: ContextReport
-    tools: list[dict[str, Any]] | None = None
+    tools: list[ToolSchema] | None = None
 
 
-# -- hooks other components fill --------------------------------------------------------------
-def _constraints_block(session: Session) -> str | None:
-    """Protected constraints + guards of the session's task, verbatim (seed 004, I7); None if none."""
-    from mindpalace.tasks import render_constraints
+class ContextSources(Protocol):
+    """What a prompt is built from — read-only views of the session's components."""
 
-    return render_constraints(session)
+    def memory_blocks(self) -> Mapping[Block, str]:
+        """The text of every memory block the session has now (absent = no such block)."""
+        ...
 
+    def system_message(self) -> Message | None:
+        """The session's newest ``system`` message, archived or not (None when none)."""
+        ...
 
-def _corrections_block(session: Session) -> str | None:
-    """The newest user corrections (seed 004: they take effect on the very next prompt, at the top)."""
-    from mindpalace.tasks import render_corrections
+    def message_range(self) -> tuple[int, int]:
+        """(first, last) 1-based index of the messages still in the prompt (after the
+        consolidation cursor); first > last when there are none."""
+        ...
 
-    return render_corrections(session)
-
-
-def _archived_summary_block(session: Session) -> str | None:
-    """The consolidator's archived summary of older messages (seed 002); None when none yet."""
-    block = session.consolidator.summary_block()
-    return block["content"] if block else None
-
-
-def _message_start(session: Session) -> int:
-    """1-based index of the first message not yet consolidated (seed 002 ``last_consolidated``)."""
-    return session.consolidator.last_consolidated + 1
+    def read_messages(self, first: int, last: int) -> list[Message]:
+        """Stored messages first..last (inclusive), oldest first."""
+        ...
 
 
-# -- the builder --------------------------------------------------------------------------------
+class SessionSources:
+    """:class:`ContextSources` over one session's components (the facade wires it)."""
+
+    def __init__(
+        self, messages: MessageLog, steps: StepMemory, consolidator: Consolidator, tasks: Tasks
+    ) -> None:
+        self.messages = messages
+        self.steps = steps
+        self.consolidator = consolidator
+        self.tasks = tasks
+
+    def memory_blocks(self) -> dict[Block, str]:
+        steps = self.steps
+        steps.refresh()  # another process may have moved the tiers since this handle looked
+        index = steps.index()
+        corrections, constraints = self.tasks.prompt_blocks()
+        texts = {
+            Block.CORRECTIONS: corrections,
+            Block.CONSTRAINTS: constraints,
+            Block.CHECKPOINT: render_checkpoint(steps.state.checkpoint),
+            Block.MEMORY_INDEX: INDEX_HEADER + "\n" + "\n".join(index) if index else None,
+            Block.STEP_SUMMARY: steps.render_summary(),
+            Block.RECENT_STEPS: steps.render_recent(),
+            Block.PENDING_STEPS: steps.render_pending(),
+            Block.SUMMARY_LINES: render_summary_lines(steps.summary_lines),
+            Block.ARCHIVED_SUMMARY: self.consolidator.summary_text(),
+        }
+        return {block: text for block, text in texts.items() if text}
+
+    def system_message(self) -> Message | None:
+        return self.messages.latest_system()
+
+    def message_range(self) -> tuple[int, int]:
+        return self.consolidator.last_consolidated + 1, self.messages.count()
+
+    def read_messages(self, first: int, last: int) -> list[Message]:
+        return [m.message for m in self.messages.list(from_index=first, to_index=last)]
+
+
 @dataclass
 class _Part:
-    name: str
+    name: Block
     message: Message
 
 
 class ContextBuilder:
-    """Builds the prompt of one session under a token budget.
+    """Builds the prompt of one session under a token budget. Never writes.
+
+    Example:
+        >>> built = ContextBuilder(sources, counter).build(4_000, system_prompt="You plan trips.")  # doctest: +SKIP
+        >>> built.report.total_tokens <= 4_000                                                   # doctest: +SKIP
+        True
 
     Args:
-        session: the session whose memory (steps, constraints, messages) goes into the prompt.
+        sources: the session's memory blocks and stored messages (:class:`ContextSources`).
+        counter: the token counter (I9).
     """
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.counter = session.memory.tokens
-
-    def default_budget(self) -> int:
-        """context window − max completion − safety buffer (tokens), from ``[session]``."""
-        s = self.session.memory.settings.session
-        return s.context_window_tokens - s.max_completion_tokens - s.safety_buffer_tokens
+    def __init__(self, sources: ContextSources, counter: TokenCounter) -> None:
+        self.sources = sources
+        self.counter = counter
 
     def build(
         self,
-        budget_tokens: int | None = None,
+        budget_tokens: int,
         *,
         system_prompt: str | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        messages: list[Message] | None = None,
-        consolidate: bool = True,
+        tools: Sequence[ToolSchema] | None = None,
+        messages: Sequence[Message] | None = None,
     ) -> BuiltContext:
-        """Assemble the prompt for the next model call.
+        """Assemble the prompt for the next model call. Read-only.
 
         Args:
-            budget_tokens: hard cap on ``count_messages(result.messages, tools)`` (tokens);
-                None = :meth:`default_budget`.
+            budget_tokens: hard cap on ``count_messages(result.messages, tools)`` (tokens).
             system_prompt: the system prompt; None = the latest ``system`` message of the
                 conversation (system messages are always lifted out of the conversation; with
                 stored messages, the session's latest one even if it is archived).
             tools: tool schemas sent with the request (counted, I9).
             messages: the conversation; None = the session's stored messages after the
                 consolidation cursor (only the tail that can matter is read).
-            consolidate: with stored messages, first let the session's consolidator archive
-                older messages into history.jsonl when the prompt is over `budget_tokens`
-                (seed 002), so messages leave the prompt with a durable summary (I2) rather
-                than by the last-resort drop.
 
         Returns:
             A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
@@ -166,110 +205,100 @@ class ContextBuilder:
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
                 text; `tools` is not a list of JSON objects; a given message is malformed.
         """
-        budget = self.default_budget() if budget_tokens is None else budget_tokens
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValidationError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
-        _check_request(system_prompt, tools)
-        if messages is None and system_prompt is None:
-            # The session's system message, even when it was archived long ago (seed 002: the
-            # system prompt is never consolidated away).
-            latest = self.session.messages.latest_system()
-            system_prompt = _text(latest.get("content")) if latest else None
-        minimum = self.counter.count_messages([], tools)
-        if budget < minimum:
-            raise ContextBudgetError(budget, minimum)
-        degradations: list[str] = []
+        budget = require_int("budget_tokens", budget_tokens)
+        tool_list = _check_request(system_prompt, tools)
+        convo_given = None if messages is None else _given_messages(messages)
+        if convo_given is None and system_prompt is None:
+            system_prompt = self._stored_system_prompt()
         blocks = self._blocks()
-        consolidation = None
-        if messages is None and consolidate:
-            consolidation = self._consolidate(blocks, system_prompt, tools, budget)
-            if consolidation.consolidated:  # the archived-summary block changed
-                blocks = self._blocks()
-        protected = [p.message for p in blocks if p.name in PROTECTED_BLOCKS]
-        if protected and budget < (floor := self.counter.count_messages(protected, tools)):
-            raise ContextBudgetError(  # I7: constraints are never cut, so they must fit whole
-                budget, floor, "tool schemas, reply priming and the protected constraints and "
-                "user corrections, which are never cut"
-            )
-        if messages is None:
+        self._check_floor(budget, blocks, tool_list)
+        if convo_given is None:
             # Messages are dropped before any block is cut, so only the tail that fits beside
             # the blocks can survive: read just that much (plus one chunk) from the store.
             fixed = [p.message for p in blocks]
             if system_prompt is not None:
-                fixed.append({"role": "system", "content": system_prompt})
-            room = budget - self.counter.count_messages(fixed, tools)
+                fixed.append(block_message(Block.SYSTEM_PROMPT, system_prompt))
+            room = budget - self.counter.count_messages(fixed, tool_list)
             convo, unloaded = self._load_messages(max(0, room))
         else:
-            convo, unloaded = _given_messages(messages), 0
+            convo, unloaded = convo_given, 0
         lifted = [m for m in convo if m.get("role") == "system"]
         convo = [m for m in convo if m.get("role") != "system"]
         if system_prompt is None and lifted:
             system_prompt = _text(lifted[-1].get("content"))
         convo, pairing = repair_pairing(convo)
         if system_prompt:
-            at = 1 if blocks and blocks[0].name == "user corrections" else 0  # corrections stay on top
-            blocks.insert(at, _Part("system prompt", {"role": "system", "content": system_prompt}))
-        fitter = _Fitter(self.counter, blocks, convo, tools, budget)
-        if unloaded:
-            fitter.dropped_messages += unloaded
+            at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
+            blocks.insert(at, _Part(Block.SYSTEM_PROMPT, block_message(Block.SYSTEM_PROMPT, system_prompt)))
+        degradations: list[str] = []
+        fitter = _Fitter(self.counter, blocks, convo, tool_list, budget)
+        fitter.dropped_messages += unloaded
         fitter.fit(degradations)
         final, check = repair_pairing(fitter.flat())
         if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
             pairing.closed_calls += check.closed_calls
             pairing.dropped_results += check.dropped_results
-        report = fitter.report(final, degradations, pairing)
-        report.consolidation = consolidation
-        return BuiltContext(final, report, tools)
+        return BuiltContext(final, fitter.report(final, degradations, pairing), tool_list)
 
-    def _consolidate(
+    def fixed_tokens(
         self,
-        blocks: list[_Part],
-        system_prompt: str | None,
-        tools: list[dict[str, Any]] | None,
-        budget: int,
-    ) -> ConsolidationResult:
-        """Run the consolidator with the exact size of every fixed part but its own summary."""
-        fixed = [p.message for p in blocks if p.name != "archived summary"]
+        budget_tokens: int,
+        *,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSchema] | None = None,
+    ) -> int:
+        """Tokens of every fixed part of the prompt :meth:`build` would make (system prompt and
+        memory blocks, each as ``count_message``) except the archived summary, which the
+        consolidator sizes itself. Read-only; raises what :meth:`build` raises for these
+        arguments, so ``Session.prepare`` refuses a bad request before it writes anything."""
+        budget = require_int("budget_tokens", budget_tokens)
+        tool_list = _check_request(system_prompt, tools)
+        if system_prompt is None:
+            system_prompt = self._stored_system_prompt()
+        blocks = self._blocks()
+        self._check_floor(budget, blocks, tool_list)
+        fixed = [p.message for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
-            fixed.append({"role": "system", "content": system_prompt})
-        tokens = sum(self.counter.count_message(m) for m in fixed)
-        return self.session.consolidator.maybe_consolidate(
-            system_tokens=tokens, tools=tools, budget_tokens=budget
-        )
+            fixed.append(block_message(Block.SYSTEM_PROMPT, system_prompt))
+        return sum(self.counter.count_message(m) for m in fixed)
+
+    def _stored_system_prompt(self) -> str | None:
+        # The session's system message, even when it was archived long ago (seed 002: the
+        # system prompt is never consolidated away).
+        latest = self.sources.system_message()
+        return _text(latest.get("content")) if latest else None
+
+    def _check_floor(self, budget: int, blocks: list[_Part], tools: list[ToolSchema] | None) -> None:
+        minimum = self.counter.count_messages([], tools)
+        if budget < minimum:
+            raise ContextBudgetError(budget, minimum)
+        protected = [p.message for p in blocks if p.name in PROTECTED_BLOCKS]
+        if protected and budget < (floor := self.counter.count_messages(protected, tools)):
+            raise ContextBudgetError(  # I7: constraints are never cut, so they must fit whole
+                budget, floor, "tool schemas, reply priming and the protected constraints and "
+                "user corrections, which are never cut"
+            )
 
     def _blocks(self) -> list[_Part]:
-        """Every block but the system prompt (which :meth:`build` inserts), in prompt order."""
-        steps = self.session.steps
-        steps.refresh()  # another process may have moved the tiers since this handle looked
-        index = steps.index()
-        texts = [
-            ("user corrections", _corrections_block(self.session)),
-            ("protected constraints", _constraints_block(self.session)),
-            ("working checkpoint", render_checkpoint(steps.state.checkpoint)),
-            ("memory index", INDEX_HEADER + "\n" + "\n".join(index) if index else None),
-            ("summarized memory", steps.render_summary()),
-            ("recent steps", steps.render_recent()),
-            ("pending steps", steps.render_pending()),
-            ("summary lines", render_summary_lines(steps.summary_lines)),
-            ("archived summary", _archived_summary_block(self.session)),
-        ]
-        return [_Part(name, {"role": "system", "content": t}) for name, t in texts if t]
+        """Every memory block present, in prompt order (the system prompt is inserted later)."""
+        texts = self.sources.memory_blocks()
+        return [_Part(b, block_message(b, texts[b])) for b in BLOCK_ORDER if texts.get(b)]
 
     def _load_messages(self, budget: int) -> tuple[list[Message], int]:
         """The stored tail after the cursor: read backwards in growing chunks until the loaded
         messages alone pass the budget (older ones would be dropped anyway). Returns
         (messages, count of older messages not loaded)."""
-        log = self.session.messages
-        first, end = _message_start(self.session), log.count() + 1
+        first, last = self.sources.message_range()
+        end = last + 1
         loaded: list[Message] = []
         lo, chunk = end, FIRST_LOAD_MESSAGES
         while lo > first:
             new_lo = max(first, lo - chunk)
-            loaded = [m.message for m in log.list(from_index=new_lo, to_index=lo - 1)] + loaded
+            loaded = self.sources.read_messages(new_lo, lo - 1) + loaded
             lo, chunk = new_lo, chunk * 2
             if self.counter.count_messages(_without_images(loaded)) > budget:
                 break
-        unloaded = lo - first
+        unloaded = max(0, lo - first)
         if unloaded:  # a partial load may start inside a tool group: its results go with it
             while loaded and loaded[0].get("role") == "tool":
                 loaded.pop(0)
@@ -282,10 +311,10 @@ class _Fitter:
 
     def __init__(
         self,
-        counter: Any,
+        counter: TokenCounter,
         blocks: list[_Part],
         convo: list[Message],
-        tools: list[dict[str, Any]] | None,
+        tools: list[ToolSchema] | None,
         budget: int,
     ) -> None:
         self.counter = counter
@@ -403,7 +432,7 @@ class _Fitter:
     def report(
         self, final: list[Message], degradations: list[str], pairing: PairingReport
     ) -> ContextReport:
-        rows = [(p.name, self.counter.count_message(p.message)) for p in self.blocks]
+        rows = [(p.name.value, self.counter.count_message(p.message)) for p in self.blocks]
         convo = final[len(self.blocks):]
         if convo:
             rows.append((f"messages ({len(convo)})", sum(self.counter.count_message(m) for m in convo)))
@@ -462,15 +491,17 @@ def _given_messages(messages: Any) -> list[Message]:
     return out
 
 
-def _check_request(system_prompt: Any, tools: Any) -> None:
-    """Refuse what the model API could not be sent (the prompt is built for a real request)."""
+def _check_request(system_prompt: Any, tools: Any) -> list[ToolSchema] | None:
+    """Refuse what the model API could not be sent (the prompt is built for a real request);
+    returns the tool schemas as a list (None when there are none)."""
     if system_prompt is not None:
         require_text("system_prompt", system_prompt)
     if tools is None:
-        return
-    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return None
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
         raise ValidationError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
     try:
         json.dumps(tools, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"tools must be JSON-serialisable: {exc}") from exc
+    return list(tools)

@@ -1,68 +1,124 @@
 """The facade: `Memory` (one workspace) and `Session` (one agent conversation) — the one way in.
 
-Every component is reached from here, already scoped; CLI, REST and MCP are thin layers over
-the same calls (DESIGN.md §7).
+This is the only module that wires components together (DESIGN.md §2). Each component is
+constructed here from exactly what it uses — the store, its scope, its settings section, the
+token counter, the summarizer, the history log, a clock — and none of them can reach back up to
+the facade, so a test builds any component from a store and fakes and a second facade (async,
+REST) reuses them unchanged. CLI, REST and MCP are thin layers over the calls below (§7).
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mindpalace.scope import Scope
+from mindpalace.blocks import Message, ToolSchema
+from mindpalace.context import BuiltContext, ContextBuilder, SessionSources
+from mindpalace.facts import Fact, FactMemory, Recall, RecallHit
+from mindpalace.history import HistoryLog
+from mindpalace.providers.embed import Embedder, make_embedder
+from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
+from mindpalace.retrieval.embedding_sync import Progress, SyncReport, sync_embeddings
+from mindpalace.retrieval.hybrid import HybridRetriever
+from mindpalace.scope import ANY, Scope
+from mindpalace.session.autocompact import AutoCompact, CompactOutcome
+from mindpalace.session.consolidator import Consolidator
+from mindpalace.session.lease import LOCKS_DIRNAME, Lease, session_lock, turn_lease
 from mindpalace.session.messages import MessageLog
+from mindpalace.settings import Settings
+from mindpalace.steps import ReadResult, StepMemory
 from mindpalace.store import Store, open_store
+from mindpalace.summary import Summarizer
+from mindpalace.tasks import Constraints, EventRegistry, Task, Tasks, ToolCall, find_task
+from mindpalace.timeutil import utcnow
 from mindpalace.tokens import TokenCounter, get_counter
 from mindpalace.workspace import Workspace
 
-if TYPE_CHECKING:
-    from mindpalace.context import BuiltContext
-    from mindpalace.facts import Fact, FactMemory
-    from mindpalace.providers.embed.base import Embedder
-    from mindpalace.providers.llm.base import LLMProvider
-    from mindpalace.retrieval.embedding_sync import Progress, SyncReport
-    from mindpalace.retrieval.hybrid import HybridRetriever, RecallHit
-    from mindpalace.session.consolidator import Consolidator
-    from mindpalace.session.lease import Lease
-    from mindpalace.steps import ReadResult, StepMemory
-    from mindpalace.tasks import Constraints, Task, Tasks, ToolCall
+SettingsOverride = Mapping[str, Any]
+"""Values for one settings section, e.g. ``{"budget_tokens": 500}`` for ``steps``."""
 
 
 class Memory:
-    """One workspace: settings, store, token counter, LLM and embedder.
+    """One workspace: settings, store, token counter, LLM and embedder, shared by its sessions.
 
     Example:
         >>> mem = Memory.open("./ws")                       # doctest: +SKIP
         >>> s = mem.session("trip-42", user="u1", agent="planner")  # doctest: +SKIP
 
-    Args (of :meth:`open`):
-        location: a workspace folder (created if missing).
-        tenant: the tenant every scope of this handle belongs to.
-        **overrides: setting sections to override, e.g. ``steps={"budget_tokens": 500}``.
-
-    Raises:
-        ConfigError: malformed mindpalace.toml or environment value.
-        SchemaVersionError: the database is newer than this code (nothing written).
+    Args:
+        workspace: the opened workspace folder (paths and settings).
+        store: the store protocol every component writes through.
+        tenant: the tenant every scope of this handle belongs to (I10).
+        event_registry: task event models beyond the built-in ones (see :meth:`open`).
     """
 
-    def __init__(self, workspace: Workspace, store: Store, *, tenant: str = "default") -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        store: Store,
+        *,
+        tenant: str = "default",
+        event_registry: EventRegistry | None = None,
+    ) -> None:
         self.workspace = workspace
-        self.settings = workspace.settings
+        self.settings: Settings = workspace.settings
         self.store = store
         self.tenant = tenant
+        self.event_registry = event_registry
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, location: str | Path, *, tenant: str = "default", **overrides: Any) -> Memory:
-        workspace = Workspace.open(location, **overrides)
-        store = open_store(workspace.db_path, workspace.settings.store)
-        return cls(workspace, store, tenant=tenant)
+    def open(
+        cls,
+        location: str | os.PathLike[str],
+        *,
+        tenant: str = "default",
+        create: bool = True,
+        event_registry: EventRegistry | None = None,
+        tokens: SettingsOverride | None = None,
+        llm: SettingsOverride | None = None,
+        embed: SettingsOverride | None = None,
+        store: SettingsOverride | None = None,
+        summary: SettingsOverride | None = None,
+        steps: SettingsOverride | None = None,
+        session: SettingsOverride | None = None,
+        knowledge: SettingsOverride | None = None,
+        facts: SettingsOverride | None = None,
+        tasks: SettingsOverride | None = None,
+    ) -> Memory:
+        """Open (by default, create) the workspace folder at `location`.
 
+        Args:
+            location: a workspace folder: ``mindpalace.toml``, ``memory.db``, ``history/``,
+                ``knowledge/``, ``archive/``.
+            tenant: the tenant every scope of this handle belongs to.
+            create: create the workspace when the folder is not one yet (False: refuse).
+            event_registry: an :class:`~mindpalace.tasks.EventRegistry` holding user-defined
+                task event types (the default registry is frozen: built-in events only).
+            tokens … tasks: overrides of one settings section each, on top of the workspace's
+                ``mindpalace.toml`` and ``MINDPALACE_*`` variables, e.g.
+                ``steps={"budget_tokens": 500}`` (see :mod:`mindpalace.settings`).
+
+        Raises:
+            WorkspaceError: `location` is not a workspace and `create` is False, or it cannot
+                be created.
+            ConfigError: malformed mindpalace.toml, environment value or override.
+            SchemaVersionError: the database is newer than this code (nothing written).
+        """
+        sections = {"tokens": tokens, "llm": llm, "embed": embed, "store": store,
+                    "summary": summary, "steps": steps, "session": session,
+                    "knowledge": knowledge, "facts": facts, "tasks": tasks}
+        overrides = {name: dict(values) for name, values in sections.items() if values is not None}
+        workspace = Workspace.open(os.fspath(location), create=create, **overrides)
+        return cls(workspace, open_store(workspace.db_path, workspace.settings.store),
+                   tenant=tenant, event_registry=event_registry)
+
+    # -- services shared by every session ---------------------------------------------------
     @cached_property
     def tokens(self) -> TokenCounter:
         """The configured token counter (exact tiktoken, or the high-erring estimate)."""
@@ -71,16 +127,31 @@ class Memory:
     @cached_property
     def llm(self) -> LLMProvider:
         """The configured LLM provider; the offline extractive provider when none is set."""
-        from mindpalace.providers.llm import make_llm
-
         return make_llm(self.settings.llm, self.tokens)
+
+    @cached_property
+    def summarizer(self) -> Summarizer:
+        """The LLM behind the one summary gate (I3), used by every summarizing component.
+
+        The provider is built on the first summary, not here: reading a session never builds
+        (or needs the credentials of) a model client."""
+        return Summarizer(_FirstUse(lambda: self.llm), self.tokens, settings=self.settings.summary)
 
     @cached_property
     def embedder(self) -> Embedder | None:
         """The configured embedder, or None when ``embed.provider = "none"``."""
-        from mindpalace.providers.embed import make_embedder
-
         return make_embedder(self.settings.embed)
+
+    @cached_property
+    def retriever(self) -> HybridRetriever:
+        """Hybrid keyword + vector retrieval over this store (shared by every session)."""
+        return HybridRetriever(self.store, self.embedder, self.settings.facts)
+
+    @cached_property
+    def history(self) -> HistoryLog:
+        """The workspace's history.jsonl, where consolidation archives (seed 002)."""
+        return HistoryLog(self.workspace.history_dir,
+                          entry_max_chars=self.settings.session.history_entry_max_chars)
 
     def sync_embeddings(self, *, progress: Progress | None = None) -> SyncReport | None:
         """Embed every document that lacks a vector from the configured embedder (all scopes);
@@ -93,17 +164,9 @@ class Memory:
         """
         if self.embedder is None:
             return None
-        from mindpalace.retrieval.embedding_sync import sync_embeddings
-
         return sync_embeddings(self.store, self.embedder, progress=progress)
 
-    @cached_property
-    def retriever(self) -> HybridRetriever:
-        """Hybrid keyword + vector retrieval over this store (shared by every session)."""
-        from mindpalace.retrieval.hybrid import HybridRetriever
-
-        return HybridRetriever(self.store, self.embedder, self.settings.facts)
-
+    # -- sessions, tasks, maintenance ---------------------------------------------------------
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
         """A concrete scope in this handle's tenant."""
         return Scope(self.tenant, user, agent, session)
@@ -111,6 +174,32 @@ class Memory:
     def session(self, session_id: str, *, user: str = "", agent: str = "") -> Session:
         """The session `session_id` of (`user`, `agent`); created on first write."""
         return Session(self, self.scope(user=user, agent=agent, session=session_id))
+
+    def autocompact(self, *, clock: Callable[[], datetime] = utcnow) -> AutoCompact:
+        """The idle-session compactor over this workspace (seed 002 AutoCompact)."""
+        return AutoCompact(self.store, lambda scope: Session(self, scope).consolidator,
+                           settings=self.settings.session, clock=clock)
+
+    def compact_idle(self) -> list[CompactOutcome]:
+        """Compact every session of this tenant that is idle past
+        ``session.idle_compact_after_minutes`` (none when it is 0); sessions with a turn in
+        flight are skipped. See :class:`~mindpalace.session.autocompact.AutoCompact`."""
+        return self.autocompact().run_once(Scope(self.tenant, ANY, ANY, ANY))
+
+    def find_task(
+        self, task_id: str, *, session: str | None = None, user: str | None = None,
+        agent: str | None = None,
+    ) -> Task:
+        """The one task `task_id` of this tenant, in any session unless narrowed (a session id
+        that is not a valid task name finds that session's default task).
+
+        Raises:
+            NotFoundError: no such task. ValidationError: several scopes hold one — narrow it.
+        """
+        within = Scope(self.tenant, ANY if user is None else user, ANY if agent is None else agent,
+                       ANY if session is None else session)
+        return find_task(self.store, within, task_id, settings=self.settings.tasks,
+                         registry=self.event_registry)
 
     def close(self) -> None:
         if "llm" in self.__dict__:  # only if it was built: closes the HTTP pool of a real client
@@ -124,8 +213,26 @@ class Memory:
         self.close()
 
 
+class _FirstUse:
+    """A :class:`~mindpalace.summary.SummaryModel` that builds the real provider on first use."""
+
+    def __init__(self, build: Callable[[], LLMProvider]) -> None:
+        self._build = build
+
+    def summarize(
+        self, text: str, *, max_tokens: int, instructions: str | None = None,
+        budget: TokenBudget | None = None,
+    ) -> Completion:
+        return self._build().summarize(text, max_tokens=max_tokens, instructions=instructions,
+                                       budget=budget)
+
+
 class Session:
-    """One agent conversation: every component, scoped to (tenant, user, agent, session)."""
+    """One agent conversation: every component, scoped to (tenant, user, agent, session).
+
+    Two calls make a prompt, and only one of them writes: :meth:`prepare` (the agent path,
+    before every model call) and :meth:`context` (inspection, read-only).
+    """
 
     def __init__(self, memory: Memory, scope: Scope) -> None:
         self.memory = memory
@@ -144,7 +251,7 @@ class Session:
         """The session's durable chat log (OpenAI format, append-only)."""
         return MessageLog(self.store, self.scope)
 
-    def add_message(self, message: dict[str, Any], *, timestamp: datetime | None = None) -> int:
+    def add_message(self, message: Message, *, timestamp: datetime | None = None) -> int:
         """Append one OpenAI-format message; returns its 1-based index. See MessageLog.add."""
         return self.messages.add(message, timestamp=timestamp)
 
@@ -152,12 +259,8 @@ class Session:
     @cached_property
     def facts(self) -> FactMemory:
         """Working memory (this session) + long-term facts (this user and agent)."""
-        from mindpalace.facts import FactMemory
-
-        return FactMemory(
-            self.store, self.scope, settings=self.memory.settings.facts,
-            embedder=self.memory.embedder,
-        )
+        return FactMemory(self.store, self.scope, settings=self.memory.settings.facts,
+                          embedder=self.memory.embedder)
 
     def remember(self, key: str, content: str, *, importance: float = 0.5, source: str = "") -> Fact:
         """Remember ``entity:attribute`` = content. See :meth:`FactMemory.remember`."""
@@ -169,58 +272,132 @@ class Session:
 
     def recall(self, query: str, k: int | None = None) -> list[RecallHit]:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
-        steps, snapshots and history of this user (scoped). See :class:`mindpalace.retrieval.recall.Recall`."""
-        from mindpalace.retrieval.recall import Recall
-
+        steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`."""
         return Recall(self.facts, self.memory.retriever, self.memory.settings.facts)(query, k)
 
     # -- consolidation (seed 002; mindpalace.session.consolidator / autocompact) -------------
     @cached_property
     def consolidator(self) -> Consolidator:
-        """Keeps the prompt under the input budget: ``.maybe_consolidate(system_tokens=…)``,
+        """Keeps the stored conversation under the input budget: ``.maybe_consolidate(…)``,
         ``.last_consolidated``, ``.last_summary`` (the "Archived context summary")."""
-        from mindpalace.session.consolidator import Consolidator
-
-        return Consolidator(self)
+        mem = self.memory
+        return Consolidator(
+            self.store, self.scope, history=mem.history,
+            lock=session_lock(mem.workspace.history_dir / LOCKS_DIRNAME, self.scope),
+            counter=mem.tokens, summarizer=mem.summarizer, settings=mem.settings.session,
+        )
 
     def lease(self, *, holder: str = "", ttl_seconds: float | None = None) -> AbstractContextManager[Lease]:
         """Hold the turn lease while a turn is in flight (idle compaction skips the session).
 
         Durable in the store (holder, pid, host, expiry) so other processes see it; raises
         SessionBusyError when another live holder has it. See mindpalace.session.lease."""
-        from mindpalace.session.lease import turn_lease
-
         s = self.memory.settings.session
         return turn_lease(self.store, self.scope, self.consolidator.lock, holder=holder,
                           ttl_seconds=s.lease_ttl_seconds if ttl_seconds is None else ttl_seconds,
                           lock_timeout_seconds=s.lock_timeout_seconds)
 
-    # -- step memory (seeds 000, 003; mindpalace.steps) and the context builder -----------------
+    def compact(self) -> CompactOutcome:
+        """Archive this session down to its recent window now, idle or not (never while a turn
+        holds the lease). Running it again with no new messages changes nothing (I5)."""
+        return self.memory.autocompact().compact(self.scope, force=True)
+
+    # -- step memory (seeds 000, 003; mindpalace.steps) ----------------------------------------
     @cached_property
     def steps(self) -> StepMemory:
         """Step tiers, records, memory index, working checkpoint: ``s.steps.begin(goal=…)``."""
-        from mindpalace.steps import StepMemory
-
-        return StepMemory(self)
+        mem = self.memory
+        return StepMemory(self.store, self.scope, counter=mem.tokens, summarizer=mem.summarizer,
+                          settings=mem.settings.steps)
 
     def read_records(self, names: Iterable[str]) -> ReadResult:
         """Records by name (read_files protocol); unknown names are in ``.missing``, not raised."""
         return self.steps.read_records(names)
 
-    def context(self, budget_tokens: int | None = None, **options: Any) -> BuiltContext:
-        """The prompt for the next model call, never over `budget_tokens` (default: the input
-        budget = context window − max completion − safety buffer). See ContextBuilder.build."""
-        from mindpalace.context import ContextBuilder
+    # -- the prompt: inspection (read-only) and the turn (makes room, then builds) -------------
+    @cached_property
+    def context_builder(self) -> ContextBuilder:
+        """The session's :class:`~mindpalace.context.ContextBuilder` (read-only)."""
+        sources = SessionSources(self.messages, self.steps, self.consolidator, self.tasks)
+        return ContextBuilder(sources, self.memory.tokens)
 
-        return ContextBuilder(self).build(budget_tokens, **options)
+    def context(
+        self,
+        budget_tokens: int | None = None,
+        *,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSchema] | None = None,
+        messages: Sequence[Message] | None = None,
+    ) -> BuiltContext:
+        """The prompt for the next model call as the stored state gives it now — read-only:
+        nothing is written, no model is called, the same state gives the same messages.
+
+        Use it to inspect or to send a prompt you assemble yourself (`messages`); the agent
+        loop calls :meth:`prepare` instead, which first makes room by consolidation.
+
+        Args:
+            budget_tokens: cap on the prompt (tokens); None = the input budget
+                (``session.context_window_tokens − max_completion_tokens − safety_buffer_tokens``).
+            system_prompt: None = the session's latest stored system message.
+            tools: tool schemas sent with the request (counted, I9).
+            messages: a conversation to use instead of the stored one.
+
+        Returns:
+            A :class:`~mindpalace.context.BuiltContext`, never over the budget; what did not
+            fit is named in ``report.degradations``.
+
+        Raises:
+            ContextBudgetError / ValidationError: see :meth:`ContextBuilder.build`.
+        """
+        return self.context_builder.build(self._budget(budget_tokens), system_prompt=system_prompt,
+                                          tools=tools, messages=messages)
+
+    def prepare(
+        self,
+        budget_tokens: int | None = None,
+        *,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSchema] | None = None,
+    ) -> BuiltContext:
+        """The agent path, before every model call: make room, then build (seed 002).
+
+        When the stored conversation with every fixed part of the prompt is over the budget,
+        older messages are consolidated at a safe boundary (never inside a tool call/result
+        group) into history.jsonl with a gated summary, down to ``consolidation_ratio`` of
+        the budget; then the prompt is built exactly as :meth:`context` builds it. Pass the
+        same budget every turn (or none: the configured input budget) — whatever is archived
+        for it stays archived.
+
+        Args:
+            budget_tokens: this model call's input budget (tokens); None = the configured
+                input budget.
+            system_prompt / tools: as for :meth:`context`.
+
+        Returns:
+            The built prompt; ``report.consolidation`` says what was archived.
+
+        Raises:
+            ContextBudgetError / ValidationError: as :meth:`context`, before anything is written.
+            StoreBusyError: another process holds the session lock past ``lock_timeout_seconds``.
+            StoreError: history.jsonl or the store could not be written (nothing left the prompt).
+        """
+        budget = self._budget(budget_tokens)
+        fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
+        result = self.consolidator.maybe_consolidate(
+            system_tokens=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
+        built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools)
+        built.report.consolidation = result
+        return built
+
+    def _budget(self, budget_tokens: int | None) -> int:
+        return self.memory.settings.session.input_budget_tokens if budget_tokens is None else budget_tokens
 
     # -- durable task state (seed 004; mindpalace.tasks) --------------------------------------
     @cached_property
     def tasks(self) -> Tasks:
         """The session's event-sourced tasks: ``s.tasks("trip")``, ``s.tasks.ledger``."""
-        from mindpalace.tasks import Tasks
-
-        return Tasks(self.store, self.scope, self.memory.settings.tasks)
+        return Tasks(self.store, self.scope, settings=self.memory.settings.tasks,
+                     registry=self.memory.event_registry)
 
     @property
     def task(self) -> Task:
@@ -236,9 +413,17 @@ class Session:
         """Exactly-once tool call of the default task (see :meth:`mindpalace.tasks.Task.tool_call`)."""
         return self.task.tool_call(name, args, idempotent=idempotent, key=key)
 
-    def checkpoint(self, **state: Any) -> int:
-        """Atomic checkpoint of the default task (see :meth:`mindpalace.tasks.Task.checkpoint`)."""
-        return self.task.checkpoint(**state)
+    def checkpoint(
+        self,
+        *,
+        step: int | None = None,
+        artifacts: dict[str, Any] | None = None,
+        pending: list[str] | None = None,
+        snapshot: bool = False,
+    ) -> int:
+        """Atomic checkpoint of the default task; returns its version (see
+        :meth:`mindpalace.tasks.Task.checkpoint`)."""
+        return self.task.checkpoint(step=step, artifacts=artifacts, pending=pending, snapshot=snapshot)
 
     def __repr__(self) -> str:
         return f"Session({self.scope})"

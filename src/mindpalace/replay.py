@@ -176,8 +176,9 @@ def replay(
     """Feed transcripts into `session` in order (they share the session: one long run).
 
     Args:
-        budget_tokens: when given, the prompt is built with ``session.context`` before every
-            assistant message (= every model call) and its size recorded.
+        budget_tokens: when given, the prompt is made with ``session.prepare`` (consolidate,
+            then build — the agent path) before every assistant message (= every model call)
+            and its size recorded.
         system_prompt: passed to the context builder (else the transcript's system message).
         on_model_call: called before every assistant message (e.g. a baseline to compare).
 
@@ -277,7 +278,7 @@ def _close(session: Session, tracker: _StepTracker, stats: ReplayStats, reason: 
 
 def _measure(session: Session, budget: int, system_prompt: str | None, stats: ReplayStats) -> None:
     t0 = time.perf_counter()
-    built = session.context(budget, system_prompt=system_prompt)
+    built = session.prepare(budget, system_prompt=system_prompt)
     stats.context_ms.append((time.perf_counter() - t0) * 1000)
     stats.prompt_tokens.append(built.report.total_tokens)
     stats.over_budget += built.report.total_tokens > budget

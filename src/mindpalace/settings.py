@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import tomllib
 import typing
+import warnings
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_settings import (
     BaseSettings,
@@ -28,6 +29,8 @@ from mindpalace.errors import ConfigError
 
 ENV_PREFIX = "MINDPALACE_"
 CONFIG_FILENAME = "mindpalace.toml"
+
+_RENAMED_MIN_TOKENS = (("steps", "min_summary_tokens"), ("session", "summary_min_tokens"))
 
 _toml_path: ContextVar[Path | None] = ContextVar("mindpalace_toml_path", default=None)
 
@@ -101,6 +104,15 @@ class StoreSettings(_Section):
     )
 
 
+class SummarySettings(_Section):
+    """The one summary gate (I3) every summarizing job goes through (mindpalace.summary)."""
+
+    min_tokens: int = Field(
+        10, ge=1, description="A summary shorter than this is rejected (tokens); step compaction, "
+        "consolidation and every later summarizing job share it.",
+    )
+
+
 class StepSettings(_Section):
     """Step memory tiers (seed 000, TuriX)."""
 
@@ -109,7 +121,6 @@ class StepSettings(_Section):
     warn_ratio: float = Field(0.7, gt=0, description="Recent over warn_ratio·B → a warning is logged.")
     hard_ratio: float = Field(1.0, gt=0, description="Recent over hard_ratio·B → compaction.")
     summary_budget_multiplier: float = Field(4.0, gt=0, description="Summary tier budget = multiplier·B (tokens).")
-    min_summary_tokens: int = Field(10, ge=1, description="A summary shorter than this is rejected (tokens).")
     index_max_entries: int = Field(50, ge=1, description="Memory index entries shown to the model, newest first.")
     summary_lines_injected: int = Field(40, ge=0, description="Last <summary> lines re-injected each turn (seed 003).")
     max_read_files_reinvocations: int = Field(3, ge=0, description="read_files re-invocations allowed per step.")
@@ -133,7 +144,6 @@ class SessionSettings(_Section):
     summary_max_tokens: int = Field(512, ge=16, description="Cap on one consolidation summary (tokens).")
     raw_breadcrumb_max_chars: int = Field(4_000, ge=100, description="Cap on a raw archive breadcrumb (characters).")
     history_entry_max_chars: int = Field(16_000, ge=100, description="Cap on one history.jsonl entry (characters).")
-    summary_min_tokens: int = Field(10, ge=1, description="A consolidation summary shorter than this is rejected (tokens).")
     summary_share_of_target: float = Field(
         0.25, gt=0, le=1, description="The injected archived summary may use at most this share of the "
         "consolidation target ratio·budget (tokens), and never more than summary_max_tokens.",
@@ -148,6 +158,25 @@ class SessionSettings(_Section):
     )
     lease_ttl_seconds: float = Field(600.0, gt=0, description="A turn lease expires after this unless renewed (seconds).")
     lock_timeout_seconds: float = Field(120.0, gt=0, description="Wait for the per-session consolidation lock (seconds).")
+
+    @property
+    def input_budget_tokens(self) -> int:
+        """The input budget: context window − max completion − safety buffer (tokens).
+
+        The default prompt budget of ``Session.context`` / ``Session.prepare`` and the budget
+        consolidation keeps the stored conversation under. Always ≥ 1 (checked on load).
+        """
+        return self.context_window_tokens - self.max_completion_tokens - self.safety_buffer_tokens
+
+    @model_validator(mode="after")
+    def _leaves_room_for_a_prompt(self) -> SessionSettings:
+        if self.input_budget_tokens < 1:
+            raise ValueError(
+                f"context_window_tokens ({self.context_window_tokens}) must be larger than "
+                f"max_completion_tokens + safety_buffer_tokens ({self.max_completion_tokens} + "
+                f"{self.safety_buffer_tokens}); the input budget would be {self.input_budget_tokens} tokens"
+            )
+        return self
 
 
 class KnowledgeSettings(_Section):
@@ -204,11 +233,33 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     embed: EmbedSettings = EmbedSettings()
     store: StoreSettings = StoreSettings()
+    summary: SummarySettings = SummarySettings()
     steps: StepSettings = StepSettings()
     session: SessionSettings = SessionSettings()
     knowledge: KnowledgeSettings = KnowledgeSettings()
     facts: FactSettings = FactSettings()
     tasks: TaskSettings = TaskSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """Read the pre-0.2 names of the summary minimum (``steps.min_summary_tokens``,
+        ``session.summary_min_tokens``) as ``summary.min_tokens``, with a DeprecationWarning."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for section, old in _RENAMED_MIN_TOKENS:
+            values = data.get(section)
+            if isinstance(values, dict) and old in values:
+                values = dict(values)
+                value = values.pop(old)
+                data[section] = values
+                summary = dict(data.get("summary") or {})
+                summary.setdefault("min_tokens", value)
+                data["summary"] = summary
+                warnings.warn(f"setting {section}.{old} is now summary.min_tokens",
+                              DeprecationWarning, stacklevel=2)
+        return data
 
     @classmethod
     def settings_customise_sources(
@@ -244,10 +295,13 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     except PydanticValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
-        problem = f"{err['msg']} (got {err.get('input')!r})"
-        expected = _expected(loc)
-        if expected:
-            problem = f"expected {expected}; {problem}"
+        if err["type"] == "value_error":  # a cross-field check: its message says it all
+            problem = str(err["msg"]).removeprefix("Value error, ")
+        else:
+            problem = f"{err['msg']} (got {err.get('input')!r})"
+            expected = _expected(loc)
+            if expected:
+                problem = f"expected {expected}; {problem}"
         raise ConfigError(_origin(loc, config_file, overrides), ".".join(loc), problem) from exc
     finally:
         _toml_path.reset(token)

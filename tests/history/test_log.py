@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mindpalace.errors import StoreError, ValidationError
-from mindpalace.history import HistoryLog, strip_reasoning
+from mindpalace.history import HistoryLog
 from mindpalace.history.log import CURSOR_FILENAME
 from mindpalace.scope import Scope
 
@@ -51,19 +51,6 @@ class TestAppend:
         e = hist.append(SCOPE, "<think>plan the answer</think>User booked TK001.")
         assert e.content == "User booked TK001."
         assert "plan" not in lines(hist)[0]
-
-    @pytest.mark.parametrize(
-        ("raw", "clean"),
-        [
-            ("<thinking>x\ny</thinking> kept", "kept"),
-            ("kept <reasoning>unfinished", "kept"),
-            ("leaked tail</think>answer", "answer"),
-            ("<THINK a=1>x</THINK>A <analysis>b</analysis>B", "A B"),
-            ("no tags at all", "no tags at all"),
-        ],
-    )
-    def test_strip_reasoning_variants(self, raw: str, clean: str) -> None:
-        assert strip_reasoning(raw) == clean
 
     def test_entries_are_capped(self, hist: HistoryLog) -> None:
         e = hist.append(SCOPE, "x" * 1000)

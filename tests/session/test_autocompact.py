@@ -13,11 +13,13 @@ import pytest
 
 from mindpalace import Memory
 from mindpalace.errors import ValidationError
-from mindpalace.session.autocompact import AutoCompact, recent_window_cut
+from mindpalace.scope import ANY, Scope
+from mindpalace.session.autocompact import recent_window_cut
 from mindpalace.session.lease import LEASE_KEY, STATE_NAMESPACE, SessionBusyError, lease_active
 from mindpalace.session.pairing import tool_groups
 from mindpalace.timeutil import to_iso, utcnow
 
+EVERYONE = Scope("default", ANY, ANY, ANY)
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=utcnow().tzinfo)
 
 
@@ -47,7 +49,7 @@ class TestIdle:
         s = mem.session("idle", user="u")
         chat(s, 20)
         clock = Clock(T0 + timedelta(minutes=16))
-        out = AutoCompact(mem, clock=clock).compact(s)
+        out = mem.autocompact(clock=clock).compact(s.scope)
         assert out.status == "compacted" and out.archived_messages == 12
         assert s.consolidator.last_consolidated == 12
         assert [m.index for m in s.consolidator.live_messages()] == list(range(13, 21))
@@ -58,15 +60,15 @@ class TestIdle:
         s = mem.session("naive")
         chat(s, 4)
         with pytest.raises(ValidationError, match="now: naive"):
-            AutoCompact(mem).is_idle(s, now=datetime(2025, 1, 1))
+            mem.autocompact().is_idle(s.scope, now=datetime(2025, 1, 1))
         with pytest.raises(ValidationError, match="clock"):
-            AutoCompact(mem, clock=lambda: datetime(2025, 1, 1)).compact(s)
+            mem.autocompact(clock=lambda: datetime(2025, 1, 1)).compact(s.scope)
         assert s.consolidator.last_consolidated == 0
 
     def test_active_session_is_left_alone(self, mem: Memory) -> None:
         s = mem.session("busy-ish")
         chat(s, 20)
-        out = AutoCompact(mem, clock=Clock(T0 + timedelta(minutes=14))).compact(s)
+        out = mem.autocompact(clock=Clock(T0 + timedelta(minutes=14))).compact(s.scope)
         assert out.status == "active" and s.consolidator.last_consolidated == 0
 
     def test_zero_minutes_disables(self, tmp_path: Path) -> None:
@@ -74,13 +76,13 @@ class TestIdle:
                          session={"idle_compact_after_minutes": 0}) as m:
             s = m.session("x")
             chat(s, 20)
-            ac = AutoCompact(m, clock=Clock(T0 + timedelta(days=3)))
-            assert ac.run_once() == [] and ac.compact(s).status == "disabled"
+            ac = m.autocompact(clock=Clock(T0 + timedelta(days=3)))
+            assert ac.run_once(EVERYONE) == [] and ac.compact(s.scope).status == "disabled"
 
     def test_short_session_is_still_archived_for_the_dream_job(self, mem: Memory) -> None:
         s = mem.session("short")
         chat(s, 4)
-        out = AutoCompact(mem, clock=Clock(T0 + timedelta(hours=1))).compact(s)
+        out = mem.autocompact(clock=Clock(T0 + timedelta(hours=1))).compact(s.scope)
         assert out.status == "compacted"
         assert s.consolidator.last_consolidated == 2  # all but the last turn
         assert s.consolidator.history.read(session=s.scope)[0].messages == (1, 2)
@@ -88,16 +90,16 @@ class TestIdle:
     def test_compacting_twice_changes_nothing(self, mem: Memory) -> None:
         s = mem.session("twice")
         chat(s, 20)
-        ac = AutoCompact(mem, clock=Clock(T0 + timedelta(hours=1)))
-        ac.compact(s)
+        ac = mem.autocompact(clock=Clock(T0 + timedelta(hours=1)))
+        ac.compact(s.scope)
         state, cursor = s.consolidator.state(), s.consolidator.history.cursor()
-        assert ac.compact(s).status == "unchanged"
+        assert ac.compact(s.scope).status == "unchanged"
         assert (s.consolidator.state(), s.consolidator.history.cursor()) == (state, cursor)
 
     def test_run_once_visits_every_session_of_the_tenant(self, mem: Memory) -> None:
         for name in ("a", "b"):
             chat(mem.session(name, user=name), 12)
-        outs = AutoCompact(mem, clock=Clock(T0 + timedelta(hours=1))).run_once()
+        outs = mem.autocompact(clock=Clock(T0 + timedelta(hours=1))).run_once(EVERYONE)
         assert sorted((o.session, o.status) for o in outs) == [("a", "compacted"), ("b", "compacted")]
 
 
@@ -105,18 +107,18 @@ class TestLease:
     def test_leased_session_is_never_touched_even_when_forced(self, mem: Memory) -> None:
         s = mem.session("leased")
         chat(s, 20)
-        ac = AutoCompact(mem, clock=Clock(utcnow() + timedelta(minutes=1)))
+        ac = mem.autocompact(clock=Clock(utcnow() + timedelta(minutes=1)))
         with s.lease(holder="agent-loop"):
-            assert ac.compact(s, force=True).status == "busy"
+            assert ac.compact(s.scope, force=True).status == "busy"
             assert s.consolidator.last_consolidated == 0
-        assert ac.compact(s, force=True).status == "compacted"
+        assert ac.compact(s.scope, force=True).status == "compacted"
 
     def test_lease_is_visible_to_another_handle(self, mem: Memory) -> None:
         s = mem.session("shared")
         chat(s, 20)
         with Memory.open(mem.workspace.root) as other, s.lease(ttl_seconds=7200):
-            out = AutoCompact(other, clock=Clock(utcnow() + timedelta(hours=1))).compact(
-                other.session("shared"))
+            out = other.autocompact(clock=Clock(utcnow() + timedelta(hours=1))).compact(
+                other.session("shared").scope)
             assert out.status == "busy"
 
     def test_second_holder_is_refused(self, mem: Memory) -> None:
@@ -218,13 +220,13 @@ def _agent(ws: str, turns: int, out: Any, done: Any) -> None:
 
 def _compactor(ws: str, out: Any, done: Any) -> None:
     with Memory.open(ws, embed={"provider": "none"}, session=SMALL) as m:
-        ac = AutoCompact(m)
+        ac = m.autocompact()
         s = m.session("race", user="u")
         seen = []
         while True:
             finished = done.is_set()
             if s.messages.count():
-                ac.compact(s)
+                ac.compact(s.scope)
             seen.append(s.consolidator.last_consolidated)
             if finished:
                 break

@@ -12,6 +12,7 @@ from mindpalace import Memory
 from mindpalace.memory import Session
 from mindpalace.settings import LLMSettings
 from mindpalace.steps import StepMemory
+from mindpalace.testing import wiring
 from mindpalace.testing.fakes import FakeLLM
 
 SMALL = {"budget_tokens": 60, "line_max_chars": 120}
@@ -31,9 +32,9 @@ def new_session(mem: Memory) -> Session:
     return mem.session(uuid.uuid4().hex[:10], user="u1", agent="a1")
 
 
-def step_memory(mem: Memory, llm: object | None = None) -> StepMemory:
+def step_memory(mem: Memory, llm: FakeLLM | None = None) -> StepMemory:
     """A StepMemory on a fresh session, summarizing with `llm` (default: extractive FakeLLM)."""
-    return StepMemory(new_session(mem), llm=llm or FakeLLM(settings=LLMSettings(max_retries=0)))
+    return wiring.step_memory(new_session(mem), llm or FakeLLM(settings=LLMSettings(max_retries=0)))
 
 
 def run_steps(steps: StepMemory, n: int, *, start: int = 0) -> list[int]:

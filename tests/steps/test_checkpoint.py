@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from mindpalace import Memory
-from mindpalace.steps import StepMemory, extract_summary
+from mindpalace.steps import extract_summary
 from mindpalace.steps.checkpoint import render_checkpoint
+from mindpalace.testing import wiring
 
 from .conftest import new_session
 
@@ -31,13 +32,13 @@ class TestExtractSummary:
 
 class TestInSession:
     def test_the_last_40_lines_are_kept_for_injection(self, small_memory: Memory) -> None:
-        steps = StepMemory(new_session(small_memory))
+        steps = wiring.step_memory(new_session(small_memory))
         for i in range(45):
             steps.note_reply(f"<summary>turn {i}</summary>")
         assert steps.summary_lines == [f"turn {i}" for i in range(5, 45)]
 
     def test_checkpoint_updates_only_the_fields_given(self, small_memory: Memory) -> None:
-        steps = StepMemory(new_session(small_memory))
+        steps = wiring.step_memory(new_session(small_memory))
         steps.checkpoint(key_info="reservation ZFA04Y, seat 12A")
         cp = steps.checkpoint(related_sop="rebooking_sop")
         assert (cp.key_info, cp.related_sop) == ("reservation ZFA04Y, seat 12A", "rebooking_sop")

@@ -1,11 +1,10 @@
-"""Compaction: the summary gate (I3), snapshots before summaries (I2), progress or stop (I4)."""
+"""Compaction: gated summaries (I3), snapshots before summaries (I2), progress or stop (I4)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +12,6 @@ from mindpalace import Memory
 from mindpalace.errors import ProviderResponseError
 from mindpalace.providers.llm import Completion, Usage
 from mindpalace.settings import LLMSettings
-from mindpalace.steps import GateVerdict, summary_gate
 from mindpalace.steps.tiers import step_line
 from mindpalace.testing.fakes import FakeLLM
 from mindpalace.textsafe import clean_text
@@ -25,42 +23,6 @@ COUNTER = get_counter("o200k_base")
 GOOD = "Reservations R0001 and R0002 were found for passengers one and two; both are confirmed."
 SOURCE_TOKENS = 200
 SNAPSHOT_NAME = re.compile(r"memory_snapshot_(?:recent|summary)_step_\d+(?:_\d+)?")
-
-
-def gate(output: Any, finish: str = "stop", source: int = SOURCE_TOKENS) -> GateVerdict:
-    return summary_gate(output, source_tokens=source, counter=COUNTER, min_tokens=10, finish_reason=finish)
-
-
-class TestSummaryGate:
-    def test_a_real_summary_passes(self) -> None:
-        assert gate(GOOD) is GateVerdict.PASSED
-
-    @pytest.mark.parametrize(
-        ("output", "finish", "verdict"),
-        [
-            (None, "stop", GateVerdict.NOT_A_STRING),
-            (42, "stop", GateVerdict.NOT_A_STRING),
-            (["a"], "stop", GateVerdict.NOT_A_STRING),
-            ("", "stop", GateVerdict.EMPTY),
-            (" \n\t ", "stop", GateVerdict.WHITESPACE),
-            (GOOD, "error", GateVerdict.ERROR_FINISH),
-            (GOOD, "content_filter", GateVerdict.ERROR_FINISH),
-            ("(nothing)", "stop", GateVerdict.PLACEHOLDER),
-            ("N/A", "stop", GateVerdict.PLACEHOLDER),
-            ("Summary:", "stop", GateVerdict.PLACEHOLDER),
-            ("...", "stop", GateVerdict.PLACEHOLDER),
-            ("TODO", "stop", GateVerdict.PLACEHOLDER),
-            ("Found two reservations.", "stop", GateVerdict.TOO_SHORT),
-        ],
-    )
-    def test_each_bad_kind_is_rejected_with_its_reason(self, output: Any, finish: str, verdict: GateVerdict) -> None:
-        assert gate(output, finish) is verdict
-
-    def test_a_summary_not_shorter_than_its_source_is_rejected(self) -> None:
-        assert gate(GOOD, source=COUNTER.count(GOOD)) is GateVerdict.NOT_SHORTER
-
-    def test_length_finish_is_not_an_error(self) -> None:
-        assert gate(GOOD, "length") is GateVerdict.PASSED
 
 
 def completion(text: Any, finish: str = "stop") -> Completion:

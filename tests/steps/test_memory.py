@@ -13,8 +13,8 @@ import pytest
 
 from mindpalace import Memory
 from mindpalace.errors import NotFoundError, ValidationError
-from mindpalace.steps import StepMemory
 from mindpalace.steps.tiers import parse_step_line
+from mindpalace.testing import wiring
 
 from .conftest import SMALL, new_session, run_steps, step_memory
 
@@ -138,7 +138,7 @@ class TestRestart:
         path = tmp_path / "ws"
         with Memory.open(path, embed={"provider": "none"}, steps=SMALL) as mem:
             s = mem.session("trip", user="u1")
-            steps = StepMemory(s)
+            steps = wiring.step_memory(s)
             run_steps(steps, 9)
             steps.begin("still pending")
             steps.checkpoint(key_info="booking ZFA04Y keeps seat 12A", related_sop="rebooking_sop")
@@ -153,7 +153,7 @@ class TestRestart:
 
     def test_a_second_writer_with_a_stale_view_does_not_overwrite(self, small_memory: Memory) -> None:
         s = new_session(small_memory)
-        one, two = StepMemory(s), StepMemory(s)
+        one, two = wiring.step_memory(s), wiring.step_memory(s)
         a = one.begin("from writer one")
         b = two.begin("from writer two")  # two's cache is stale: it reloads and retries
         assert (a, b) == (1, 2)
@@ -164,7 +164,7 @@ CRASH_CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
     from mindpalace import Memory
-    from mindpalace.steps import StepMemory
+    from mindpalace.testing import wiring
     from mindpalace.testing.fakes import FakeLLM
     from mindpalace.settings import LLMSettings
 
@@ -178,7 +178,7 @@ CRASH_CHILD = textwrap.dedent(
         return "summary of reservations " + " ".join(f"R{i:04d}" for i in range(3))
 
     mem = Memory.open(path, embed={"provider": "none"}, steps={"budget_tokens": 60, "line_max_chars": 120})
-    steps = StepMemory(mem.session("crash", user="u"), llm=FakeLLM(default=summarize, settings=LLMSettings(max_retries=0)))
+    steps = wiring.step_memory(mem.session("crash", user="u"), FakeLLM(default=summarize, settings=LLMSettings(max_retries=0)))
     for i in range(40):
         sid = steps.begin(f"look up reservation R{i:04d} for passenger number {i}")
         print(json.dumps({"begun": sid}), flush=True)
@@ -216,7 +216,7 @@ def test_kill_9_during_compaction_loses_no_acknowledged_step(tmp_path: Path, kil
 
 def test_refresh_sees_a_transition_committed_by_another_handle(small_memory: Memory) -> None:
     s = new_session(small_memory)
-    reader, writer = StepMemory(s), StepMemory(s)
+    reader, writer = wiring.step_memory(s), wiring.step_memory(s)
     assert reader.state.pending == ()
     writer.begin("written elsewhere")
     assert reader.state.pending == ()  # the cached view
@@ -227,10 +227,10 @@ KILL_INSIDE_EVALUATE = textwrap.dedent(
     """
     import os, signal, sys
     from mindpalace import Memory
-    from mindpalace.steps import StepMemory
+    from mindpalace.testing import wiring
 
     mem = Memory.open(sys.argv[1], embed={"provider": "none"})
-    steps = StepMemory(mem.session("crash", user="u"))
+    steps = wiring.step_memory(mem.session("crash", user="u"))
     for i in range(3):
         steps.evaluate(steps.begin(f"goal {i}"), "success")
     sid = steps.begin("the step being evaluated when the process dies")

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from mindpalace import Memory
-from mindpalace.steps import StepMemory, parse_read_files, run_with_recall
+from mindpalace.steps import parse_read_files, run_with_recall
+from mindpalace.testing import wiring
 
 from .conftest import new_session, run_steps
 
@@ -34,7 +35,7 @@ class TestParse:
 
 class TestRecallLoop:
     def test_records_are_loaded_unknown_names_reported_and_the_model_called_again(self, small_memory: Memory) -> None:
-        steps = StepMemory(new_session(small_memory))
+        steps = wiring.step_memory(new_session(small_memory))
         run_steps(steps, 3)
         seen: list[list[dict[str, Any]]] = []
         replies = iter(['{"read_files": {"files": ["step_2", "step_99"]}}', "final answer"])
@@ -50,7 +51,7 @@ class TestRecallLoop:
         assert "name: step_2" in recall and "R0001" in recall and recall.endswith("Not found: step_99")
 
     def test_re_invocations_are_capped_per_step(self, small_memory: Memory) -> None:
-        steps = StepMemory(new_session(small_memory))
+        steps = wiring.step_memory(new_session(small_memory))
         calls = []
 
         def invoke(messages: list[dict[str, Any]]) -> str:

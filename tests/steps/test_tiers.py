@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from mindpalace import Memory
-from mindpalace.steps import StepMemory
 from mindpalace.steps.tiers import KV_KEY, KV_NAMESPACE, TierState, migrate_legacy
+from mindpalace.testing import wiring
 
 from .conftest import new_session, run_steps, step_memory
 
@@ -48,8 +48,8 @@ def test_a_legacy_state_is_migrated_on_load_and_written_back(small_memory: Memor
     s.store.kv_put(s.scope, KV_NAMESPACE, KV_KEY, {
         "recent": ["Step 1 | Eval: success | Goal: a", "Step 2 | Eval: pending | Goal: b"], "next_step": 3,
     })
-    steps = StepMemory(s)
+    steps = wiring.step_memory(s)
     assert [p.step for p in steps.state.pending] == [2]
     assert s.store.kv_get(s.scope, KV_NAMESPACE, KV_KEY)["format"] == 2
     steps.evaluate(2, "success")  # the migrated pending step can be finished
-    assert StepMemory(s).state.recent_text().endswith("Step 2 | Eval: success | Goal: b")
+    assert wiring.step_memory(s).state.recent_text().endswith("Step 2 | Eval: success | Goal: b")

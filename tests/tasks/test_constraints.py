@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +11,15 @@ from hypothesis import strategies as st
 
 from mindpalace.errors import ConstraintError, ContextBudgetError, ValidationError
 from mindpalace.memory import Session
-from mindpalace.tasks import evaluate_guard, render_constraints, render_corrections
+from mindpalace.tasks import evaluate_guard
+
+
+def render_constraints(session: Any) -> str | None:
+    return session.tasks.prompt_blocks()[1]
+
+
+def render_corrections(session: Any) -> str | None:
+    return session.tasks.prompt_blocks()[0]
 
 
 def hotel(session: Session, price: int) -> dict:

@@ -11,9 +11,8 @@ from rich.text import Text
 
 from mindpalace.cli.app import AgentOpt, JsonOpt, UserOpt, WorkspaceOpt, app, console, print_json
 from mindpalace.errors import ValidationError
-from mindpalace.history import HistoryLog
 from mindpalace.memory import Memory
-from mindpalace.session.autocompact import AutoCompact, CompactOutcome
+from mindpalace.session.autocompact import CompactOutcome
 from mindpalace.session.lease import current_lease
 from mindpalace.timeutil import utcnow
 from mindpalace.workspace import Workspace
@@ -80,7 +79,7 @@ def history_tail(
 ) -> None:
     """Show the newest history.jsonl entries (cursor, time, session, kind, message range, text)."""
     with _open(workspace) as mem:
-        entries = HistoryLog(mem.workspace.history_dir).tail(n)
+        entries = mem.history.tail(n)
     if as_json:
         print_json([e.to_json() for e in entries])
         return
@@ -111,21 +110,21 @@ def compact(
     if (session is None) == (not idle):
         raise ValidationError("compact: give a SESSION id or --idle (not both)")
     with _open(workspace) as mem:
-        ac = AutoCompact(mem)
+        enabled = mem.settings.session.idle_compact_after_minutes > 0
         if idle:
-            outs = [ac.compact(s) for s in ac.sessions()] if ac.enabled else []
+            outs = mem.compact_idle()
         else:
-            outs = [ac.compact(mem.session(session or "", user=user, agent=agent), force=True)]
+            outs = [mem.session(session or "", user=user, agent=agent).compact()]
     rows = [_outcome(o) for o in outs]
     if as_json:
         print_json(rows)
         return
-    if idle and not ac.enabled:
+    if idle and not enabled:
         console.print("idle compaction is disabled (session.idle_compact_after_minutes = 0)")
     for r in rows:
         console.print(f"{r['session']}: {r['status']}, archived {r['archived_messages']} messages "
                       f"into {r['entries']} history entries", highlight=False)
-    if not rows and ac.enabled:
+    if not rows and enabled:
         console.print("no sessions")
 
 

@@ -15,12 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
-from mindpalace.errors import NotFoundError, ValidationError
+from mindpalace.errors import ValidationError
 from mindpalace.memory import Memory
-from mindpalace.scope import ANY, Scope
-from mindpalace.tasks import Task, Tasks
-from mindpalace.tasks.eventstore import stream_of
-from mindpalace.tasks.task import default_task_id
+from mindpalace.tasks import Task
 
 task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.", no_args_is_help=True)
 app.add_typer(task_app, name="task")
@@ -32,25 +29,7 @@ JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
 
 
 def _find_task(mem: Memory, task: str, session: str | None, user: str | None, agent: str | None) -> Task:
-    """The one task named `task` among the matching scopes.
-
-    Raises:
-        NotFoundError: no such task. ValidationError: several scopes hold one (narrow it down).
-    """
-    if default_task_id(task) != task:
-        # Not a valid task name, e.g. a Chinese session id: that session's default task
-        # (Session.task) is stored under default_task_id(session id).
-        session, task = (task if session is None else session), default_task_id(task)
-    wanted = Scope(mem.tenant, ANY if user is None else user, ANY if agent is None else agent,
-                   ANY if session is None else session)
-    stream = stream_of(task)
-    found = [sc for sc, name, _ in mem.store.list_streams(wanted, prefix=stream) if name == stream]
-    if not found:
-        raise NotFoundError("task", task, wanted)
-    if len(found) > 1:
-        where = "; ".join(f"--session {s.session} --user {s.user!r} --agent {s.agent!r}" for s in found)
-        raise ValidationError(f"task {task!r} exists in {len(found)} scopes; pick one with {where}")
-    return Tasks(mem.store, found[0], mem.settings.tasks)(task)
+    return mem.find_task(task, session=session, user=user, agent=agent)
 
 
 @task_app.command("show")

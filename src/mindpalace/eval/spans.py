@@ -135,11 +135,8 @@ def run_spans(
     results = []
     with tempfile.TemporaryDirectory(prefix="mindpalace-spans-") as tmp:
         root = Path(workspace) if workspace else Path(tmp) / "ws"
-        overrides = {
-            "facts": {"working_capacity": capacity, "importance_threshold": threshold},
-            "embed": {"provider": embedder},
-        }
-        with Memory.open(root, **overrides) as memory:
+        with Memory.open(root, facts={"working_capacity": capacity, "importance_threshold": threshold},
+                         embed={"provider": embedder}) as memory:
             for noise in noise_importances:
                 for span, span_tasks in tasks.items():
                     steps = sum(t.end for t in span_tasks)

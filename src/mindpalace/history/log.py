@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,6 +38,7 @@ from filelock import FileLock, Timeout
 from mindpalace.errors import StoreBusyError, StoreError, ValidationError
 from mindpalace.scope import ANY, Scope
 from mindpalace.store import Store
+from mindpalace.summary import strip_reasoning
 from mindpalace.textsafe import clean_text
 from mindpalace.timeutil import from_iso, to_iso, utcnow
 
@@ -52,28 +52,6 @@ LOCK_TIMEOUT_SECONDS = 60.0  # an append holds the lock for one fsync; a minute 
 _TAIL_BLOCK_BYTES = 65_536  # read the file backwards in blocks this size to find the last cursor
 
 EntryKind = Literal["summary", "raw"]
-
-# Reasoning a model leaks into its answer: closed blocks are removed, an unclosed opening tag
-# drops everything after it (the answer before the tag is kept) — nanobot's strip_think.
-_THINK_TAGS = ("think", "thinking", "reasoning", "reflection", "analysis")
-_THINK_CLOSED = re.compile(
-    r"<(" + "|".join(_THINK_TAGS) + r")\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL
-)
-_THINK_OPEN = re.compile(r"<(" + "|".join(_THINK_TAGS) + r")\b[^>]*>.*\Z", re.IGNORECASE | re.DOTALL)
-_THINK_STRAY_CLOSE = re.compile(r"\A.*?</(" + "|".join(_THINK_TAGS) + r")\s*>", re.IGNORECASE | re.DOTALL)
-
-
-def strip_reasoning(text: str) -> str:
-    """Remove ``<think>…</think>`` (and thinking / reasoning / reflection / analysis) blocks.
-
-    A block whose opening tag was cut off (text starting inside it, ending with ``</think>``)
-    loses everything up to the closing tag; an unclosed opening tag loses everything after it.
-    """
-    text = _THINK_CLOSED.sub("", text)
-    text = _THINK_STRAY_CLOSE.sub("", text)
-    text = _THINK_OPEN.sub("", text)
-    return text.strip()
-
 
 def cap_text(text: str, max_chars: int) -> str:
     """`text` cut to at most `max_chars` characters, marking how much was cut."""

@@ -25,7 +25,8 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,7 +37,6 @@ from mindpalace.store.textindex import query_terms
 from mindpalace.textsafe import require_text
 
 if TYPE_CHECKING:
-    from mindpalace.facts.model import Fact
     from mindpalace.providers.embed.base import Embedder
 
 MESSAGE_KIND = "message"
@@ -79,19 +79,18 @@ class MatchReason:
 
 
 @dataclass(frozen=True, slots=True)
-class RecallHit:
-    """One recall result.
+class RetrievalHit:
+    """One retrieved document.
 
     Attributes:
-        tier: ``working`` (working memory) or the document kind (``fact``, ``message``,
-            ``step``, ``info``, ``snapshot``, ``history`` …).
-        ref: the id inside the tier: fact id, message index, record name, entry id.
+        tier: the document kind (``fact``, ``message``, ``step``, ``info``, ``snapshot``,
+            ``history`` …).
+        ref: the id inside the tier: fact id, message index, record name, entry cursor.
         text: the matched text.
         score: fused score (higher is better; comparable within one result list only).
         scope: the scope the item belongs to.
         why: :class:`MatchReason`.
         meta: the document's metadata (message timestamp / speaker, fact key …).
-        fact: the :class:`Fact` for ``working`` and ``fact`` hits, else None.
     """
 
     tier: str
@@ -101,7 +100,6 @@ class RecallHit:
     scope: Scope
     why: MatchReason
     meta: dict[str, object] = field(default_factory=dict)
-    fact: Fact | None = None
 
 
 @dataclass(slots=True)
@@ -164,7 +162,7 @@ class HybridRetriever:
         *,
         k: int = 5,
         kinds: Sequence[str] | None = None,
-    ) -> list[RecallHit]:
+    ) -> list[RetrievalHit]:
         """Top-`k` documents for `query` in `scopes` (ANY fields widen a scope; several scopes
         are searched and merged).
 
@@ -208,7 +206,7 @@ class HybridRetriever:
         if self.settings.speaker_boost:
             _boost_named_speaker(cands, query, self.settings.speaker_boost)
         best = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))[:k]
-        terms = _stems(query_terms(query))
+        terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
 
     def _fuse(self, keyword: list[SearchHit], vector: list[SearchHit]) -> dict[int, _Candidate]:
@@ -263,9 +261,9 @@ class HybridRetriever:
             if lift > 0 and c.fused < lift:  # the neighbour is the main reason it ranks
                 c.neighbor = source
 
-    def _hit(self, c: _Candidate, terms: dict[str, str]) -> RecallHit:
+    def _hit(self, c: _Candidate, terms: dict[str, str]) -> RetrievalHit:
         doc = c.doc
-        text_stems = set(_stems(query_terms(doc.text, drop_stop_words=False)))
+        text_stems = set(stems(query_terms(doc.text, drop_stop_words=False)))
         matched = tuple(t for stem, t in terms.items() if stem in text_stems)
         why = MatchReason(
             terms=matched,
@@ -275,7 +273,7 @@ class HybridRetriever:
             similarity=c.vec.score if c.vec else None,
             neighbor=c.neighbor,
         )
-        return RecallHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, dict(doc.meta))
+        return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, dict(doc.meta))
 
 
 def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float) -> None:
@@ -318,17 +316,18 @@ def _above_floor(hits: list[SearchHit]) -> np.ndarray:
     return (scores - scores.min()) / max(std, _FLOOR_STD) if std > 0 else np.ones_like(scores)
 
 
-_stemmer_lock = threading.Lock()
-_stemmer = None
+@cache
+def _stemmer() -> Any:
+    import Stemmer  # PyStemmer: the porter stemmer FTS5's porter tokenizer uses
+
+    return Stemmer.Stemmer("english")
 
 
-def _stems(terms: list[str]) -> dict[str, str]:
+_stem_lock = threading.Lock()  # a Stemmer object is not thread-safe
+
+
+def stems(terms: list[str]) -> dict[str, str]:
     """{stem: term} for English words (PyStemmer, like FTS5's porter tokenizer); others as-is."""
-    global _stemmer
-    with _stemmer_lock:
-        if _stemmer is None:
-            import Stemmer
-
-            _stemmer = Stemmer.Stemmer("english")
-        stems = _stemmer.stemWords(terms)
-    return {s: t for s, t in zip(stems, terms, strict=True)}
+    with _stem_lock:
+        stemmed = _stemmer().stemWords(terms)
+    return {s: t for s, t in zip(stemmed, terms, strict=True)}

@@ -4,7 +4,7 @@ A session whose newest message is older than ``idle_compact_after_minutes`` (0 d
 compacted: everything before its recent window (``idle_keep_recent_messages``, snapped to a
 safe boundary) goes to history.jsonl through the session's :class:`Consolidator`, so even short
 sessions that never hit the token budget reach the archive the dream job reads. A session with
-a turn in flight (an active lease, :meth:`Session.lease`) is never touched, and the compactor
+a turn in flight (an active lease, ``Session.lease``) is never touched, and the compactor
 holds the same per-session lock as the consolidator, so the two never race (I6). The clock is
 injected, so tests never sleep.
 """
@@ -14,17 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mindpalace.scope import ANY
-from mindpalace.session.consolidator import ConsolidationResult
+from mindpalace.scope import Scope
+from mindpalace.session.consolidator import ConsolidationResult, Consolidator
 from mindpalace.session.lease import current_lease
 from mindpalace.session.messages import STREAM
 from mindpalace.session.pairing import tool_groups
+from mindpalace.settings import SessionSettings
+from mindpalace.store import Store
 from mindpalace.timeutil import require_aware, utcnow
-
-if TYPE_CHECKING:
-    from mindpalace.memory import Memory, Session
 
 
 @dataclass
@@ -70,48 +69,59 @@ class AutoCompact:
     """Idle-session compactor.
 
     Example:
-        >>> ac = AutoCompact(mem)                       # doctest: +SKIP
-        >>> [o.status for o in ac.run_once()]           # doctest: +SKIP
+        >>> ac = mem.autocompact()                                  # doctest: +SKIP
+        >>> [o.status for o in ac.run_once(mem.scope(user=ANY, agent=ANY, session=ANY))]  # doctest: +SKIP
         ['compacted', 'busy']
 
     Args:
-        memory: the workspace handle; its ``session`` settings apply.
+        store: lists the sessions that have messages and holds their turn leases.
+        consolidator_for: the consolidator of a session scope (the facade gives each session's
+            own, so its lock, history and summarizer are the ones its turns use).
+        settings: ``[session]`` (``idle_compact_after_minutes``, ``idle_keep_recent_messages``).
         clock: returns the current UTC time (inject a fixed clock in tests).
     """
 
-    def __init__(self, memory: Memory, *, clock: Callable[[], datetime] = utcnow) -> None:
-        self.memory = memory
-        self.settings = memory.settings.session
+    def __init__(
+        self,
+        store: Store,
+        consolidator_for: Callable[[Scope], Consolidator],
+        *,
+        settings: SessionSettings | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.consolidator_for = consolidator_for
+        self.settings = settings or SessionSettings()
         self.clock = clock
 
     @property
     def enabled(self) -> bool:
         return self.settings.idle_compact_after_minutes > 0
 
-    def is_idle(self, session: Session, now: datetime | None = None) -> bool:
+    def is_idle(self, scope: Scope, now: datetime | None = None) -> bool:
         """True when the session's newest message is older than the idle threshold.
 
         Raises:
             ValidationError: `now` (or the clock) is a naive datetime.
         """
+        return self._idle(self.consolidator_for(scope), now)
+
+    def _idle(self, c: Consolidator, now: datetime | None) -> bool:
         if not self.enabled:
             return False
-        last = session.consolidator.last_activity()
+        last = c.last_activity()
         if last is None:
             return False
         now = require_aware("now", now or self.clock())
         return now - last >= timedelta(minutes=self.settings.idle_compact_after_minutes)
 
-    def sessions(self) -> list[Session]:
-        """Every session of this handle's tenant that has messages."""
-        from mindpalace.memory import Session
-
-        everyone = self.memory.scope().with_(user=ANY, agent=ANY, session=ANY)
-        return [Session(self.memory, scope)
-                for scope, stream, _v in self.memory.store.list_streams(everyone, prefix=STREAM)
+    def sessions(self, within: Scope) -> list[Scope]:
+        """Every session scope under `within` that has messages, e.g. a whole tenant with
+        ``Scope(tenant, ANY, ANY, ANY)``."""
+        return [scope for scope, stream, _v in self.store.list_streams(within, prefix=STREAM)
                 if stream == STREAM]
 
-    def compact(self, session: Session, *, force: bool = False) -> CompactOutcome:
+    def compact(self, scope: Scope, *, force: bool = False) -> CompactOutcome:
         """Compact one session if it is idle (or `force`) and no turn is in flight.
 
         `force` skips the idle check (``mindpalace compact SESSION``) but never the lease.
@@ -121,20 +131,21 @@ class AutoCompact:
             StoreBusyError: the session lock was not acquired in time.
             StoreError: history.jsonl or the store could not be written (nothing left the prompt).
         """
-        c = session.consolidator
+        c = self.consolidator_for(scope)
+        sid = str(c.scope.session)
         with c.locked():  # the consolidator's lock: the lease check and the archive are one step
             now = require_aware("clock()", self.clock())
-            if current_lease(session.store, session.scope, now) is not None:
-                return CompactOutcome(session.id, "busy")
+            if current_lease(self.store, c.scope, now) is not None:
+                return CompactOutcome(sid, "busy")
             if not force:
                 if not self.enabled:
-                    return CompactOutcome(session.id, "disabled")
-                if not self.is_idle(session, now):
-                    return CompactOutcome(session.id, "active")
+                    return CompactOutcome(sid, "disabled")
+                if not self._idle(c, now):
+                    return CompactOutcome(sid, "active")
             c.recover()
-            count = session.messages.count()
+            count = c.messages.count()
             if c.state().idle_compacted_at == count:
-                return CompactOutcome(session.id, "unchanged")
+                return CompactOutcome(sid, "unchanged")
             live = c.live_messages()
             cut = recent_window_cut([m.message for m in live], self.settings.idle_keep_recent_messages)
             result = ConsolidationResult(budget_tokens=c.budget_tokens, target_tokens=c.target_tokens,
@@ -143,10 +154,10 @@ class AutoCompact:
                 cut_index = live[cut].index if cut < len(live) else live[-1].index + 1
                 c.archive_before(cut_index, result)
             c.mark_idle_compacted(count)
-            return CompactOutcome(session.id, "compacted" if result.entries else "unchanged", result)
+            return CompactOutcome(sid, "compacted" if result.entries else "unchanged", result)
 
-    def run_once(self) -> list[CompactOutcome]:
-        """One pass over every session of the tenant (the scheduler calls this periodically)."""
+    def run_once(self, within: Scope) -> list[CompactOutcome]:
+        """One pass over every session under `within` (the scheduler calls this periodically)."""
         if not self.enabled:
             return []
-        return [self.compact(s) for s in self.sessions()]
+        return [self.compact(scope) for scope in self.sessions(within)]

@@ -16,25 +16,29 @@ is found by its id and applied once, or the intent is dropped when no line was w
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mindpalace.errors import MindPalaceError, ValidationError
-from mindpalace.history.log import HistoryEntry, HistoryLog, cap_text, strip_reasoning
-from mindpalace.session.lease import LOCKS_DIRNAME, STATE_NAMESPACE, hold, session_lock
-from mindpalace.session.messages import StoredMessage, message_text
+from filelock import FileLock
+
+from mindpalace.blocks import Block, Message, ToolSchema, block_message
+from mindpalace.checks import require_int
+from mindpalace.errors import ValidationError
+from mindpalace.history.log import HistoryEntry, HistoryLog, cap_text
+from mindpalace.scope import Scope
+from mindpalace.session.lease import STATE_NAMESPACE, hold
+from mindpalace.session.messages import MessageLog, StoredMessage, message_text
 from mindpalace.session.pairing import repair_pairing, tool_groups
+from mindpalace.settings import SessionSettings
+from mindpalace.store import Store
+from mindpalace.summary import Summarizer
 from mindpalace.timeutil import to_iso, utcnow
-
-if TYPE_CHECKING:
-    from mindpalace.memory import Session
+from mindpalace.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +48,6 @@ ARCHIVED_SUMMARY_HEADER = "Archived context summary"
 # A preferred user-turn boundary may archive more than needed, but not below this share of
 # the target: further than that, the nearest group boundary keeps more recent context.
 USER_TURN_FLOOR = 0.5
-_PLACEHOLDERS = frozenset(re.sub(r"[\W_]+", "", p) for p in (
-    "nothing", "none", "n/a", "null", "empty", "no summary", "summary", "tbd", "todo",
-    "no content", "nothing to summarize", "无", "没有", "暂无",
-))
 
 
 @dataclass(frozen=True)
@@ -161,30 +161,6 @@ def choose_boundary(
     return groups[first_ok][0]
 
 
-def summary_gate(text: Any, source_tokens: int, *, count: Any, min_tokens: int,
-                 finish_reason: str = "stop") -> str | None:
-    """Why a summary is rejected (I3), or None when it passes.
-
-    Rejected: non-string, empty/whitespace, placeholder, error finish, fewer than `min_tokens`
-    tokens, or not shorter than its source (`source_tokens`).
-    """
-    if not isinstance(text, str):
-        return f"not text ({type(text).__name__})"
-    if finish_reason in ("error", "content_filter"):
-        return f"finish reason {finish_reason!r}"
-    stripped = text.strip()
-    if not stripped:
-        return "empty"
-    if re.sub(r"[\W_]+", "", stripped.lower()) in _PLACEHOLDERS:
-        return f"placeholder {stripped[:40]!r}"
-    n = count(stripped)
-    if n < min_tokens:
-        return f"{n} tokens < minimum {min_tokens}"
-    if n >= source_tokens:
-        return f"not shorter than its source ({n} ≥ {source_tokens} tokens)"
-    return None
-
-
 class Consolidator:
     """Per-session consolidator (seed 002's ``maybe_consolidate_by_tokens``).
 
@@ -194,37 +170,48 @@ class Consolidator:
         >>> msgs = session.messages.list(from_index=c.last_consolidated + 1)    # doctest: +SKIP
 
     Args:
-        session: the session (its store, scope, settings, token counter and LLM are used).
-        history: the history log; default the workspace's ``history/history.jsonl``.
-        llm: the summarizer; default ``session.memory.llm``.
+        store: the store protocol (messages, consolidation state, the history index).
+        scope: the session scope; every read and write is filtered by it (I10).
+        history: the history.jsonl the archive is appended to.
+        lock: the session's cross-process lock (:func:`~mindpalace.session.lease.session_lock`),
+            shared with idle compaction and the turn lease.
+        counter: the token counter (I9).
+        summarizer: the LLM behind the one summary gate (I3).
+        settings: ``[session]`` (window, reply reservation, ratio, caps).
 
     Thread- and process-safe: every run holds the per-session lock shared with
     :class:`~mindpalace.session.autocompact.AutoCompact`.
     """
 
-    def __init__(self, session: Session, *, history: HistoryLog | None = None, llm: Any = None) -> None:
-        self.session = session
-        self.settings = session.memory.settings.session
-        self.counter = session.memory.tokens
-        hdir = session.memory.workspace.history_dir
-        self.history = history or HistoryLog(hdir, entry_max_chars=self.settings.history_entry_max_chars)
-        self._llm = llm
-        self.lock = session_lock(hdir / LOCKS_DIRNAME, session.scope)
+    def __init__(
+        self,
+        store: Store,
+        scope: Scope,
+        *,
+        history: HistoryLog,
+        lock: FileLock,
+        counter: TokenCounter,
+        summarizer: Summarizer,
+        settings: SessionSettings | None = None,
+    ) -> None:
+        self.store = store
+        self.scope = scope.require_concrete()
+        self.messages = MessageLog(store, self.scope)
+        self.history = history
+        self.lock = lock
+        self.counter = counter
+        self.summarizer = summarizer
+        self.settings = settings or SessionSettings()
         self._msg_tokens: dict[int, int] = {}  # message index → tokens (messages never change)
         self._live_cache: dict[int, StoredMessage] = {}  # index → message, only after the cursor
         self._cache_lock = threading.Lock()
         self._run_target: int | None = None  # target of the run in progress (held lock only)
 
-    @cached_property
-    def llm(self) -> Any:
-        return self._llm if self._llm is not None else self.session.memory.llm
-
     # -- budget ----------------------------------------------------------------------------
     @property
     def budget_tokens(self) -> int:
-        """Input budget = context window − max completion − safety buffer (tokens, ≥ 1)."""
-        s = self.settings
-        return max(1, s.context_window_tokens - s.max_completion_tokens - s.safety_buffer_tokens)
+        """The input budget (tokens): ``[session]``'s :attr:`~SessionSettings.input_budget_tokens`."""
+        return self.settings.input_budget_tokens
 
     @property
     def target_tokens(self) -> int:
@@ -242,8 +229,7 @@ class Consolidator:
     # -- state -----------------------------------------------------------------------------
     def state(self) -> ConsolidationState:
         """The stored consolidation state (read fresh from the store every time)."""
-        return ConsolidationState.from_json(
-            self.session.store.kv_get(self.session.scope, STATE_NAMESPACE, STATE_KEY))
+        return ConsolidationState.from_json(self.store.kv_get(self.scope, STATE_NAMESPACE, STATE_KEY))
 
     @property
     def last_consolidated(self) -> int:
@@ -262,7 +248,7 @@ class Consolidator:
     def _messages_after(self, cursor: int) -> list[StoredMessage]:
         """Messages with index > `cursor`. Stored messages never change (append-only, one
         index each), so only the ones this object has not seen yet are read from the store."""
-        log = self.session.messages
+        log = self.messages
         with self._cache_lock:  # the context builder may read while a consolidation runs
             count = log.count()
             for old in [i for i in self._live_cache if i <= cursor]:
@@ -274,14 +260,12 @@ class Consolidator:
                     self._live_cache[m.index] = m
             return [self._live_cache[i] for i in range(cursor + 1, count + 1)]
 
-    def summary_block(self, summary: str | None = None) -> dict[str, Any] | None:
-        """The "Archived context summary" system message for the prompt, or None when none."""
+    def summary_text(self, summary: str | None = None) -> str | None:
+        """The "Archived context summary" block text (None when nothing is archived yet)."""
         text = self.last_summary if summary is None else summary
-        if not text:
-            return None
-        return {"role": "system", "content": f"{ARCHIVED_SUMMARY_HEADER}:\n{text}"}
+        return f"{ARCHIVED_SUMMARY_HEADER}:\n{text}" if text else None
 
-    def prompt_tokens(self, *, system_tokens: int = 0, tools: list[dict[str, Any]] | None = None) -> int:
+    def prompt_tokens(self, *, system_tokens: int = 0, tools: list[ToolSchema] | None = None) -> int:
         """The full prompt estimate now: fixed parts + tools + archived summary + repaired
         live messages + reply priming (tokens; exact for the configured tokenizer, I9)."""
         live = self.live_messages()
@@ -299,7 +283,7 @@ class Consolidator:
         self,
         *,
         system_tokens: int = 0,
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[ToolSchema] | None = None,
         budget_tokens: int | None = None,
     ) -> ConsolidationResult:
         """Archive old messages when the full prompt is over the input budget.
@@ -322,11 +306,8 @@ class Consolidator:
             StoreError: history.jsonl or the store could not be written; the messages stay in
                 the prompt (nothing leaves without a durable copy, I2).
         """
-        if not isinstance(system_tokens, int) or system_tokens < 0:
-            raise ValidationError(f"system_tokens must be an int ≥ 0, got {system_tokens!r}")
-        budget = self.budget_tokens if budget_tokens is None else budget_tokens
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ValidationError(f"budget_tokens must be a positive int, got {budget_tokens!r}")
+        require_int("system_tokens", system_tokens, minimum=0)
+        budget = self.budget_tokens if budget_tokens is None else require_int("budget_tokens", budget_tokens)
         target = int(self.settings.consolidation_ratio * budget)
         with self.locked():
             self._run_target = target
@@ -336,7 +317,7 @@ class Consolidator:
                 self._run_target = None
 
     def _consolidate(
-        self, system_tokens: int, tools: list[dict[str, Any]] | None, budget: int, target: int
+        self, system_tokens: int, tools: list[ToolSchema] | None, budget: int, target: int
     ) -> ConsolidationResult:
         """maybe_consolidate's body; the caller holds the session lock."""
         self.recover()
@@ -391,7 +372,7 @@ class Consolidator:
 
         Returns True when a written-but-unapplied entry was applied.
         """
-        store, scope = self.session.store, self.session.scope
+        store, scope = self.store, self.scope
         if store.kv_get(scope, STATE_NAMESPACE, INTENT_KEY) is None:  # the common case
             return False
         with self.locked():
@@ -414,10 +395,11 @@ class Consolidator:
             return applied
 
     # -- internals -------------------------------------------------------------------------
-    def _fixed_tokens(self, system_tokens: int, tools: list[dict[str, Any]] | None, summary: str) -> int:
-        block = self.summary_block(summary) if summary else None
+    def _fixed_tokens(self, system_tokens: int, tools: list[ToolSchema] | None, summary: str) -> int:
+        text = self.summary_text(summary) if summary else None
+        block: list[Message] = [block_message(Block.ARCHIVED_SUMMARY, text)] if text else []
         # count_messages adds the reply priming and the tool schemas once
-        return system_tokens + self.counter.count_messages([block] if block else [], tools)
+        return system_tokens + self.counter.count_messages(block, tools)
 
     def _message_tokens(self, m: StoredMessage) -> int:
         n = self._msg_tokens.get(m.index)
@@ -473,10 +455,10 @@ class Consolidator:
     ) -> tuple[HistoryEntry, str, int, str]:
         first, last = piece[0].index, piece[-1].index
         source = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in piece)
-        source_tokens = self.counter.count(source)
-        summary, spent, why = "", 0, degraded or ""
+        summary, spent, why = "", 0, degraded
         if not degraded:
-            summary, spent, why = self._summarize(source, source_tokens)
+            out = self.summarizer.summarize(source, max_tokens=self.summary_cap_tokens)
+            summary, spent, why = out.text or "", out.tokens_spent, out.reason
         if summary:
             kind, content, injected = "summary", summary, summary
         else:
@@ -485,26 +467,6 @@ class Consolidator:
             injected = self.counter.truncate(content, self.summary_cap_tokens)
         entry = self._write(kind, content, (first, last), injected)
         return entry, injected, spent, why
-
-    def _summarize(self, source: str, source_tokens: int) -> tuple[str, int, str]:
-        """(summary or "", tokens spent, rejection reason)."""
-        cap = self.summary_cap_tokens
-        try:
-            reply = self.llm.summarize(source, max_tokens=cap)
-        except MindPalaceError as exc:
-            return "", 0, f"summarizer failed: {exc}"
-        text = getattr(reply, "text", reply)
-        finish = str(getattr(reply, "finish_reason", "stop"))
-        usage = getattr(reply, "usage", None)
-        spent = int(getattr(usage, "total_tokens", 0)) or (
-            source_tokens + (self.counter.count(text) if isinstance(text, str) else 0))
-        if isinstance(text, str):
-            text = self.counter.truncate(strip_reasoning(text), cap)
-        why = summary_gate(text, source_tokens, count=self.counter.count,
-                           min_tokens=self.settings.summary_min_tokens, finish_reason=finish)
-        if why is not None:
-            return "", spent, f"summary rejected: {why}"
-        return text.strip(), spent, ""
 
     def _breadcrumb(self, piece: list[StoredMessage], first: int, last: int, why: str) -> str:
         """A bounded raw excerpt naming the archived range (the full messages stay in the log)."""
@@ -520,7 +482,7 @@ class Consolidator:
 
     def _write(self, kind: str, content: str, rng: tuple[int, int], injected: str) -> HistoryEntry:
         """Intent → history line (fsync'ed) → one transaction: index + cursor + summary."""
-        store, scope = self.session.store, self.session.scope
+        store, scope = self.store, self.scope
         state = self.state()
         if rng[0] != state.last_consolidated + 1:  # the lock makes this impossible; be loud
             raise ValidationError(f"archive range {rng} does not follow cursor {state.last_consolidated}")
@@ -536,21 +498,21 @@ class Consolidator:
 
     def _commit(self, entry: HistoryEntry, state: ConsolidationState, injected: str) -> None:
         assert entry.messages is not None
-        HistoryLog.index_entry(self.session.store, entry)
+        HistoryLog.index_entry(self.store, entry)
         new = replace(
             state, last_consolidated=entry.messages[1], last_summary=injected,
             last_kind=entry.kind, history_cursor=entry.cursor, entries=state.entries + 1,
             updated_at=to_iso(utcnow()))
-        self.session.store.kv_put(self.session.scope, STATE_NAMESPACE, STATE_KEY, new.to_json())
+        self.store.kv_put(self.scope, STATE_NAMESPACE, STATE_KEY, new.to_json())
 
     def mark_idle_compacted(self, count: int) -> None:
         state = self.state()
-        self.session.store.kv_put(self.session.scope, STATE_NAMESPACE, STATE_KEY,
-                                  replace(state, idle_compacted_at=count).to_json())
+        self.store.kv_put(self.scope, STATE_NAMESPACE, STATE_KEY,
+                          replace(state, idle_compacted_at=count).to_json())
 
     def last_activity(self) -> datetime | None:
         """Timestamp of the newest message (None for an empty session)."""
-        n = self.session.messages.count()
+        n = self.messages.count()
         if n == 0:
             return None
-        return self.session.messages.list(from_index=n)[0].timestamp
+        return self.messages.list(from_index=n)[0].timestamp

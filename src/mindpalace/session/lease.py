@@ -49,8 +49,10 @@ class SessionBusyError(StoreBusyError):
 
 
 def session_lock(locks_dir: Path, scope: Scope) -> FileLock:
-    """The cross-process lock of one session (the same object for the same session in a process)."""
-    locks_dir.mkdir(parents=True, exist_ok=True)
+    """The cross-process lock of one session (the same object for the same session in a process).
+
+    Nothing is created on disk until the lock is first acquired (filelock then makes the
+    folder), so reading a session never writes."""
     digest = hashlib.sha1("\x1f".join(map(str, scope.values())).encode()).hexdigest()[:20]
     return FileLock(str(locks_dir / f"session-{digest}.lock"), is_singleton=True)
 

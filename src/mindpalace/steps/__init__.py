@@ -1,7 +1,7 @@
 """Step memory (seeds 000 TuriX and 003 GenericAgent): tiers, records, index, recall, checkpoint."""
 
 from mindpalace.steps.checkpoint import extract_summary
-from mindpalace.steps.compaction import CompactionResult, Compactor, GateVerdict, summary_gate
+from mindpalace.steps.compaction import CompactionResult, Compactor
 from mindpalace.steps.index import render_index
 from mindpalace.steps.memory import StepMemory
 from mindpalace.steps.readfiles import RecallOutcome, parse_read_files, run_with_recall
@@ -12,7 +12,6 @@ __all__ = [
     "Checkpoint",
     "CompactionResult",
     "Compactor",
-    "GateVerdict",
     "ReadResult",
     "RecallOutcome",
     "RecordBook",
@@ -23,5 +22,4 @@ __all__ = [
     "render_index",
     "render_record",
     "run_with_recall",
-    "summary_gate",
 ]

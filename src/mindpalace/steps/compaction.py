@@ -2,8 +2,9 @@
 
 1. The exact text being compacted is saved as a snapshot record FIRST — before the model is
    called, whatever happens next — so every compacted line stays recoverable by name (I2).
-2. The configured LLM summarizes it (offline: the deterministic extractive provider).
-3. The output passes :func:`summary_gate` (I3) or the attempt fails; attempts are bounded
+2. The session's :class:`~mindpalace.summary.Summarizer` (the configured LLM behind the one
+   summary gate, I3; offline: the deterministic extractive provider) summarizes it.
+3. The output passes :func:`~mindpalace.summary.summary_gate` or the attempt fails; attempts are bounded
    (``steps.compaction_max_attempts``, each asking for half the tokens of the previous one)
    and a circuit breaker stops compacting while the provider keeps failing (I4).
 
@@ -14,16 +15,11 @@ summary are left exactly as they were and the failure is counted.
 
 from __future__ import annotations
 
-import enum
 import logging
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
 
 import pybreaker
 
-from mindpalace.errors import CircuitOpenError, ProviderError
 from mindpalace.settings import StepSettings
 from mindpalace.steps.records import (
     SNAPSHOT,
@@ -33,71 +29,10 @@ from mindpalace.steps.records import (
     snapshot_record_name,
 )
 from mindpalace.store import Record
+from mindpalace.summary import Summarizer
 from mindpalace.tokens import TokenCounter
 
 log = logging.getLogger("mindpalace.steps")
-
-# Outputs that mean "I had nothing to say" (compared after stripping brackets / punctuation,
-# case-folded); a summary equal to one of them would replace real memory with nothing.
-PLACEHOLDERS: Final = frozenset({
-    "", "nothing", "none", "null", "nil", "n/a", "na", "empty", "summary", "no summary",
-    "todo", "tbd", "placeholder", "...", "…", "-", "no content", "not available", "无", "没有",
-})
-ERROR_FINISH_REASONS: Final = frozenset({"error", "content_filter", "failed", "cancelled", "timeout"})
-_STRIP = re.compile(r"^[\s\(\)\[\]\{\}<>\"'`*_.:;,!?]+|[\s\(\)\[\]\{\}<>\"'`*_:;,!?]+$")
-
-
-class GateVerdict(enum.Enum):
-    """Why a summary passed or was rejected by the I3 gate."""
-
-    PASSED = "passed"
-    NOT_A_STRING = "not a string"
-    EMPTY = "empty"
-    WHITESPACE = "whitespace only"
-    ERROR_FINISH = "error finish_reason"
-    PLACEHOLDER = "placeholder"
-    TOO_SHORT = "fewer tokens than steps.min_summary_tokens"
-    NOT_SHORTER = "not shorter than its source"
-
-
-def summary_gate(
-    output: Any,
-    *,
-    source_tokens: int,
-    counter: TokenCounter,
-    min_tokens: int,
-    finish_reason: str | None = "stop",
-) -> GateVerdict:
-    """Judge a summarizer output (I3). Pure: no state is read or written.
-
-    Args:
-        output: what the provider returned as text (anything — a non-string is rejected).
-        source_tokens: tokens of the text that was summarized.
-        min_tokens: ``steps.min_summary_tokens`` (10).
-        finish_reason: the completion's finish reason; error-like values are rejected.
-
-    Returns:
-        ``GateVerdict.PASSED`` or the first reason for rejection, checked in this order:
-        not a string, empty, whitespace, error finish, placeholder, too short, not shorter.
-    """
-    if not isinstance(output, str):
-        return GateVerdict.NOT_A_STRING
-    if output == "":
-        return GateVerdict.EMPTY
-    if not output.strip():
-        return GateVerdict.WHITESPACE
-    reason = (finish_reason or "").strip().lower()
-    if reason in ERROR_FINISH_REASONS or reason.startswith("error"):
-        return GateVerdict.ERROR_FINISH
-    if _STRIP.sub("", output.strip()).casefold() in PLACEHOLDERS or output.strip() in PLACEHOLDERS:
-        return GateVerdict.PLACEHOLDER
-    tokens = counter.count(output)
-    if tokens < min_tokens:
-        return GateVerdict.TOO_SHORT
-    if tokens >= source_tokens:
-        return GateVerdict.NOT_SHORTER
-    return GateVerdict.PASSED
-
 
 @dataclass(frozen=True, slots=True)
 class CompactionResult:
@@ -127,18 +62,14 @@ class _Rejected(Exception):
     """All attempts of one compaction failed (counted by the breaker)."""
 
 
-SummarizeFn = Callable[..., Any]  # (text, *, max_tokens) -> Completion-like (text, finish_reason)
-
-
 class Compactor:
     """Snapshot + bounded, gated summarization behind a circuit breaker.
 
     Args:
         book: the session's records (snapshots are written here).
         counter: the token counter (I9).
-        settings: ``[steps]`` settings (attempts, breaker, target ratio, min tokens).
-        summarize: ``summarize(text, max_tokens=…) -> Completion`` — the LLM provider's
-            ``summarize`` (looked up lazily so no provider is built until a compaction runs).
+        settings: ``[steps]`` settings (attempts, breaker, target ratio).
+        summarizer: the LLM behind the one summary gate (I3).
     """
 
     def __init__(
@@ -146,12 +77,12 @@ class Compactor:
         book: RecordBook,
         counter: TokenCounter,
         settings: StepSettings,
-        summarize: Callable[[], SummarizeFn],
+        summarizer: Summarizer,
     ) -> None:
         self.book = book
         self.counter = counter
         self.settings = settings
-        self._summarize = summarize
+        self.summarizer = summarizer
         self.breaker = pybreaker.CircuitBreaker(
             fail_max=settings.compaction_breaker_fail_max,
             reset_timeout=settings.compaction_breaker_reset_seconds,
@@ -211,27 +142,18 @@ class Compactor:
 
     def _attempts(self, text: str, budget_tokens: int, verdicts: list[str]) -> str:
         source_tokens = self.counter.count(text)
-        target = max(self.settings.min_summary_tokens, int(budget_tokens * self.settings.summary_target_ratio))
-        target = min(target, max(self.settings.min_summary_tokens, source_tokens - 1))
-        summarize = self._summarize()
+        floor = self.summarizer.settings.min_tokens
+        target = max(floor, int(budget_tokens * self.settings.summary_target_ratio))
+        target = min(target, max(floor, source_tokens - 1))
         for attempt in range(self.settings.compaction_max_attempts):
-            max_tokens = max(self.settings.min_summary_tokens, target >> attempt)
             self.calls += 1
-            try:
-                completion = summarize(text, max_tokens=max_tokens)
-            except CircuitOpenError as exc:  # the provider's own breaker: stop at once
-                verdicts.append(f"provider breaker open: {exc}")
-                break
-            except ProviderError as exc:
-                verdicts.append(f"provider error: {exc}")
+            out = self.summarizer.summarize(text, max_tokens=max(floor, target >> attempt))
+            if out.verdict is None:  # the provider failed; its own breaker open: stop at once
+                verdicts.append(out.error)
+                if out.breaker_open:
+                    break
                 continue
-            output = getattr(completion, "text", completion)
-            verdict = summary_gate(
-                output, source_tokens=source_tokens, counter=self.counter,
-                min_tokens=self.settings.min_summary_tokens,
-                finish_reason=getattr(completion, "finish_reason", "stop"),
-            )
-            verdicts.append(verdict.value)
-            if verdict is GateVerdict.PASSED:
-                return str(output).strip()
+            verdicts.append(out.verdict.value)
+            if out.text is not None:
+                return out.text
         raise _Rejected()

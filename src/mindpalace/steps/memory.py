@@ -6,9 +6,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mindpalace.errors import NotFoundError, ValidationError
+from mindpalace.checks import require_int
+from mindpalace.errors import NotFoundError
+from mindpalace.scope import Scope
 from mindpalace.settings import StepSettings
 from mindpalace.steps.checkpoint import SUMMARY_STREAM, extract_summary
 from mindpalace.steps.compaction import CompactionResult, Compactor
@@ -27,12 +29,11 @@ from mindpalace.steps.tiers import (
     one_line,
     step_line,
 )
-from mindpalace.store import NewEvent, Record
+from mindpalace.store import NewEvent, Record, Store
+from mindpalace.summary import Summarizer
 from mindpalace.textsafe import clean_text, require_text
 from mindpalace.timeutil import to_iso, utcnow
-
-if TYPE_CHECKING:
-    from mindpalace.memory import Session
+from mindpalace.tokens import TokenCounter
 
 log = logging.getLogger("mindpalace.steps")
 # A library logs, the application decides where it goes: no stderr spam via logging.lastResort.
@@ -59,30 +60,30 @@ class StepMemory:
     All of it survives restarts exactly (one kv entry per transition, see ``tiers``).
 
     Args:
-        session: the owning session (store, scope, settings, token counter, LLM).
-        llm: a provider to summarize with instead of ``session.memory.llm`` (tests, jobs).
-        settings: step settings overriding the workspace's ``[steps]``.
+        store: the store protocol (tiers, records, ``<summary>`` lines).
+        scope: the session scope; every read and write is filtered by it (I10).
+        counter: the token counter (tier budgets, I9).
+        summarizer: the LLM behind the one summary gate, used by compaction (I3).
+        settings: ``[steps]`` (budget B, ratios, pending size, index size …).
     """
 
     def __init__(
         self,
-        session: Session,
+        store: Store,
+        scope: Scope,
         *,
-        llm: Any | None = None,
+        counter: TokenCounter,
+        summarizer: Summarizer,
         settings: StepSettings | None = None,
     ) -> None:
-        self.session = session
-        self.settings = settings or session.memory.settings.steps
-        self.counter = session.memory.tokens
-        self.book = RecordBook(session.store, session.scope)
-        self.tiers = TierStore(session.store, session.scope)
-        self._llm = llm
+        self.store = store
+        self.scope = scope.require_concrete()
+        self.settings = settings or StepSettings()
+        self.counter = counter
+        self.book = RecordBook(store, self.scope)
+        self.tiers = TierStore(store, self.scope)
         self._lock = threading.RLock()
-        self.compactor = Compactor(self.book, self.counter, self.settings, self._summarizer)
-
-    def _summarizer(self) -> Callable[..., Any]:
-        llm = self._llm if self._llm is not None else self.session.memory.llm
-        return llm.summarize
+        self.compactor = Compactor(self.book, counter, self.settings, summarizer)
 
     # -- state views ---------------------------------------------------------------------
     @property
@@ -182,7 +183,7 @@ class StepMemory:
         def fn(state: TierState) -> Transition:
             found = next((p for p in state.pending if p.step == step_id), None)
             if found is None:
-                raise NotFoundError("pending step", step_id, self.session.scope)
+                raise NotFoundError("pending step", step_id, self.scope)
             new = self._promote(state, found, evaluation).bump(steps_evaluated=1)
             new = self._warn(new, step_id)
 
@@ -396,7 +397,7 @@ class StepMemory:
         line = clean_text(extract_summary(
             content, tool_calls, args_max_chars=self.settings.fallback_args_max_chars
         ))
-        self.session.store.append_events(self.session.scope, SUMMARY_STREAM, [NewEvent("summary", {"line": line})])
+        self.store.append_events(self.scope, SUMMARY_STREAM, [NewEvent("summary", {"line": line})])
         return line
 
     @property
@@ -405,9 +406,8 @@ class StepMemory:
         n = self.settings.summary_lines_injected
         if n == 0:
             return []
-        store, scope = self.session.store, self.session.scope
-        version = store.stream_version(scope, SUMMARY_STREAM)
-        events = store.read_events(scope, SUMMARY_STREAM, from_version=max(1, version - n + 1))
+        version = self.store.stream_version(self.scope, SUMMARY_STREAM)
+        events = self.store.read_events(self.scope, SUMMARY_STREAM, from_version=max(1, version - n + 1))
         return [str(e.data.get("line", "")) for e in events]
 
     # -- rendered blocks for the context builder ------------------------------------------
@@ -425,6 +425,4 @@ class StepMemory:
 
 
 def _step_id(step: Any) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ValidationError(f"step must be the positive step id begin() returned, got {step!r}")
-    return step
+    return require_int("step (the id begin() returned)", step)

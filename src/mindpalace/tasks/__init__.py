@@ -13,14 +13,7 @@ from mindpalace.tasks.events import DEFAULT_REGISTRY, EventRegistry, TaskEvent
 from mindpalace.tasks.eventstore import TaskEventRecord, TaskEventStore
 from mindpalace.tasks.ledger import NOT_RUN, Ledger, LedgerEntry, ToolCall, ledger_key
 from mindpalace.tasks.state import TaskState, apply, initial_state, replay
-from mindpalace.tasks.task import (
-    NextStep,
-    Resumption,
-    Task,
-    Tasks,
-    render_constraints,
-    render_corrections,
-)
+from mindpalace.tasks.task import NextStep, Resumption, Task, Tasks, default_task_id, find_task
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -40,10 +33,10 @@ __all__ = [
     "Tasks",
     "ToolCall",
     "apply",
+    "default_task_id",
     "evaluate_guard",
+    "find_task",
     "initial_state",
     "ledger_key",
-    "render_constraints",
-    "render_corrections",
     "replay",
 ]

@@ -151,12 +151,18 @@ class EventRegistry:
         ...     hotel_id: str
         >>> registry = EventRegistry()
         >>> registry.register(HotelSelected)
+        >>> mem = Memory.open("./ws", event_registry=registry)  # doctest: +SKIP
+
+    Args:
+        frozen: refuse :meth:`register` (the shared :data:`DEFAULT_REGISTRY` is frozen, so no
+            process-wide state changes behind a caller's back).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, frozen: bool = False) -> None:
         self._models: dict[str, type[TaskEvent]] = dict(BUILTIN_EVENTS)
         self._reducers: dict[str, Reducer] = {}
         self._lock = threading.Lock()
+        self.frozen = frozen
 
     def register(self, model: type[TaskEvent], reducer: Reducer | None = None) -> None:
         """Register a user-defined event model; its ``type`` field default is the type name.
@@ -164,9 +170,15 @@ class EventRegistry:
         Without a reducer, the latest payload of the type is kept in ``state.custom[type]``.
 
         Raises:
-            ValidationError: no ``type`` default, or the name is a built-in / already taken by
-                another model.
+            ValidationError: the registry is frozen (:data:`DEFAULT_REGISTRY`), no ``type``
+                default, or the name is a built-in / already taken by another model.
         """
+        if self.frozen:
+            raise ValidationError(
+                "this event registry is frozen (built-in events only); create EventRegistry(), "
+                "register your types on it and pass it to Memory.open(event_registry=...) or "
+                "Tasks(..., registry=...)"
+            )
         name = model.model_fields["type"].default if "type" in model.model_fields else ""
         if not isinstance(name, str) or not name:
             raise ValidationError(f"event model {model.__name__} needs a default for its 'type' field")
@@ -225,5 +237,6 @@ def payload_of(event: TaskEvent) -> dict[str, Any]:
         raise ValidationError(f"task event {event.type!r}: a value is not JSON-serialisable: {exc}") from exc
 
 
-DEFAULT_REGISTRY = EventRegistry()
-"""Registry used when none is given; user-defined types registered here are visible everywhere."""
+DEFAULT_REGISTRY = EventRegistry(frozen=True)
+"""Registry used when none is given: the built-in events only, frozen (register user-defined
+types on an EventRegistry of your own and pass it in)."""

@@ -13,10 +13,10 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mindpalace.errors import InvalidNameError
-from mindpalace.scope import Scope
+from mindpalace.errors import InvalidNameError, NotFoundError, ValidationError
+from mindpalace.scope import ANY, Scope
 from mindpalace.settings import TaskSettings
 from mindpalace.store import Store
 from mindpalace.tasks.constraints import Constraints, render_feedback, render_state
@@ -24,13 +24,10 @@ from mindpalace.tasks.events import (
     DEFAULT_REGISTRY,
     EventRegistry,
 )
-from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore
+from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore, stream_of
 from mindpalace.tasks.ledger import Ledger, ToolCall
 from mindpalace.tasks.state import TaskState
 from mindpalace.textsafe import clean_json, require_name
-
-if TYPE_CHECKING:
-    from mindpalace.memory import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,16 +175,24 @@ class Task:
 
 class Tasks:
     """A session's tasks: ``tasks("trip")`` → :class:`Task`; ``tasks.current`` is the task named
-    like the session. One shared event store and ledger (reconcile hooks, safe tools)."""
+    like the session. One shared event store and ledger (reconcile hooks, safe tools).
+
+    Args:
+        store: the store protocol.
+        scope: the session scope; every read and write is filtered by it (I10).
+        settings: ``[tasks]`` (snapshot interval, corrections shown in a prompt).
+        registry: event models and reducers; default the frozen built-in registry.
+    """
 
     def __init__(
         self,
         store: Store,
         scope: Scope,
+        *,
         settings: TaskSettings | None = None,
-        registry: EventRegistry = DEFAULT_REGISTRY,
+        registry: EventRegistry | None = None,
     ) -> None:
-        self.events = TaskEventStore(store, scope, settings, registry)
+        self.events = TaskEventStore(store, scope, settings, registry or DEFAULT_REGISTRY)
         self.ledger = Ledger(self.events)
         self.settings = self.events.settings
         self._tasks: dict[str, Task] = {}
@@ -209,6 +214,12 @@ class Tasks:
         """(task id, version) of the session's tasks."""
         return self.events.list_tasks()
 
+    def prompt_blocks(self) -> tuple[str | None, str | None]:
+        """(user corrections, protected constraints) of the current task as prompt text, from
+        one recovery of its state; None for a part it does not have (seed 004, I7)."""
+        state = self.current.state()
+        return render_feedback(state, self.settings.corrections_in_prompt), render_state(state)
+
 
 def default_task_id(session_id: str) -> str:
     """A valid task id for a session: the id itself when it passes ``require_name``."""
@@ -218,12 +229,34 @@ def default_task_id(session_id: str) -> str:
         return "session-" + hashlib.sha1(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def render_constraints(session: Session) -> str | None:
-    """The context builder's "protected constraints" block for `session`'s current task:
-    constraint values verbatim + guards (I7), or None when the task has none."""
-    return render_state(session.task.state())
+def find_task(
+    store: Store,
+    within: Scope,
+    task_id: str,
+    *,
+    settings: TaskSettings | None = None,
+    registry: EventRegistry | None = None,
+) -> Task:
+    """The one task named `task_id` among the scopes `within` covers (ANY fields widen it).
 
+    A `task_id` that is not a valid task name (e.g. a Chinese session id) is read as a session
+    id: that session's default task (``Session.task``), stored under :func:`default_task_id`.
 
-def render_corrections(session: Session) -> str | None:
-    """The newest user corrections of `session`'s current task — for the very top of the prompt."""
-    return render_feedback(session.task.state(), session.task.events.settings.corrections_in_prompt)
+    Raises:
+        NotFoundError: no scope under `within` has the task.
+        ValidationError: several scopes hold one; the message lists them so the caller can
+            narrow `within` (session, user, agent).
+    """
+    if default_task_id(task_id) != task_id:
+        if within.session is ANY:
+            within = within.with_(session=task_id)
+        task_id = default_task_id(task_id)
+    stream = stream_of(task_id)
+    found = [sc for sc, name, _ in store.list_streams(within, prefix=stream) if name == stream]
+    if not found:
+        raise NotFoundError("task", task_id, within)
+    if len(found) > 1:
+        where = "; ".join(f"session {s.session!r}, user {s.user!r}, agent {s.agent!r}" for s in found)
+        raise ValidationError(f"task {task_id!r} exists in {len(found)} scopes ({where}); "
+                              "name the session, user or agent")
+    return Tasks(store, found[0], settings=settings, registry=registry)(task_id)

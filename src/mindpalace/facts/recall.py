@@ -9,17 +9,50 @@ and are not promoted.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
 from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
 from mindpalace.facts.model import Fact, normalize_key
-from mindpalace.retrieval.hybrid import HybridRetriever, MatchReason, RecallHit, _stems
+from mindpalace.retrieval.hybrid import HybridRetriever, MatchReason, RetrievalHit, stems
 from mindpalace.scope import ANY, Scope
 from mindpalace.settings import FactSettings
 from mindpalace.store.textindex import query_terms
 from mindpalace.textsafe import require_text
 
 WORKING_MIN_TERM_SHARE = 0.5  # a working item must contain half the query's terms to match
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHit:
+    """One recall result.
+
+    Attributes:
+        tier: ``working`` (working memory) or the document kind (``fact``, ``message``,
+            ``step``, ``info``, ``snapshot``, ``history`` …).
+        ref: the id inside the tier: fact id, message index, record name, entry cursor.
+        text: the matched text.
+        score: fused score (higher is better; comparable within one result list only).
+        scope: the scope the item belongs to.
+        why: :class:`~mindpalace.retrieval.hybrid.MatchReason`.
+        meta: the document's metadata (message timestamp / speaker, fact key …).
+        fact: the :class:`Fact` for ``working`` and ``fact`` hits, else None.
+    """
+
+    tier: str
+    ref: str
+    text: str
+    score: float
+    scope: Scope
+    why: MatchReason
+    meta: dict[str, object] = field(default_factory=dict)
+    fact: Fact | None = None
+
+    @classmethod
+    def of(cls, hit: RetrievalHit, fact: Fact | None = None) -> RecallHit:
+        return cls(hit.tier, hit.ref, hit.text, hit.score, hit.scope, hit.why, hit.meta, fact)
 
 
 class Recall:
@@ -57,13 +90,11 @@ class Recall:
             ProviderError: the embedder failed.
         """
         require_text("query", query)
-        k = self.settings.recall_top_k if k is None else k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValidationError(f"recall k must be an integer of at least 1, got {k!r}")
+        k = self.settings.recall_top_k if k is None else require_int("recall k", k)
         hits = self._working_hits(query)[:k]
         seen = {h.fact.key for h in hits if h.fact is not None}
         found = self.retriever.search(self.scopes(), query, k=k + len(seen))
-        picked: list[RecallHit] = []
+        picked: list[RetrievalHit] = []
         for hit in found:
             if len(hits) + len(picked) >= k:
                 break
@@ -78,12 +109,10 @@ class Recall:
         promoted = self.facts.promote_many([f for f in stored if f is not None and f.current])
         by_id = {f.id: f for f in promoted if f is not None}
         for hit in picked:
-            if hit.tier == FACT_KIND:
-                fact = by_id.get(hit.ref)
-                if fact is None:
-                    continue  # corrected or forgotten meanwhile: never return a stale value
-                hit = RecallHit(hit.tier, hit.ref, hit.text, hit.score, hit.scope, hit.why, hit.meta, fact)
-            hits.append(hit)
+            fact = by_id.get(hit.ref) if hit.tier == FACT_KIND else None
+            if hit.tier == FACT_KIND and fact is None:
+                continue  # corrected or forgotten meanwhile: never return a stale value
+            hits.append(RecallHit.of(hit, fact))
         return hits
 
     def _working_hits(self, query: str) -> list[RecallHit]:
@@ -91,7 +120,7 @@ class Recall:
             as_key = normalize_key(query) if ":" in query else None
         except ValidationError:
             as_key = None
-        wanted = _stems(query_terms(query))
+        wanted = stems(query_terms(query))
         scored: list[tuple[float, Fact, tuple[str, ...]]] = []
         for fact in self.facts.working.items:
             if as_key is not None and fact.key == as_key:
@@ -99,7 +128,7 @@ class Recall:
                 continue
             if not wanted:
                 continue
-            have = set(_stems(query_terms(f"{fact.key} {fact.content}", drop_stop_words=False)))
+            have = set(stems(query_terms(f"{fact.key} {fact.content}", drop_stop_words=False)))
             terms = tuple(t for s, t in wanted.items() if s in have)
             share = len(terms) / len(wanted)
             if share >= WORKING_MIN_TERM_SHARE:
