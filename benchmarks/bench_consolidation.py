@@ -10,10 +10,11 @@ model call (whenever the next recorded message is the assistant's, and at the en
 
 Methods, measured in the same run on the same prompts:
 
-- ``consolidator``: the product path ``Session.context(budget)``: the context builder runs
-  ``Consolidator.maybe_consolidate`` and then assembles system prompt + "Archived context
-  summary" + the messages after ``last_consolidated`` under the budget; summaries by the offline
-  extractive provider (``llm.provider = "extractive"``).
+- ``consolidator``: the product path ``Session.prepare()`` (the agent's turn call, at the
+  session's configured input budget): ``Consolidator.maybe_consolidate`` runs, then the context
+  builder assembles system prompt + "Archived context summary" + the messages after
+  ``last_consolidated`` under the budget; summaries by the offline extractive provider
+  (``llm.provider = "extractive"``).
 - ``sliding window``: seed 004's ``trimMessages`` — keep the newest messages whose tokens fit
   the budget, nothing archived.
 
@@ -159,10 +160,10 @@ def run_consolidator(conv: Conversation, mem: Memory, budget: int, st: Stats) ->
         t0 = time.perf_counter()
         s.add_message(msg)
         if pos in points:
-            # The product path: the context builder consolidates first, then assembles the
+            # The product path: the turn call consolidates first, then the builder assembles the
             # prompt under the budget (last-resort trimming only for an oversized newest group).
             live_before = [m.message for m in c.live_messages()]
-            built = s.context(budget, system_prompt=conv.system or None)
+            built = s.prepare(system_prompt=conv.system or None)
             st.seconds += time.perf_counter() - t0
             st.prompts += 1
             r = built.report.consolidation

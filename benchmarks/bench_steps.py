@@ -156,7 +156,7 @@ def run_sessions(mem: Memory, groups: list[list[Transcript]], row: Row, system_p
         stats = replay(s, group, budget_tokens=row.prompt_budget, system_prompt=system_prompt,
                        on_model_call=base)
         base(s)  # the window after the last message
-        final = s.context(row.prompt_budget, system_prompt=system_prompt)
+        final = s.prepare(row.prompt_budget, system_prompt=system_prompt)
         facts = identifiers(stats.tool_results)
         row.facts += len(facts)
         row.recall_hits += len(facts & identifiers([recallable_text(s)]))

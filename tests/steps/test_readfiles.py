@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mindpalace import Memory
+from mindpalace.errors import ContextBudgetError, ValidationError
 from mindpalace.steps import parse_read_files, run_with_recall
 from mindpalace.testing import wiring
 
@@ -44,7 +48,8 @@ class TestRecallLoop:
             seen.append(messages)
             return next(replies)
 
-        out = run_with_recall(invoke, [{"role": "user", "content": "go"}], steps.read_records, max_reinvocations=3)
+        out = run_with_recall(invoke, [{"role": "user", "content": "go"}], steps.read_records,
+                              counter=small_memory.tokens, budget_tokens=10_000, max_reinvocations=3)
         assert out.reply == "final answer"
         assert (out.loaded, out.missing, out.reinvocations, out.capped) == (["step_2"], ["step_99"], 1, False)
         recall = seen[1][-1]["content"]
@@ -58,6 +63,94 @@ class TestRecallLoop:
             calls.append(1)
             return '{"read_files": {"files": ["nothing_here"]}}'
 
-        out = run_with_recall(invoke, [{"role": "user", "content": "go"}], steps.read_records, max_reinvocations=2)
+        out = run_with_recall(invoke, [{"role": "user", "content": "go"}], steps.read_records,
+                              counter=small_memory.tokens, budget_tokens=10_000, max_reinvocations=2)
         assert len(calls) == 3 and out.reinvocations == 2 and out.capped
         assert out.missing == ["nothing_here", "nothing_here"]
+
+
+def chat(n: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"turn {i}: " + "the user asked about reservations " * 3}
+            for i in range(n)]
+
+
+class TestBudget:
+    def test_the_documented_failure_stays_within_the_budget(self, small_memory: Memory) -> None:
+        s = new_session(small_memory)
+        steps = wiring.step_memory(s)
+        sid = steps.begin("load the fare table")
+        steps.evaluate(sid, "success", tool_outputs=["fare " + "row " * 4_000])  # ~4k tokens
+        counter = small_memory.tokens
+        prompt = s.context(600, messages=chat(3)).messages
+        sent: list[int] = []
+        replies = iter(['{"read_files": {"files": ["step_1"]}}', "done"])
+
+        def invoke(messages: list[dict[str, Any]]) -> str:
+            sent.append(counter.count_messages(messages))
+            return next(replies)
+
+        out = run_with_recall(invoke, prompt, steps.read_records, counter=counter, budget_tokens=600,
+                              max_reinvocations=3)
+        assert out.reply == "done" and max(sent) <= 600 and sent == out.prompt_tokens
+        recall = out.messages[-1]["content"]
+        assert "step_1 cut to fit the context budget" in recall and "ask for step_1 alone" in recall
+
+    def test_a_prompt_already_over_budget_is_refused(self, small_memory: Memory) -> None:
+        steps = wiring.step_memory(new_session(small_memory))
+        with pytest.raises(ValidationError, match="over budget_tokens 50"):
+            run_with_recall(lambda m: "x", chat(5), steps.read_records, counter=small_memory.tokens,
+                            budget_tokens=50, max_reinvocations=1)
+
+    def test_no_room_at_all_stops_the_loop(self, small_memory: Memory) -> None:
+        steps = wiring.step_memory(new_session(small_memory))
+        run_steps(steps, 2)
+        counter = small_memory.tokens
+        prompt = chat(2)
+        budget = counter.count_messages(prompt)  # nothing left for a request and its records
+        calls: list[int] = []
+
+        def invoke(messages: list[dict[str, Any]]) -> str:
+            calls.append(counter.count_messages(messages))
+            return '{"read_files": {"files": ["step_1"]}}'
+
+        out = run_with_recall(invoke, prompt, steps.read_records, counter=counter,
+                              budget_tokens=budget, max_reinvocations=3)
+        assert out.budget_exhausted and calls == [budget] and out.reinvocations == 0
+
+
+RECORD_SIZES = st.lists(st.integers(min_value=0, max_value=3_000), min_size=1, max_size=5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=RECORD_SIZES, budget=st.integers(min_value=60, max_value=2_500),
+       turns=st.integers(min_value=0, max_value=6), with_tools=st.booleans(),
+       rounds=st.integers(min_value=1, max_value=4), missing=st.booleans())
+def test_every_request_is_within_the_budget(
+    small_memory: Memory, sizes: list[int], budget: int, turns: int, with_tools: bool, rounds: int,
+    missing: bool,
+) -> None:
+    s = new_session(small_memory)
+    steps = wiring.step_memory(s)
+    for i, words in enumerate(sizes):
+        steps.add_info(f"note_{i}", "Tokyo 酒店 " * words, description=f"note {i}")
+    counter = small_memory.tokens
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}] if with_tools else None
+    try:
+        prompt = s.context(budget, tools=tools, messages=chat(turns)).messages
+    except ContextBudgetError:
+        return
+    names = [f"note_{i}" for i in range(len(sizes))] + (["nope"] if missing else [])
+    sent: list[int] = []
+
+    def invoke(messages: list[dict[str, Any]]) -> str:
+        sent.append(counter.count_messages(messages, tools))
+        return json.dumps({"read_files": {"files": names}}) if len(sent) <= rounds else "answer"
+
+    out = run_with_recall(invoke, prompt, steps.read_records, counter=counter, budget_tokens=budget,
+                          max_reinvocations=rounds, tools=tools)
+    assert sent and max(sent) <= budget
+    assert sent == out.prompt_tokens
+    for m in out.messages[len(prompt):]:
+        if m["role"] == "user":  # every recall names what it could not show in full
+            text = m["content"]
+            assert all(n in text for n in names[: len(sizes)] if n in out.loaded)

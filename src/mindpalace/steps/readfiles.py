@@ -5,19 +5,26 @@ model answers ``{"read_files": {"files": ["step_5", "user_profile"]}}`` instead 
 loop here detects that request (bare JSON, JSON inside a fenced ```json block, or a JSON object
 embedded in prose), loads the records by name (unknown names are reported back by name, never
 raised), appends their full text to the conversation and calls the model again — at most
-``steps.max_read_files_reinvocations`` times per step.
+``steps.max_read_files_reinvocations`` times per step. Every request stays within the prompt
+budget: what is appended is counted, and records that do not fit are cut with their name and a
+note saying how to read the rest (I9).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from mindpalace.steps.records import ReadResult
+from mindpalace.blocks import ToolSchema
+from mindpalace.checks import require_int
+from mindpalace.errors import ValidationError
+from mindpalace.steps.records import ReadResult, render_record
+from mindpalace.tokens import TokenCounter
 
+MIN_CUT_TOKENS: Final = 16  # a cut record shows at least this much of itself, else it is only named
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _KEY = re.compile(r'\{\s*"read_files"\s*:')
 
@@ -62,13 +69,80 @@ def parse_read_files(reply: Any) -> list[str] | None:
     return None
 
 
-def recall_message(result: ReadResult) -> dict[str, str]:
-    """The user-role message carrying the loaded records (full markdown) back to the model."""
-    if result.found:
-        head = f"Requested records ({len(result.found)}):"
-    else:
-        head = "None of the requested records exist."
-    body = result.render()
+def request_text(names: Sequence[str]) -> str:
+    """The canonical read_files request for `names` (what the assistant turn is recorded as)."""
+    return json.dumps({"read_files": {"files": list(names)}}, ensure_ascii=False)
+
+
+def recall_message(
+    result: ReadResult, *, counter: TokenCounter | None = None, max_tokens: int | None = None
+) -> dict[str, str] | None:
+    """The user-role message carrying the loaded records (full markdown) back to the model.
+
+    With `counter` and `max_tokens`, its content is at most `max_tokens` tokens: records are
+    taken in request order; the first that does not fit whole is cut, with a note naming it and
+    saying how to read the rest; any after it are listed by name as not shown. Missing names are
+    always reported. Returns None when not even that (header, names, notes) fits.
+    """
+    head = (f"Requested records ({len(result.found)}):" if result.found
+            else "None of the requested records exist.")
+    missing = "Not found: " + ", ".join(result.missing) if result.missing else ""
+    records = [(name, render_record(r)) for name, r in result.found.items()]
+    if counter is None or max_tokens is None:
+        return _message(head, [body for _, body in records], [], missing)
+
+    def fits(message: dict[str, str]) -> bool:
+        return counter.count(message["content"]) <= max_tokens
+
+    shown: list[str] = []
+    for i, (name, body) in enumerate(records):
+        later = [n for n, _ in records[i + 1:]]
+        whole = _message(head, [*shown, body], later, missing)
+        if fits(whole):
+            shown.append(body)
+            continue
+        cut = _cut_record(counter, name, body, max_tokens, lambda part, later=later: _message(
+            head, [*shown, part], later, missing))
+        if cut is not None:
+            shown.append(cut)
+        else:
+            later = [name, *later]
+        message = _message(head, shown, later, missing)
+        return message if fits(message) else None
+    message = _message(head, shown, [], missing)
+    return message if fits(message) else None
+
+
+def _cut_record(
+    counter: TokenCounter, name: str, body: str, max_tokens: int, compose: Callable[[str], dict[str, str]]
+) -> str | None:
+    """The head of `body` with a note, as long as `compose(part)` stays within `max_tokens`;
+    None when no useful part (at least MIN_CUT_TOKENS of the record) fits."""
+    total = counter.count(body)
+    keep = max_tokens - counter.count(compose("")["content"]) - counter.count(_cut_note(name, total, total))
+    while keep >= MIN_CUT_TOKENS:
+        part = counter.truncate(body, keep)
+        text = part + _cut_note(name, counter.count(part), total)
+        over = counter.count(compose(text)["content"]) - max_tokens
+        if over <= 0:
+            return text
+        keep -= over  # tokenizer seams at the joins: shrink by what is still over
+    return None
+
+
+def _cut_note(name: str, shown: int, total: int) -> str:
+    return (f"\n…[{name} cut to fit the context budget: {shown} of {total} tokens shown; "
+            f"ask for {name} alone to read more]")
+
+
+def _message(head: str, shown: list[str], unshown: list[str], missing: str) -> dict[str, str]:
+    parts = [head, *shown]
+    if unshown:
+        parts.append("Not shown, no room left in this prompt: " + ", ".join(unshown)
+                     + " (ask for fewer records at once)")
+    if missing:
+        parts.append(missing)
+    body = "\n\n".join(parts[1:])
     return {"role": "user", "content": f"{head}\n\n{body}" if body else head}
 
 
@@ -78,13 +152,17 @@ class RecallOutcome:
 
     Attributes:
         reply: the model's final reply (a normal answer, or the last read_files request when
-            the re-invocation cap was reached).
+            the re-invocation cap or the budget stopped the loop).
         messages: the conversation including appended recall messages (the caller's list is
             not modified).
         loaded: names of the records loaded, in order.
         missing: names that were requested but do not exist (or are invalid).
         reinvocations: model calls made after the first.
         capped: True when the cap stopped the loop while the model still asked for records.
+        budget_exhausted: True when the prompt had no room left for a recall message (every
+            earlier recall exchange already dropped), so the loop stopped.
+        prompt_tokens: ``count_messages(request, tools)`` of every model call, in order; each
+            is ≤ the budget.
     """
 
     reply: Any
@@ -93,40 +171,89 @@ class RecallOutcome:
     missing: list[str] = field(default_factory=list)
     reinvocations: int = 0
     capped: bool = False
+    budget_exhausted: bool = False
+    prompt_tokens: list[int] = field(default_factory=list)
 
 
 def run_with_recall(
     invoke: Callable[[list[dict[str, Any]]], Any],
-    messages: list[dict[str, Any]],
+    messages: Sequence[dict[str, Any]],
     read: Callable[[Iterable[str]], ReadResult],
     *,
+    counter: TokenCounter,
+    budget_tokens: int,
     max_reinvocations: int,
+    tools: Sequence[ToolSchema] | None = None,
     reply_text: Callable[[Any], str] = lambda r: r if isinstance(r, str) else getattr(r, "text", ""),
 ) -> RecallOutcome:
     """Call the model; while it asks for records (and the cap allows), load them and call again.
 
+    Every request passed to `invoke` is within the budget: ``counter.count_messages(request,
+    tools) <= budget_tokens``. A re-invocation appends the request (as the canonical read_files
+    JSON) and a recall message fitted to the room left (see :func:`recall_message`); when even a
+    cut-down recall message does not fit, the oldest earlier recall exchanges make room, and
+    with none left the loop stops (``budget_exhausted``).
+
     Args:
         invoke: calls the model with a message list and returns its reply (str or Completion).
-        messages: the prompt (e.g. ``session.context(...).messages``).
+        messages: the prompt, built under `budget_tokens` (e.g. ``session.prepare(...).messages``).
         read: loads records by name, e.g. ``session.read_records``.
+        counter: the token counter (I9).
+        budget_tokens: the prompt budget of every model call (tokens).
         max_reinvocations: ``steps.max_read_files_reinvocations``.
+        tools: the tool schemas sent with every call (counted).
+
+    Raises:
+        ValidationError: `messages` are already over `budget_tokens`, or the budget is not a
+            positive int.
     """
+    budget = require_int("budget_tokens", budget_tokens)
     convo = list(messages)
-    reply = invoke(convo)
-    outcome = RecallOutcome(reply, convo)
-    while True:
-        names = parse_read_files(reply_text(reply))
-        if names is None:
-            break
+    base = len(convo)
+    first = counter.count_messages(convo, _tools(tools))
+    if first > budget:
+        raise ValidationError(
+            f"the prompt is {first} tokens, over budget_tokens {budget}; build it under the same "
+            "budget (Session.prepare / Session.context)"
+        )
+    outcome = RecallOutcome(None, convo, prompt_tokens=[first])
+    reply = invoke(list(convo))
+    while (names := parse_read_files(reply_text(reply))) is not None:
         if outcome.reinvocations >= max_reinvocations:
             outcome.capped = True
             break
         result = read(names)
         outcome.loaded.extend(result.found)
         outcome.missing.extend(result.missing)
-        convo.append({"role": "assistant", "content": reply_text(reply)})
-        convo.append(recall_message(result))
-        reply = invoke(convo)
+        echo = {"role": "assistant", "content": request_text(names)}
+        recall = _fit_exchange(convo, base, echo, result, counter, budget, tools)
+        if recall is None:
+            outcome.budget_exhausted = True
+            break
+        convo += [echo, recall]
+        outcome.prompt_tokens.append(counter.count_messages(convo, _tools(tools)))
+        reply = invoke(list(convo))
         outcome.reinvocations += 1
     outcome.reply = reply
     return outcome
+
+
+def _fit_exchange(
+    convo: list[dict[str, Any]], base: int, echo: dict[str, str], result: ReadResult,
+    counter: TokenCounter, budget: int, tools: Sequence[ToolSchema] | None,
+) -> dict[str, str] | None:
+    """The recall message for `result` fitted to the room left after `echo`; earlier recall
+    exchanges (after the first `base` messages) are dropped, oldest first, until it fits."""
+    while True:
+        room = budget - counter.count_messages([*convo, echo, {"role": "user", "content": ""}],
+                                               _tools(tools))
+        recall = recall_message(result, counter=counter, max_tokens=room) if room >= 0 else None
+        if recall is not None:
+            return recall
+        if len(convo) <= base:
+            return None
+        del convo[base:base + 2]  # the oldest earlier exchange: request + its records
+
+
+def _tools(tools: Sequence[ToolSchema] | None) -> list[ToolSchema] | None:
+    return None if tools is None else list(tools)
