@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,3 +240,76 @@ def test_default_budget_is_window_minus_completion_minus_buffer(tmp_path: Path) 
                               "safety_buffer_tokens": 500}) as m:
         built = fresh(m).context(messages=[{"role": "user", "content": "hi"}])
         assert built.report.budget_tokens == 6_500
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _tables(db: Path) -> list[str]:
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+class TestReadOnly:
+    """Session.context is a pure build: same stored state in, same prompt out, nothing written."""
+
+    def _workspace(self, root: Path) -> None:
+        root.mkdir()
+        (root / "mindpalace.toml").write_text(
+            '[embed]\nprovider = "none"\n[steps]\nbudget_tokens = 80\n[session]\n'
+            "context_window_tokens = 2000\nmax_completion_tokens = 200\nsafety_buffer_tokens = 0\n",
+            encoding="utf-8")
+        with Memory.open(root) as m:
+            s = m.session("trip", user="u")
+            s.add_message({"role": "system", "content": "You plan Tokyo trips."})
+            for i in range(30):
+                s.add_message({"role": "user", "content": f"question {i} " + "about hotels " * 20})
+                s.add_message({"role": "assistant", "content": f"answer {i} " + "a plan " * 20})
+            s.prepare()  # an archived summary exists: the build reads it
+            for i in range(30, 60):  # and the session is far over budget again
+                s.add_message({"role": "user", "content": f"question {i} " + "about hotels " * 20})
+                for m_ in tool_turn(i):
+                    s.add_message(m_)
+            for i in range(12):
+                s.steps.evaluate(s.steps.begin(f"look up hotel H{i:03d}"), "success",
+                                 tool_outputs=[f"H{i:03d} at 1800 CNY"])
+            s.steps.begin("book the hotel")
+            s.constraints.set("budget_per_night_cny", 2000, source="user")
+            s.task.constraints.feedback("no hostels")
+            s.remember("user:city", "Tokyo", importance=0.9)
+
+    def test_building_leaves_every_file_and_table_unchanged(self, tmp_path: Path) -> None:
+        root = tmp_path / "ws"
+        self._workspace(root)
+        files, tables = _files(root), _tables(root / "memory.db")
+        with Memory.open(root) as m:
+            s = m.session("trip", user="u")
+            assert s.consolidator.prompt_tokens() > m.settings.session.input_budget_tokens
+            cursor = s.consolidator.last_consolidated
+            first = s.context()
+            assert s.consolidator.state().last_consolidated == cursor
+            for budget in (None, 300, 600, 1_500, 100_000):
+                built = s.context(budget, tools=TOOLS)
+                assert built.report.consolidation is None
+                assert built.report.total_tokens <= built.report.budget_tokens
+            assert any(d.startswith("dropped") for d in s.context(600).report.degradations)
+            assert s.context().messages == first.messages  # same state in, same prompt out
+            s.context(400, system_prompt="be brief", messages=[{"role": "user", "content": "hi"}])
+        assert _files(root) == files
+        assert _tables(root / "memory.db") == tables
+
+    def test_prepare_is_the_call_that_writes(self, tmp_path: Path) -> None:
+        root = tmp_path / "ws"
+        self._workspace(root)
+        tables = _tables(root / "memory.db")
+        with Memory.open(root) as m:
+            s = m.session("trip", user="u")
+            before = s.consolidator.last_consolidated
+            built = s.prepare()
+            assert built.report.consolidation is not None and built.report.consolidation.consolidated
+            assert s.consolidator.last_consolidated > before
+        assert _tables(root / "memory.db") != tables
