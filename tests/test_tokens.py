@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
+import gzip
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tiktoken
 import tiktoken.load
+import tiktoken_ext.openai_public as openai_public
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindpalace.errors import ConfigError
 from mindpalace.tokens import EstimateCounter, TiktokenCounter, get_counter
-from mindpalace.tokens.counter import _BPE_FILES, ensure_tiktoken_cache
+from mindpalace.tokens import counter as counter_module
 
 ENCODINGS = ["o200k_base", "cl100k_base"]
 SAMPLES = [
@@ -51,83 +56,194 @@ chinese = st.lists(st.sampled_from(ZH_CLAUSES + ZH_PUNCT), min_size=1, max_size=
 mixed = st.lists(st.one_of(english, chinese), min_size=1, max_size=4).map(" ".join)
 
 
+def shipped_bpe(encoding: str) -> bytes:
+    """The decompressed BPE file shipped as package data."""
+    packed = resources.files("mindpalace.tokens").joinpath(f"data/{encoding}.tiktoken.gz")
+    return gzip.decompress(packed.read_bytes())
+
+
+_READ_FILE_CACHED = tiktoken.load.read_file_cached  # the `offline` fixture forbids it
+
+
+def tiktoken_loader(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+    """tiktoken's own `load_tiktoken_bpe` (its parser and sha256 check), fed the shipped file
+    instead of a download, with tiktoken's disk cache off."""
+    encoding = url.rsplit("/", 1)[-1].removesuffix(".tiktoken")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", "")  # "" = no cache in tiktoken.load.read_file_cached
+        mp.setattr(tiktoken.load, "read_file_cached", _READ_FILE_CACHED)
+        mp.setattr(tiktoken.load, "read_file", lambda blobpath: shipped_bpe(encoding))
+        return tiktoken.load.load_tiktoken_bpe(url, expected_hash)
+
+
+def tiktoken_definition(
+    encoding: str, loader: Callable[..., dict[bytes, int]] = tiktoken_loader
+) -> dict[str, Any]:
+    """tiktoken's own definition of `encoding` (tiktoken_ext.openai_public), loading its BPE
+    ranks with `loader` rather than from the network."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(openai_public, "load_tiktoken_bpe", loader)
+        definition: dict[str, Any] = getattr(openai_public, encoding)()
+        return definition
+
+
 @pytest.fixture(scope="module")
 def exact() -> dict[str, TiktokenCounter]:
     return {name: TiktokenCounter(name) for name in ENCODINGS}
 
 
+@pytest.fixture(scope="module")
+def reference() -> dict[str, tiktoken.Encoding]:
+    """The encodings exactly as tiktoken defines them (the baseline for every exact count)."""
+    return {name: tiktoken.Encoding(**tiktoken_definition(name)) for name in ENCODINGS}
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No network, and tiktoken's own file loading (download or disk cache) is never used."""
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tried to use the network or tiktoken's file cache")
+
+    monkeypatch.setattr(socket.socket, "connect", forbidden)
+    monkeypatch.setattr(tiktoken.load, "read_file", forbidden)
+    monkeypatch.setattr(tiktoken.load, "read_file_cached", forbidden)
+
+
+@pytest.fixture
+def fresh_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counters built in this test load their encoding afresh (the process-wide one stays)."""
+    monkeypatch.setattr(counter_module, "_encoding", cache(counter_module._encoding.__wrapped__))
+
+
+TEXTS = {
+    "english": "Book the Senso-ji ticket for 2025-05-20; budget ≤ 2000 CNY/night.\nThanks!",
+    "chinese": "每晚酒店预算不超过两千元，不要订经济舱以外的机票。",
+    "emoji": "Trip booked 😀🎉👍🏽 — 🇯🇵 東京 ✈️",
+    "special": "<|endoftext|> <|endofprompt|><|fim_prefix|>x<|fim_middle|>y<|fim_suffix|>",
+}
+
+
+@pytest.mark.usefixtures("offline", "fresh_load")
 class TestOfflineTiktoken:
+    @pytest.mark.parametrize("cache_variable", ["tmp folder", "unset"])
     @pytest.mark.parametrize("encoding", ENCODINGS)
-    def test_empty_cache_dir_is_filled_from_package_data_without_network(
-        self, encoding: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    def test_loading_leaves_the_environment_and_every_cache_folder_alone(
+        self, encoding: str, cache_variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        def no_network(*args: object, **kwargs: object) -> None:
-            raise AssertionError("tried to use the network")
+        folders = {var: tmp_path / var.lower() for var in
+                   ("HOME", "XDG_CACHE_HOME", "TIKTOKEN_CACHE_DIR")}
+        for var, folder in folders.items():
+            folder.mkdir()
+            monkeypatch.setenv(var, str(folder))
+        if cache_variable == "unset":
+            monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+        before = dict(os.environ)
+        counter = TiktokenCounter(encoding)
+        assert counter.count(TEXTS["english"]) > 0
+        assert dict(os.environ) == before
+        assert [p for folder in folders.values() for p in folder.rglob("*")] == []
 
-        monkeypatch.setattr(socket.socket, "connect", no_network)
-        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-        url, sha256 = _BPE_FILES[encoding]
-        path = ensure_tiktoken_cache(encoding)
-        assert path == tmp_path / hashlib.sha1(url.encode()).hexdigest()
-        # tiktoken's own loader (sha256-checked) must now find it in the cache, offline.
-        ranks = tiktoken.load.load_tiktoken_bpe(url, expected_hash=sha256)
-        assert ranks == tiktoken.get_encoding(encoding)._mergeable_ranks
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    def test_built_encoding_equals_tiktokens_own_definition(self, encoding: str) -> None:
+        enc = TiktokenCounter(encoding)._enc
+        calls: list[tuple[str, str | None]] = []
 
-    def test_empty_cache_variable_does_not_turn_the_cache_off(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        def our_ranks(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+            calls.append((url, expected_hash))
+            return enc._mergeable_ranks
+
+        definition = tiktoken_definition(encoding, our_ranks)
+        # tiktoken pins the same file and sha256 we check ...
+        assert calls == [(f"https://openaipublic.blob.core.windows.net/encodings/{encoding}.tiktoken",
+                          counter_module._BPE_SHA256[encoding])]
+        # ... and defines nothing we leave out (e.g. an explicit_n_vocab).
+        assert set(definition) == {"name", "pat_str", "mergeable_ranks", "special_tokens"}
+        assert definition["name"] == enc.name == encoding
+        assert definition["pat_str"] == enc._pat_str
+        assert definition["special_tokens"] == enc._special_tokens
+        assert definition["mergeable_ranks"] is enc._mergeable_ranks
+        # our fast parse of the shipped file gives exactly what tiktoken's own parser gives
+        url, sha256 = calls[0]
+        assert enc._mergeable_ranks == tiktoken_loader(url, sha256)
+
+    @pytest.mark.parametrize("encoding", ENCODINGS)
+    def test_encode_gives_tiktokens_ids(
+        self, encoding: str, reference: dict[str, tiktoken.Encoding]
     ) -> None:
-        def no_network(*args: object, **kwargs: object) -> None:
-            raise AssertionError("tried to use the network")
+        counter, ref = TiktokenCounter(encoding), reference[encoding]
+        for kind, text in TEXTS.items():
+            ids = counter.encode(text)
+            assert ids == ref.encode(text, disallowed_special=()), kind
+            assert ref.decode(ids) == text, kind
+            assert counter.count(text) == len(ids), kind
+        # special-token text is counted as plain text, never as the special token
+        assert not set(counter.encode(TEXTS["special"])) & set(ref._special_tokens.values())
 
-        monkeypatch.setattr(socket.socket, "connect", no_network)
-        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken reads "" as "download every time"
-        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-        url, sha256 = _BPE_FILES["cl100k_base"]
-        path = ensure_tiktoken_cache("cl100k_base")
-        assert os.environ["TIKTOKEN_CACHE_DIR"] == str(path.parent)
-        assert tiktoken.load.load_tiktoken_bpe(url, expected_hash=sha256)
+    def test_counters_of_one_encoding_share_it(self) -> None:
+        assert TiktokenCounter("cl100k_base")._enc is TiktokenCounter("cl100k_base")._enc
 
-    def test_cold_process_counts_exactly_with_an_empty_cache_and_no_network(
-        self, tmp_path: Path, exact: dict[str, TiktokenCounter]
+    def test_a_corrupted_shipped_file_fails_the_sha256_check(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(counter_module._BPE_SHA256, "cl100k_base", "0" * 64)
+        with pytest.raises(RuntimeError, match="sha256"):
+            TiktokenCounter("cl100k_base")
+
+    def test_cold_process_counts_exactly_offline_and_writes_nothing(
+        self, tmp_path: Path, reference: dict[str, tiktoken.Encoding]
     ) -> None:
         code = (
-            "import json, socket, sys\n"
+            "import json, os, socket, sys\n"
             "def no_network(*a, **k): raise SystemExit('tried to use the network')\n"
             "socket.socket.connect = no_network\n"
+            "before = dict(os.environ)\n"
             "from mindpalace.tokens import get_counter\n"
+            "lazy = 'tiktoken' not in sys.modules\n"
             f"samples = {SAMPLES!r}\n"
-            f"print(json.dumps({{n: [get_counter(n).count(s) for s in samples] for n in {ENCODINGS!r}}}))\n"
+            f"counts = {{n: [get_counter(n).count(s) for s in samples] for n in {ENCODINGS!r}}}\n"
+            "print(json.dumps({'counts': counts, 'lazy': lazy, 'env': dict(os.environ) == before}))\n"
         )
-        env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty"),
+        folders = {var: tmp_path / var.lower() for var in
+                   ("HOME", "XDG_CACHE_HOME", "TIKTOKEN_CACHE_DIR")}
+        for folder in folders.values():
+            folder.mkdir()
+        env = {**os.environ, **{var: str(folder) for var, folder in folders.items()},
                "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, out.stderr
-        counts = json.loads(out.stdout)
+        result = json.loads(out.stdout)
         for name in ENCODINGS:
-            enc = tiktoken.get_encoding(name)
-            assert counts[name] == [len(enc.encode(s, disallowed_special=())) for s in SAMPLES]
-        assert len(list((tmp_path / "empty").iterdir())) == 2  # both BPE files written
+            enc = reference[name]
+            assert result["counts"][name] == [len(enc.encode(s, disallowed_special=())) for s in SAMPLES]
+        assert result["lazy"], "importing mindpalace.tokens imported tiktoken"
+        assert result["env"], "building a counter changed os.environ"
+        assert [p for folder in folders.values() for p in folder.rglob("*")] == []
 
     def test_unknown_encoding_is_a_config_error(self) -> None:
         with pytest.raises(ConfigError, match=r"tokens\.tokenizer"):
             get_counter("p50k_nope")
+        with pytest.raises(ConfigError, match=r"tokens\.tokenizer"):
+            TiktokenCounter("o200k_harmony")
 
 
 class TestExactCounts:
     @pytest.mark.parametrize("encoding", ENCODINGS)
-    def test_counts_equal_tiktoken(self, encoding: str, exact: dict[str, TiktokenCounter]) -> None:
-        enc = tiktoken.get_encoding(encoding)
+    def test_counts_equal_tiktoken(
+        self, encoding: str, exact: dict[str, TiktokenCounter], reference: dict[str, tiktoken.Encoding]
+    ) -> None:
+        enc = reference[encoding]
         for text in SAMPLES:
             assert exact[encoding].count(text) == len(enc.encode(text, disallowed_special=()))
 
     def test_long_texts_are_counted_exactly_without_being_cached(
-        self, exact: dict[str, TiktokenCounter]
+        self, reference: dict[str, tiktoken.Encoding]
     ) -> None:
         counter = TiktokenCounter("o200k_base")
         long_text = "budget 预算 " * 2_000  # well over the memoised length
         before = counter._count.cache_info().currsize
-        assert counter.count(long_text) == len(tiktoken.get_encoding("o200k_base").encode(long_text))
+        assert counter.count(long_text) == len(reference["o200k_base"].encode(long_text))
         assert counter._count.cache_info().currsize == before
         counter.count("short text")
         assert counter._count.cache_info().currsize == before + 1
@@ -184,9 +300,11 @@ class TestMessageCounts:
         assert c.count_messages(msgs, [TOOL, TOOL]) > c.count_messages(msgs, [TOOL])
 
     @pytest.mark.parametrize("encoding", ENCODINGS)
-    def test_prompt_count_is_at_least_the_openai_cookbook_count(self, encoding: str) -> None:
+    def test_prompt_count_is_at_least_the_openai_cookbook_count(
+        self, encoding: str, reference: dict[str, tiktoken.Encoding]
+    ) -> None:
         c = get_counter(encoding)
-        enc = tiktoken.get_encoding(encoding)
+        enc = reference[encoding]
         msgs = [
             {"role": "system", "content": "You are a travel agent."},
             {"role": "user", "content": SAMPLES[1], "name": "u1"},

@@ -1,39 +1,114 @@
 """Token counters for text and whole chat prompts (I9: exact, or an estimate that errs high).
 
-Exact counts use tiktoken with the `o200k_base` / `cl100k_base` BPE files shipped inside this
-package: on first use they are written into ``TIKTOKEN_CACHE_DIR`` under the file name tiktoken
-looks for (sha1 of the upstream URL), after checking tiktoken's own sha256, so
-``tiktoken.get_encoding()`` never touches the network.
+Exact counts use tiktoken with the ``o200k_base`` / ``cl100k_base`` BPE files shipped inside
+this package (``data/<encoding>.tiktoken.gz``). The file is decompressed from package data,
+checked against the sha256 that tiktoken itself pins, parsed (one ``base64(token) rank`` per
+line) and turned into a ``tiktoken.Encoding`` with the same pattern and special tokens as
+tiktoken's own definition. Nothing touches the network, ``os.environ`` or any cache folder on
+disk; the built encoding is kept in memory, one per encoding per process.
 """
 
 from __future__ import annotations
 
+import binascii
 import gzip
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
-import threading
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mindpalace.errors import ConfigError
 
-# Upstream locations and sha256 of the decompressed BPE files, as pinned by tiktoken itself.
-_BPE_FILES: dict[str, tuple[str, str]] = {
-    "o200k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-    ),
-    "cl100k_base": (
-        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-    ),
+if TYPE_CHECKING:
+    import tiktoken
+
+# sha256 of the decompressed BPE files, as pinned by tiktoken itself (the ``expected_hash`` in
+# tiktoken_ext.openai_public); a mismatch means a corrupted install.
+_BPE_SHA256: dict[str, str] = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
 }
+
+# Pre-tokeniser patterns and special tokens copied verbatim from tiktoken 0.14's
+# tiktoken_ext.openai_public.o200k_base() and cl100k_base() (tests/test_tokens.py checks that
+# they still equal tiktoken's own definitions).
+ENDOFTEXT = "<|endoftext|>"
+FIM_PREFIX = "<|fim_prefix|>"
+FIM_MIDDLE = "<|fim_middle|>"
+FIM_SUFFIX = "<|fim_suffix|>"
+ENDOFPROMPT = "<|endofprompt|>"
+
+O200K_PAT_STR = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+O200K_SPECIAL_TOKENS: dict[str, int] = {ENDOFTEXT: 199999, ENDOFPROMPT: 200018}
+
+CL100K_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+CL100K_SPECIAL_TOKENS: dict[str, int] = {
+    ENDOFTEXT: 100257,
+    FIM_PREFIX: 100258,
+    FIM_MIDDLE: 100259,
+    FIM_SUFFIX: 100260,
+    ENDOFPROMPT: 100276,
+}
+
+# encoding name -> (pattern, special tokens)
+_DEFINITIONS: dict[str, tuple[str, dict[str, int]]] = {
+    "o200k_base": (O200K_PAT_STR, O200K_SPECIAL_TOKENS),
+    "cl100k_base": (CL100K_PAT_STR, CL100K_SPECIAL_TOKENS),
+}
+
+
+def _check_encoding(encoding: str) -> None:
+    if encoding not in _DEFINITIONS:
+        raise ConfigError("settings", "tokens.tokenizer", f"unknown encoding {encoding!r}; "
+                          f"use one of {sorted(_DEFINITIONS)} or 'estimate'")
+
+
+def _mergeable_ranks(encoding: str) -> dict[bytes, int]:
+    """The BPE ranks of a shipped encoding, read from package data (no network, no disk cache).
+
+    Raises:
+        ConfigError: `encoding` is not one of the shipped encodings.
+        RuntimeError: the shipped file fails tiktoken's sha256 (a corrupted install).
+    """
+    _check_encoding(encoding)
+    packed = resources.files("mindpalace.tokens").joinpath(f"data/{encoding}.tiktoken.gz")
+    data = gzip.decompress(packed.read_bytes())
+    if hashlib.sha256(data).hexdigest() != _BPE_SHA256[encoding]:  # not a user error
+        raise RuntimeError(f"shipped {encoding} BPE file fails its sha256 check; reinstall")
+    # Each line is `base64(token) rank`; splitting the whole file on whitespace and pairing the
+    # fields is ~2× faster than tiktoken's line loop and gives the same dict.
+    fields = data.split()
+    if len(fields) != 2 * data.count(b"\n"):  # cannot happen once the hash matched
+        raise RuntimeError(f"shipped {encoding} BPE file is malformed; reinstall")
+    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
+
+
+@cache
+def _encoding(encoding: str) -> tiktoken.Encoding:
+    """The tiktoken encoding, built once per process from package data."""
+    import tiktoken  # lazy: importing mindpalace.tokens stays cheap
+
+    pat_str, special_tokens = _DEFINITIONS[encoding]
+    return tiktoken.Encoding(
+        encoding,
+        pat_str=pat_str,
+        mergeable_ranks=_mergeable_ranks(encoding),
+        special_tokens=dict(special_tokens),
+    )
+
 
 # OpenAI chat format overheads (tokens). Each errs high relative to the cookbook figures.
 TOKENS_PER_MESSAGE = 4  # <|start|>role<|message|> … <|end|>
@@ -45,48 +120,6 @@ TOKENS_PER_IMAGE = 1_105  # a high-detail 1024×1024 image; real cost is lower f
 
 COUNT_CACHE_ENTRIES = 16_384  # memoised counts per encoding (messages are re-counted each turn)
 COUNT_CACHE_MAX_CHARS = 4_096  # longer texts are counted afresh: keys stay ≤ 64 MB (ASCII) to 256 MB
-
-_cache_lock = threading.Lock()
-
-
-def _cache_dir() -> Path:
-    configured = os.environ.get("TIKTOKEN_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "mindpalace" / "tiktoken"
-
-
-def ensure_tiktoken_cache(encoding: str) -> Path:
-    """Write the shipped BPE file for `encoding` where tiktoken's cache lookup finds it.
-
-    Sets ``TIKTOKEN_CACHE_DIR`` (if unset or empty) to ``~/.cache/mindpalace/tiktoken``. Idempotent.
-
-    Raises:
-        ConfigError: `encoding` is not one of the shipped encodings.
-    """
-    if encoding not in _BPE_FILES:
-        raise ConfigError("settings", "tokens.tokenizer", f"unknown encoding {encoding!r}; "
-                          f"use one of {sorted(_BPE_FILES)} or 'estimate'")
-    url, sha256 = _BPE_FILES[encoding]
-    with _cache_lock:
-        cache = _cache_dir()
-        if not os.environ.get("TIKTOKEN_CACHE_DIR"):  # "" would make tiktoken skip its cache
-            os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)  # and download, which fails offline
-        target = cache / hashlib.sha1(url.encode()).hexdigest()
-        if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
-            return target
-        data = gzip.decompress(
-            resources.files("mindpalace.tokens").joinpath(f"data/{encoding}.tiktoken.gz").read_bytes()
-        )
-        if hashlib.sha256(data).hexdigest() != sha256:  # a corrupted install, not a user error
-            raise RuntimeError(f"shipped {encoding} BPE file fails its sha256 check; reinstall")
-        cache.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".bpe-")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)  # atomic: concurrent processes never see a half-written file
-        return target
 
 
 @runtime_checkable
@@ -172,16 +205,20 @@ class _BaseCounter:
 
 
 class TiktokenCounter(_BaseCounter):
-    """Exact counts with a tiktoken encoding loaded offline from package data."""
+    """Exact counts with a tiktoken encoding loaded offline from package data.
+
+    The first counter of an encoding builds it (~0.3 s for o200k_base); later ones share it.
+
+    Raises:
+        ConfigError: `encoding` is not one of the shipped encodings.
+    """
 
     exact = True
 
     def __init__(self, encoding: str = "o200k_base") -> None:
-        import tiktoken
-
-        ensure_tiktoken_cache(encoding)
+        _check_encoding(encoding)
         self.name = encoding
-        self._enc = tiktoken.get_encoding(encoding)
+        self._enc = _encoding(encoding)
         self._count = lru_cache(maxsize=COUNT_CACHE_ENTRIES)(self._count_uncached)
 
     def _count_uncached(self, text: str) -> int:
