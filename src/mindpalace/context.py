@@ -374,7 +374,7 @@ class _Fitter:
 
     def _candidates(self) -> list[tuple[int, str, Message]]:
         """(content tokens, name, message) of every part whose text can be cut."""
-        out = [(self.counter.count(p.message["content"]), p.name, p.message) for p in self.blocks
+        out = [(self.counter.count(p.message["content"]), p.name.value, p.message) for p in self.blocks
                if p.name not in PROTECTED_BLOCKS]  # I7: never cut, only dropped as the very last resort
         for group in self.groups:
             for msg in group:

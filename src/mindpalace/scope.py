@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from mindpalace.errors import ValidationError
@@ -71,12 +71,24 @@ class Scope:
             raise ValidationError(f"a write needs a concrete scope, got {self}")
         return self
 
-    def with_(self, **fields: str | _AnyScope) -> Scope:
-        """A copy with some fields changed, e.g. ``scope.with_(session=ANY)``."""
-        return replace(self, **fields)
+    def with_(
+        self,
+        *,
+        tenant: str | None = None,
+        user: str | _AnyScope | None = None,
+        agent: str | _AnyScope | None = None,
+        session: str | _AnyScope | None = None,
+    ) -> Scope:
+        """A copy with some fields changed (None = unchanged), e.g. ``scope.with_(session=ANY)``."""
+        return Scope(
+            self.tenant if tenant is None else tenant,
+            self.user if user is None else user,
+            self.agent if agent is None else agent,
+            self.session if session is None else session,
+        )
 
     def values(self) -> tuple[str | _AnyScope, ...]:
         return (self.tenant, self.user, self.agent, self.session)
 
     def __str__(self) -> str:
-        return "/".join(repr(v) if v is ANY else (v or "-") for v in self.values())
+        return "/".join(v or "-" if isinstance(v, str) else repr(v) for v in self.values())

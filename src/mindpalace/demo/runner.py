@@ -26,6 +26,7 @@ from mindpalace.demo.scenario import budget_for_night, build_plan
 from mindpalace.demo.world import World
 from mindpalace.errors import MindPalaceError, ValidationError
 from mindpalace.memory import Memory
+from mindpalace.tasks.events import ErrorOccurred, StepFinished, ToolCallCompleted
 from mindpalace.tasks.state import TaskState
 from mindpalace.tokens import get_counter
 from mindpalace.workspace import Workspace
@@ -94,10 +95,11 @@ def engine_report(config: DemoConfig, *, recoveries: int, seconds: float) -> Dem
         s = mem.session(config.session, user="traveller", agent="planner")
         state = s.task.state()
         records = s.task.events.read(s.task.id)
-        outputs = [r.event.output for r in records if r.type == "step_finished"]  # type: ignore[attr-defined]
+        events = [r.event for r in records]
+        outputs = [e.output for e in events if isinstance(e, StepFinished)]
         peak = max((o.get("prompt_tokens", 0) for o in outputs if isinstance(o, dict)), default=0)
-        codes = [r.event.code for r in records if r.type == "error_occurred"]  # type: ignore[attr-defined]
-        reconciled = sum(1 for r in records if r.type == "tool_call_completed" and r.event.reconciled)  # type: ignore[attr-defined]
+        codes = [e.code for e in events if isinstance(e, ErrorOccurred)]
+        reconciled = sum(1 for e in events if isinstance(e, ToolCallCompleted) and e.reconciled)
         lost = _lost_acks(config, mem)
         compactions = _compactions(s)
     world = World(config.world_path)
@@ -231,14 +233,15 @@ def run_baseline(config: DemoConfig, *, crash_every: int | None = None, max_cras
         policy = Policy(world, config.seed)
         mind = WindowMind(counter)
         i = 0
-        next_crash = rng.randint(1, max(2, 2 * crash_every)) if crash_every else None
+        spacing = max(2, 2 * crash_every) if crash_every else None
+        next_crash = rng.randint(1, spacing) if spacing else None
         executed = 0
         while i < len(plan):
             limit = 10 * len(plan) if max_crashes is None else max_crashes
             if next_crash is not None and executed == next_crash and recoveries < limit:
                 recoveries += 1
                 mind, i, executed = WindowMind(counter), 0, 0  # restart from scratch
-                next_crash = rng.randint(1, max(2, 2 * crash_every))  # type: ignore[arg-type]
+                next_crash = rng.randint(1, spacing) if spacing else None
                 continue
             policy.execute(mind, i, plan[i])
             i += 1

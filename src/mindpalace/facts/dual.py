@@ -12,6 +12,7 @@ persisted in the kv namespace ``working_memory`` so it survives a restart.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -163,7 +164,7 @@ class FactMemory:
             facts.setdefault(f.key, f)
         return [facts[k] for k in sorted(facts)]
 
-    def history(self, key: str) -> list[Fact]:
+    def history(self, key: str) -> builtins.list[Fact]:
         """Every long-term version of `key`, oldest first."""
         return self.longterm.history(key)
 

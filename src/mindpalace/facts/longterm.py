@@ -22,6 +22,7 @@ Write semantics:
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -113,11 +114,11 @@ class LongTermStore:
         """Write `fact` with de-duplicate / supersede semantics; returns the stored version."""
         return self.put_many([fact])[0]
 
-    def put_many(self, facts: Sequence[Fact]) -> list[Fact]:
+    def put_many(self, facts: Sequence[Fact]) -> builtins.list[Fact]:
         """Write several facts in one transaction (and one embedding batch); returns the stored
         versions in input order. Facts of the same key are applied in order."""
-        stored: list[Fact] = []
-        written: list[Fact] = []
+        stored: builtins.list[Fact] = []
+        written: builtins.list[Fact] = []
         with self.store.transaction():
             for fact in facts:
                 kept, is_new = self._put_one(fact)

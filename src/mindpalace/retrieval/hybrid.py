@@ -183,18 +183,17 @@ class HybridRetriever:
         n = max(k, self.settings.recall_candidates)
         keyword: list[SearchHit] = []
         vector: list[SearchHit] = []
-        qvec = None
+        query_vector = None
         if self.embedder is not None:
             self.sync_embeddings()
-            qvec = self.embedder.embed_query(query)
+            query_vector = (self.embedder.model_id, self.embedder.embed_query(query))
         for scope in scope_list:
             keyword += self.store.keyword_search(
                 scope, query, k=n, kinds=kinds, max_df_ratio=self.settings.keyword_max_df_ratio
             )
-            if qvec is not None:
-                vector += self.store.vector_search(
-                    scope, qvec, self.embedder.model_id, k=n, kinds=kinds
-                )
+            if query_vector is not None:
+                model, qvec = query_vector
+                vector += self.store.vector_search(scope, qvec, model, k=n, kinds=kinds)
         keyword = _rerank(keyword)
         vector = _rerank(vector)
         cands = self._fuse(keyword, vector)

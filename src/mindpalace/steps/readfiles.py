@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from mindpalace.blocks import ToolSchema
@@ -101,8 +102,8 @@ def recall_message(
         if fits(whole):
             shown.append(body)
             continue
-        cut = _cut_record(counter, name, body, max_tokens, lambda part, later=later: _message(
-            head, [*shown, part], later, missing))
+        cut = _cut_record(counter, name, body, max_tokens,
+                          partial(_with_part, head, shown, later, missing))
         if cut is not None:
             shown.append(cut)
         else:
@@ -128,6 +129,10 @@ def _cut_record(
             return text
         keep -= over  # tokenizer seams at the joins: shrink by what is still over
     return None
+
+
+def _with_part(head: str, shown: list[str], later: list[str], missing: str, part: str) -> dict[str, str]:
+    return _message(head, [*shown, part], later, missing)
 
 
 def _cut_note(name: str, shown: int, total: int) -> str:
@@ -184,7 +189,7 @@ def run_with_recall(
     budget_tokens: int,
     max_reinvocations: int,
     tools: Sequence[ToolSchema] | None = None,
-    reply_text: Callable[[Any], str] = lambda r: r if isinstance(r, str) else getattr(r, "text", ""),
+    reply_text: Callable[[Any], str] | None = None,
 ) -> RecallOutcome:
     """Call the model; while it asks for records (and the cap allows), load them and call again.
 
@@ -202,12 +207,14 @@ def run_with_recall(
         budget_tokens: the prompt budget of every model call (tokens).
         max_reinvocations: ``steps.max_read_files_reinvocations``.
         tools: the tool schemas sent with every call (counted).
+        reply_text: the text of a reply; default the reply itself (str) or its ``.text``.
 
     Raises:
         ValidationError: `messages` are already over `budget_tokens`, or the budget is not a
             positive int.
     """
     budget = require_int("budget_tokens", budget_tokens)
+    text_of = reply_text or _reply_text
     convo = list(messages)
     base = len(convo)
     first = counter.count_messages(convo, _tools(tools))
@@ -218,7 +225,7 @@ def run_with_recall(
         )
     outcome = RecallOutcome(None, convo, prompt_tokens=[first])
     reply = invoke(list(convo))
-    while (names := parse_read_files(reply_text(reply))) is not None:
+    while (names := parse_read_files(text_of(reply))) is not None:
         if outcome.reinvocations >= max_reinvocations:
             outcome.capped = True
             break
@@ -253,6 +260,10 @@ def _fit_exchange(
         if len(convo) <= base:
             return None
         del convo[base:base + 2]  # the oldest earlier exchange: request + its records
+
+
+def _reply_text(reply: Any) -> str:
+    return reply if isinstance(reply, str) else str(getattr(reply, "text", ""))
 
 
 def _tools(tools: Sequence[ToolSchema] | None) -> list[ToolSchema] | None:

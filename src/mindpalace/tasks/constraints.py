@@ -246,7 +246,7 @@ class Constraints:
         parse_guard(expr)
         gname = name or f"{tool}:{len(self.state().guards) + 1}"
         self._require_source(gname, expr, source, "add a guard")
-        self.events.append(self.task, [GuardSet(name=gname, tool=tool, expr=expr, source=source)])  # type: ignore[arg-type]
+        self.events.append(self.task, [GuardSet(name=gname, tool=tool, expr=expr, source=source)])
         return gname
 
     def feedback(self, text: str, *, updates: dict[str, Any] | None = None) -> None:
