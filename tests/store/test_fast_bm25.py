@@ -1,77 +1,158 @@
-"""The in-process BM25 scorer returns exactly what FTS5's bm25() returns (ids, scores, order)."""
+"""The in-process BM25 scorer returns exactly what FTS5's bm25() returns (ids, scores, order),
+and its posting cache is rebuilt by data state alone: a stale cache is rebuilt only when a
+second query sees the same search generation (no write in between)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mindpalace.scope import Scope
-from mindpalace.store import SQLiteStore
+from mindpalace.settings import StoreSettings
+from mindpalace.store import SearchHit, SQLiteStore
 
-WORDS = ["hotel", "budget", "running", "runs", "ran", "book", "booked", "booking", "paris", "london", "trip", "dinner", "the", "a", "of", "cafe", "résumé", "naïve", "酒店", "预算", "Q7Z9", "zebra", "giraffe", "don't", "e-mail"]
+WORDS = [
+    "hotel", "budget", "running", "runs", "ran", "book", "booked", "booking", "paris", "london",
+    "trip", "dinner", "the", "a", "of", "cafe", "résumé", "naïve", "酒店", "预算", "Q7Z9", "zebra",
+    "giraffe", "don't", "e-mail",
+]
 QUERIES = [
     "hotel budget", "running", "runs paris trip", "the", "résumé", "naive", "酒店预算",
     "booked hotel london", "zebra zebra", "Q7Z9", "e-mail", "nothing matches this",
 ]
+SCOPE = Scope("t", "u", "a", "s")
 
 
-def _sql_only(store: SQLiteStore, *args, **kwargs):  # type: ignore[no-untyped-def]
-    fast = store._fast_bm25
-    store._fast_bm25 = lambda *a, **kw: None  # type: ignore[method-assign]
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[SQLiteStore, SQLiteStore]]:
+    """The same database opened twice: in-process BM25 (default) and the FTS5 SQL path only."""
+    fast = SQLiteStore(tmp_path / "bm25.db")
+    sql = SQLiteStore(tmp_path / "bm25.db", in_process_bm25=False)
     try:
-        return store.keyword_search(*args, **kwargs)
+        yield fast, sql
     finally:
-        store._fast_bm25 = fast  # type: ignore[method-assign]
+        fast.close()
+        sql.close()
 
 
-def _key(hits):  # type: ignore[no-untyped-def]
+def _key(hits: list[SearchHit]) -> list[tuple[int, float, int, str]]:
     return [(h.doc.id, h.score, h.rank, h.matched) for h in hits]
 
 
-def test_matches_the_sql_path_exactly(tmp_path: Path) -> None:
+def _fresh(store: SQLiteStore) -> bool:
+    """Whether the next word-index query is scored in-process (the cache is current)."""
+    return store.bm25_cache_generation == store.search_generation()
+
+
+def _refs(store: SQLiteStore, query: str) -> list[str]:
+    return [h.doc.ref for h in store.keyword_search(SCOPE, query)]
+
+
+def test_matches_the_sql_path_exactly(stores: tuple[SQLiteStore, SQLiteStore]) -> None:
+    fast, sql = stores
     rng = random.Random(7)
-    store = SQLiteStore(tmp_path / "bm25.db")
+    a, b = Scope("t", "a", "ag", "s"), Scope("t", "b", "ag", "s")
+    for i in range(600):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+        fast.index_document(a if i % 3 else b, rng.choice(["fact", "message"]), f"r{i}", text)
+    fast.index_document(a, "fact", "empty", "")
+    fast.delete_documents(a, "fact", ["r1", "r2"])
+    for query in QUERIES:
+        for scope in (a, b, Scope("t", "a", "ag", "other")):
+            for kinds in (None, ["fact"]):
+                for k in (1, 5, 500):
+                    hits = fast.keyword_search(scope, query, k=k, kinds=kinds)
+                    assert _key(hits) == _key(sql.keyword_search(scope, query, k=k, kinds=kinds))
+                    assert all(h.doc.scope == scope for h in hits)
+    assert _fresh(fast)  # the in-process path did serve (no write since the first query)
+    assert sql.bm25_cache_generation is None  # in_process_bm25=False never builds a cache
+
+
+def test_a_stale_cache_is_rebuilt_on_the_second_query_of_a_generation(
+    stores: tuple[SQLiteStore, SQLiteStore],
+) -> None:
+    fast, sql = stores
+    fast.index_document(SCOPE, "note", "1", "giraffe zebra")
+    assert fast.bm25_cache_generation is None
+    assert _refs(fast, "giraffe") == ["1"]  # no cache yet: the first query builds it
+    assert _fresh(fast)
+
+    fast.index_document(SCOPE, "note", "2", "zebra okapi")
+    before = fast.bm25_cache_generation
+    first = fast.keyword_search(SCOPE, "zebra")  # stale: served by SQL, nothing rebuilt
+    assert fast.bm25_cache_generation == before
+    assert not _fresh(fast)
+    second = fast.keyword_search(SCOPE, "zebra")  # same generation again: rebuild
+    assert _fresh(fast)
+    assert _key(first) == _key(second) == _key(sql.keyword_search(SCOPE, "zebra"))
+    assert {h.doc.ref for h in first} == {"1", "2"}
+
+
+def test_a_write_between_queries_keeps_the_sql_path(
+    stores: tuple[SQLiteStore, SQLiteStore],
+) -> None:
+    fast, sql = stores
+    fast.index_document(SCOPE, "note", "0", "okapi")
+    _refs(fast, "okapi")  # first build
+    built = fast.bm25_cache_generation
+    for i in range(1, 6):  # each query sees a new generation: never a rebuild
+        fast.index_document(SCOPE, "note", str(i), f"okapi number{i}")
+        hits = fast.keyword_search(SCOPE, "okapi", k=20)
+        assert _key(hits) == _key(sql.keyword_search(SCOPE, "okapi", k=20))
+        assert len(hits) == i + 1
+        assert fast.bm25_cache_generation == built
+    fast.keyword_search(SCOPE, "okapi")  # writes stop: the second sighting rebuilds
+    assert _fresh(fast)
+
+
+def test_queries_that_cannot_use_the_cache_do_not_count(tmp_path: Path) -> None:
+    # "x" separates tokens in this word index, so the query term "boxer" is the two-token
+    # phrase "bo er", which needs positions: always the SQL path.
+    settings = StoreSettings(fts_tokenizer="unicode61 separators x")
+    store = SQLiteStore(tmp_path / "bm25.db", settings=settings)
     try:
-        a, b = Scope("t", "a", "ag", "s"), Scope("t", "b", "ag", "s")
-        for i in range(600):
-            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
-            store.index_document(a if i % 3 else b, rng.choice(["fact", "message"]), f"r{i}", text)
-        store.index_document(a, "fact", "empty", "")
-        store.delete_documents(a, "fact", ["r1", "r2"])
-        for query in QUERIES:
-            for scope in (a, b, Scope("t", "a", "ag", "other")):
-                for kinds in (None, ["fact"]):
-                    for k in (1, 5, 500):
-                        fast = store.keyword_search(scope, query, k=k, kinds=kinds)
-                        assert _key(fast) == _key(_sql_only(store, scope, query, k=k, kinds=kinds))
-                        assert all(h.doc.scope == scope for h in fast)
-        assert store._bm25 is not None  # the fast path did serve
+        store.index_document(SCOPE, "note", "1", "giraffe")
+        assert _refs(store, "giraffe") == ["1"]
+        store.index_document(SCOPE, "note", "2", "giraffe boxer")
+        with store.transaction():  # inside a write transaction: always SQL, not counted
+            assert sorted(_refs(store, "giraffe")) == ["1", "2"]
+            assert sorted(_refs(store, "giraffe")) == ["1", "2"]
+        assert _refs(store, "boxer") == ["2"]  # a multi-token phrase: SQL, not counted
+        assert _refs(store, "boxer") == ["2"]
+        assert not _fresh(store)
+        assert sorted(_refs(store, "giraffe")) == ["1", "2"]  # first sighting: SQL
+        assert not _fresh(store)
+        assert sorted(_refs(store, "giraffe")) == ["1", "2"]  # second sighting: rebuilt
+        assert _fresh(store)
     finally:
         store.close()
 
 
-def test_follows_writes_and_rollbacks(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "bm25.db")
-    try:
-        scope = Scope("t", "u", "a", "s")
-        store.index_document(scope, "note", "1", "giraffe")
-        assert [h.doc.ref for h in store.keyword_search(scope, "giraffe")] == ["1"]
-        with pytest.raises(RuntimeError), store.transaction():
-            store.index_document(scope, "note", "2", "zebra")
-            assert [h.doc.ref for h in store.keyword_search(scope, "zebra")] == ["2"]
-            raise RuntimeError
-        store._bm25_build = (0.0, 0.0)  # rebuild on the next stale query
-        assert store.keyword_search(scope, "zebra") == []
-        store.index_document(scope, "note", "3", "zebra")
-        store._bm25_build = (0.0, 0.0)
-        assert [h.doc.ref for h in store.keyword_search(scope, "zebra")] == ["3"]
-        store.index_document(scope, "note", "3", "okapi")  # text change
-        store._bm25_build = (0.0, 0.0)
-        assert store.keyword_search(scope, "zebra") == []
-        assert [h.doc.ref for h in store.keyword_search(scope, "okapi")] == ["3"]
-        store.delete_documents(scope, "note", ["1"])
-        assert store.keyword_search(scope, "giraffe") == []
-    finally:
-        store.close()
+def test_follows_writes_and_rollbacks(stores: tuple[SQLiteStore, SQLiteStore]) -> None:
+    fast, sql = stores
+
+    def check(query: str, expected: list[str]) -> None:
+        for _ in range(2):  # after a write: once from SQL, then rebuilt and in-process
+            hits = fast.keyword_search(SCOPE, query)
+            assert [h.doc.ref for h in hits] == expected
+            assert _key(hits) == _key(sql.keyword_search(SCOPE, query))
+        assert _fresh(fast)
+
+    fast.index_document(SCOPE, "note", "1", "giraffe")
+    check("giraffe", ["1"])
+    with pytest.raises(RuntimeError), fast.transaction():
+        fast.index_document(SCOPE, "note", "2", "zebra")
+        assert _refs(fast, "zebra") == ["2"]  # uncommitted rows are seen (SQL path)
+        raise RuntimeError
+    assert _fresh(fast)  # the rollback left the generation where the cache is
+    check("zebra", [])
+    fast.index_document(SCOPE, "note", "3", "zebra")
+    check("zebra", ["3"])
+    fast.index_document(SCOPE, "note", "3", "okapi")  # text change
+    check("zebra", [])
+    check("okapi", ["3"])
+    fast.delete_documents(SCOPE, "note", ["1"])
+    check("giraffe", [])

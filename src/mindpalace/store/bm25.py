@@ -76,15 +76,15 @@ class PostingIndex:
             return []
         score = np.zeros(n, dtype=np.float64)
         for token in phrases:
-            s, e = self.starts.get(token, (0, 0))
-            n_hit = e - s
+            start, end = self.starts.get(token, (0, 0))
+            n_hit = end - start
             idf = math.log((n - n_hit + 0.5) / (n_hit + 0.5))
             if idf <= 0.0:
                 idf = 1e-6
             if not n_hit:
                 continue
-            idx = self.post_doc[s:e]
-            f = self.post_tf[s:e]
+            idx = self.post_doc[start:end]
+            f = self.post_tf[start:end]
             d = self.doc_len[idx]
             score[idx] += idf * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / self.avgdl)))
         cand = np.flatnonzero((score > 0.0) & mask)

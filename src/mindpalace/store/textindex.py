@@ -46,8 +46,7 @@ def query_terms(text: str, *, drop_stop_words: bool = True) -> list[str]:
             terms.extend(cjk_bigrams(tok))
         elif not (drop_stop_words and tok in STOP_WORDS):
             terms.append(tok)
-    seen: set[str] = set()
-    return [t for t in terms if not (t in seen or seen.add(t))]
+    return list(dict.fromkeys(terms))  # de-duplicated, first occurrence order
 
 
 def quote_fts(term: str) -> str:

@@ -1,0 +1,56 @@
+"""SQLite backend of the store protocol: WAL, busy retries, migrations, FTS5, numpy vectors.
+
+:class:`SQLiteStore` is assembled from one part per capability, all over one connection base:
+
+* :mod:`.connection` — per-thread connections, busy retries, transactions, stats;
+* :mod:`.schema` — the numbered migrations and the too-new-schema check;
+* :mod:`.events`, :mod:`.records` (records and key/value), :mod:`.documents`;
+* :mod:`.fulltext` — keyword search (FTS5 and the in-process BM25 cache);
+* :mod:`.embeddings` — vectors and vector search.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mindpalace.settings import StoreSettings
+from mindpalace.store.sqlite.documents import DocumentsMixin
+from mindpalace.store.sqlite.embeddings import EmbeddingsMixin
+from mindpalace.store.sqlite.events import EventsMixin
+from mindpalace.store.sqlite.fulltext import KeywordSearchMixin
+from mindpalace.store.sqlite.records import RecordsMixin
+from mindpalace.store.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
+from mindpalace.store.vectors import ExactCosineIndex, VectorIndexFactory
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
+
+
+class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin, EmbeddingsMixin):
+    """The embedded default backend: one SQLite file in WAL mode.
+
+    Args:
+        path: database file (created with its folder); ``":memory:"`` is not supported because
+            every thread gets its own connection.
+        settings: busy timeout (ms), bounded busy retries, ``synchronous`` mode, FTS tokenizer.
+        vector_index_factory: builds the per-scope vector index (exact cosine by default).
+        in_process_bm25: score word-index queries in numpy from a cached copy of the index's
+            postings (same ids, scores and order as FTS5's ``bm25()``; see
+            :attr:`bm25_cache_generation`). False = always FTS5's ``bm25()`` in SQL.
+
+    Raises:
+        SchemaVersionError: the file's schema is newer than this code (checked read-only first,
+            so nothing is written).
+        StoreError: the file is not a SQLite database.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        settings: StoreSettings | None = None,
+        vector_index_factory: VectorIndexFactory = ExactCosineIndex,
+        in_process_bm25: bool = True,
+    ) -> None:
+        super().__init__(path, settings=settings)
+        self._init_embeddings(vector_index_factory)
+        self._init_keyword_search(in_process_bm25)

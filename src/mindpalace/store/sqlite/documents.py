@@ -1,0 +1,120 @@
+"""Search documents of the SQLite store: writing, reading and the search generation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from mindpalace.scope import Scope
+from mindpalace.store.base import Document
+from mindpalace.store.sqlite.connection import SQLiteBase
+from mindpalace.store.sqlite.rows import doc_of, dumps, inserted_id, scope_where
+from mindpalace.store.sqlite.schema import SCOPE_COLS
+from mindpalace.store.textindex import segment_for_index
+from mindpalace.textsafe import require_text
+from mindpalace.timeutil import to_iso, utcnow
+
+
+class DocumentsMixin(SQLiteBase):
+    """The search-document part of the store protocol (triggers keep the FTS5 indexes in step;
+    searching is in the keyword-search and embeddings parts)."""
+
+    def index_document(
+        self, scope: Scope, kind: str, ref: str, text: str, meta: dict[str, Any] | None = None
+    ) -> int:
+        scope.require_concrete()
+        require_text("document.kind", kind, allow_empty=False)
+        require_text("document.ref", ref, allow_empty=False)
+        require_text("document.text", text)
+        meta_json = dumps(meta or {})
+        with self.transaction():
+            row = self._execute(
+                "SELECT id, text FROM docs WHERE tenant = ? AND user = ? AND agent = ? "
+                "AND session = ? AND kind = ? AND ref = ?",
+                (*scope.values(), kind, ref),
+            ).fetchone()
+            if row is not None:
+                if row["text"] != text:
+                    self._execute("DELETE FROM embeddings WHERE doc_id = ?", (row["id"],))
+                    self._bump_generation()
+                self._execute(
+                    "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
+                    (text, segment_for_index(text), meta_json, row["id"]),
+                )
+                return int(row["id"])
+            cur = self._execute(
+                f"INSERT INTO docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*scope.values(), kind, ref, text, segment_for_index(text), meta_json,
+                 to_iso(utcnow())),
+            )
+            return inserted_id(cur)
+
+    def delete_documents(self, scope: Scope, kind: str, refs: Sequence[str]) -> int:
+        scope.require_concrete()
+        if not refs:
+            return 0
+        marks = ",".join("?" * len(refs))
+        with self.transaction():
+            cur = self._execute(
+                "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
+                f"AND kind = ? AND ref IN ({marks})",
+                (*scope.values(), kind, *refs),
+            )
+            self._bump_generation()
+            return cur.rowcount
+
+    def get_documents(self, ids: Sequence[int]) -> dict[int, Document]:
+        out: dict[int, Document] = {}
+        ids = list(ids)
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for r in self._execute(f"SELECT * FROM docs WHERE id IN ({marks})", chunk):
+                out[int(r["id"])] = doc_of(r)
+        return out
+
+    def get_documents_by_ref(
+        self, scope: Scope, kind: str, refs: Sequence[str]
+    ) -> dict[str, Document]:
+        scope.require_concrete()
+        out: dict[str, Document] = {}
+        refs = list(refs)
+        for i in range(0, len(refs), 500):  # stay under SQLite's bound-parameter limit
+            chunk = refs[i : i + 500]
+            rows = self._execute(
+                "SELECT * FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
+                f"AND kind = ? AND ref IN ({','.join('?' * len(chunk))})",
+                (*scope.values(), kind, *chunk),
+            )
+            for r in rows:
+                out[r["ref"]] = doc_of(r)
+        return out
+
+    def search_generation(self) -> object:
+        # AUTOINCREMENT ids never repeat, so (max id, embedding generation) moves on every
+        # insert, text change, delete (which bumps the generation) and embedding write/drop.
+        row = self._execute(
+            "SELECT (SELECT max(id) FROM docs), "
+            "(SELECT value FROM meta WHERE key = 'embedding_generation')"
+        ).fetchone()
+        return (row[0] or 0, int(row[1]))
+
+    def iter_documents(
+        self, scope: Scope, *, kinds: Sequence[str] | None = None
+    ) -> Iterator[Document]:
+        where, params = scope_where(scope)
+        sql = f"SELECT * FROM docs WHERE {where}"
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
+        last = 0
+        while True:
+            rows = self._execute(
+                sql + " AND id > ? ORDER BY id LIMIT 1000", [*params, last]
+            ).fetchall()
+            if not rows:
+                return
+            for r in rows:
+                yield doc_of(r)
+            last = rows[-1]["id"]

@@ -1,0 +1,62 @@
+"""Row helpers shared by the SQLite store's parts: scope filters, JSON text, rows to objects."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from mindpalace.errors import StoreError, ValidationError
+from mindpalace.scope import ANY, SCOPE_FIELDS, Scope
+from mindpalace.store.base import Document
+from mindpalace.timeutil import from_iso
+
+
+def dumps(value: Any) -> str:
+    """JSON text that UTF-8 can store: lone surrogates fall back to \\u escapes (exact round
+    trip)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"value is not JSON-serialisable: {exc}") from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    if "\x00" in text:  # cannot happen with json.dumps (it escapes control chars); belt and braces
+        raise ValidationError("JSON text contains NUL")
+    return text
+
+
+def scope_where(scope: Scope, alias: str = "") -> tuple[str, list[object]]:
+    """The WHERE clauses filtering on `scope`'s concrete fields (ANY fields are left out) and
+    their parameters; callers append their own parameters to the returned list."""
+    prefix = f"{alias}." if alias else ""
+    clauses: list[str] = []
+    params: list[object] = []
+    for name, value in zip(SCOPE_FIELDS, scope.values(), strict=True):
+        if value is ANY:
+            continue
+        clauses.append(f"{prefix}{name} = ?")
+        params.append(value)
+    return " AND ".join(clauses), params
+
+
+def scope_of(row: sqlite3.Row) -> Scope:
+    return Scope(row["tenant"], row["user"], row["agent"], row["session"])
+
+
+def doc_of(row: sqlite3.Row) -> Document:
+    """A `docs` row as a Document."""
+    return Document(
+        int(row["id"]), scope_of(row), row["kind"], row["ref"], row["text"],
+        json.loads(row["meta"]), from_iso(row["created_at"]),
+    )
+
+
+def inserted_id(cursor: sqlite3.Cursor) -> int:
+    """The rowid of the row an INSERT through `cursor` just wrote."""
+    rowid = cursor.lastrowid
+    if rowid is None:  # pragma: no cover - sqlite3 sets it after every successful INSERT
+        raise StoreError("INSERT reported no row id")
+    return rowid

@@ -1,0 +1,146 @@
+"""Schema of the SQLite store: numbered migrations, the too-new-schema check, migrating."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from mindpalace.errors import SchemaVersionError, StoreError
+
+SCOPE_COLS = "tenant, user, agent, session"
+
+# Position in this list = schema version. Never edit a shipped entry; append a new one.
+MIGRATIONS: list[str] = [
+    # v1: the whole protocol.
+    f"""
+    CREATE TABLE events (
+        position INTEGER PRIMARY KEY AUTOINCREMENT,
+        {SCOPE_COLS.replace(",", " TEXT NOT NULL,")} TEXT NOT NULL,
+        stream TEXT NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL,
+        data TEXT NOT NULL, created_at TEXT NOT NULL,
+        UNIQUE (tenant, user, agent, session, stream, version)
+    );
+    CREATE TABLE records (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        {SCOPE_COLS.replace(",", " TEXT NOT NULL,")} TEXT NOT NULL,
+        name TEXT NOT NULL, type TEXT NOT NULL, step_id INTEGER, description TEXT NOT NULL,
+        created_at TEXT NOT NULL, body TEXT NOT NULL, meta TEXT NOT NULL,
+        UNIQUE (tenant, user, agent, session, name)
+    );
+    CREATE INDEX records_type ON records (tenant, user, agent, session, type);
+    CREATE TABLE kv (
+        {SCOPE_COLS.replace(",", " TEXT NOT NULL,")} TEXT NOT NULL,
+        namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, user, agent, session, namespace, key)
+    );
+    CREATE INDEX kv_namespace ON kv (namespace, key);
+    CREATE TABLE docs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        {SCOPE_COLS.replace(",", " TEXT NOT NULL,")} TEXT NOT NULL,
+        kind TEXT NOT NULL, ref TEXT NOT NULL, text TEXT NOT NULL, search_text TEXT NOT NULL,
+        meta TEXT NOT NULL, created_at TEXT NOT NULL,
+        UNIQUE (tenant, user, agent, session, kind, ref)
+    );
+    CREATE INDEX docs_tenant_user ON docs (tenant, user);
+    CREATE VIRTUAL TABLE docs_fts USING fts5(
+        search_text, content='docs', content_rowid='id', tokenize='{{fts_tokenizer}}'
+    );
+    CREATE VIRTUAL TABLE docs_tri USING fts5(
+        text, content='docs', content_rowid='id', tokenize='trigram'
+    );
+    CREATE TRIGGER docs_ai AFTER INSERT ON docs BEGIN
+        INSERT INTO docs_fts (rowid, search_text) VALUES (new.id, new.search_text);
+        INSERT INTO docs_tri (rowid, text) VALUES (new.id, new.text);
+    END;
+    CREATE TRIGGER docs_ad AFTER DELETE ON docs BEGIN
+        INSERT INTO docs_fts (docs_fts, rowid, search_text) VALUES ('delete', old.id, old.search_text);
+        INSERT INTO docs_tri (docs_tri, rowid, text) VALUES ('delete', old.id, old.text);
+    END;
+    CREATE TRIGGER docs_au AFTER UPDATE ON docs BEGIN
+        INSERT INTO docs_fts (docs_fts, rowid, search_text) VALUES ('delete', old.id, old.search_text);
+        INSERT INTO docs_tri (docs_tri, rowid, text) VALUES ('delete', old.id, old.text);
+        INSERT INTO docs_fts (rowid, search_text) VALUES (new.id, new.search_text);
+        INSERT INTO docs_tri (rowid, text) VALUES (new.id, new.text);
+    END;
+    CREATE TABLE embeddings (
+        doc_id INTEGER NOT NULL REFERENCES docs (id) ON DELETE CASCADE,
+        model TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL,
+        PRIMARY KEY (doc_id, model)
+    );
+    CREATE INDEX embeddings_model ON embeddings (model);
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    INSERT INTO meta (key, value) VALUES ('embedding_generation', 0);
+    """,
+    # v2: the word index's postings, read by the in-process BM25 scorer (mindpalace.store.bm25).
+    """
+    CREATE VIRTUAL TABLE docs_fts_v USING fts5vocab(docs_fts, 'instance');
+    CREATE VIRTUAL TABLE docs_fts_r USING fts5vocab(docs_fts, 'row');
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def refuse_newer_schema(path: Path) -> None:
+    """Raise SchemaVersionError when the database at `path` has a schema newer than this code.
+
+    Raises:
+        SchemaVersionError: the file was migrated by a newer mindpalace (nothing is written).
+        StoreError: the file is not a SQLite database.
+    """
+    if not path.exists():
+        return
+    # Read-only, and `immutable` when no -wal file exists (the last writer closed cleanly):
+    # a plain read-only open of a WAL database would still create -wal/-shm files. A racing
+    # writer that creates the WAL right now is caught by the re-check inside migrate().
+    wal = Path(f"{path}-wal").exists()
+    uri = f"{path.resolve().as_uri()}?mode=ro" + ("" if wal else "&immutable=1")
+    try:
+        ro = sqlite3.connect(uri, uri=True)
+        try:
+            has = ro.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'schema_version'"
+            ).fetchone()
+            found = (
+                ro.execute("SELECT max(version) FROM schema_version").fetchone()[0] if has else 0
+            )
+        finally:
+            ro.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: not a mindpalace SQLite database ({exc})") from exc
+    if (found or 0) > SCHEMA_VERSION:
+        raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
+
+
+def migrate(conn: sqlite3.Connection, path: Path, fts_tokenizer: str) -> None:
+    """Apply the migrations `conn`'s database lacks; the caller holds a write transaction.
+
+    Raises:
+        SchemaVersionError: a newer mindpalace migrated the file since the read-only check.
+    """
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    current = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+    if current > SCHEMA_VERSION:  # a newer mindpalace migrated since the read-only check
+        raise SchemaVersionError(str(path), current, SCHEMA_VERSION)
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        script = MIGRATIONS[version - 1].replace("{fts_tokenizer}", fts_tokenizer.replace("'", ""))
+        for statement in split_sql(script):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+
+
+def split_sql(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies (BEGIN … END;) whole."""
+    statements: list[str] = []
+    buf: list[str] = []
+    for line in script.splitlines():
+        if not line.strip():
+            continue
+        buf.append(line)
+        joined = "\n".join(buf)
+        if line.rstrip().endswith(";") and sqlite3.complete_statement(joined):
+            statements.append(joined.strip())
+            buf = []
+    if buf and "\n".join(buf).strip():
+        statements.append("\n".join(buf).strip())
+    return statements
