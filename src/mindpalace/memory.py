@@ -10,7 +10,6 @@ REST) reuses them unchanged. CLI, REST and MCP are thin layers over the calls be
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -70,7 +69,6 @@ class Memory:
         self.store = store
         self.tenant = tenant
         self.event_registry = event_registry
-        self._lock = threading.Lock()
 
     @classmethod
     def open(

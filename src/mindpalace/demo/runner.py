@@ -20,11 +20,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mindpalace.checks import require_int
 from mindpalace.demo.agent import EngineStepResult, Policy, WindowMind
 from mindpalace.demo.engine import CRASH_POINTS_PER_STEP, DEMO_SETTINGS, DemoConfig, run_engine
 from mindpalace.demo.scenario import budget_for_night, build_plan
 from mindpalace.demo.world import World
-from mindpalace.errors import MindPalaceError, ValidationError
+from mindpalace.errors import MindPalaceError
 from mindpalace.memory import Memory
 from mindpalace.tasks.events import ErrorOccurred, StepFinished, ToolCallCompleted
 from mindpalace.tasks.state import TaskState
@@ -173,8 +174,8 @@ def run_demo(
 
 
 def _require_crash_every(crash_every: int | None) -> None:
-    if crash_every is not None and (isinstance(crash_every, bool) or not isinstance(crash_every, int) or crash_every < 0):
-        raise ValidationError(f"crash_every must be an int ≥ 0 (steps between kills; 0 = never), got {crash_every!r}")
+    if crash_every is not None:
+        require_int("crash_every (steps between kills; 0 = never)", crash_every, minimum=0)
 
 
 def _prewarm(config: DemoConfig) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from mindpalace.errors import ValidationError
+from mindpalace.checks import require_int
 from mindpalace.facts.model import Fact, normalize_key
 from mindpalace.timeutil import utcnow
 
@@ -45,9 +45,7 @@ class WorkingMemory:
         *,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        if capacity < 1:
-            raise ValidationError(f"working memory capacity must be at least 1, got {capacity}")
-        self.capacity = capacity
+        self.capacity = require_int("working memory capacity", capacity)
         self.importance_threshold = importance_threshold
         self.archive = archive
         self.clock = clock

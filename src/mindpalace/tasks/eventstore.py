@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticValidationError
 
-from mindpalace.errors import ConcurrencyError, NotFoundError, ValidationError
+from mindpalace.checks import require_int
+from mindpalace.errors import ConcurrencyError, NotFoundError
 from mindpalace.scope import Scope
 from mindpalace.settings import TaskSettings
 from mindpalace.store import NewEvent, Store
@@ -158,8 +159,7 @@ class TaskEventStore:
 
     def read(self, task: str, from_version: int = 1, to_version: int | None = None) -> list[TaskEventRecord]:
         """Events with from_version ≤ version ≤ to_version, oldest first."""
-        if from_version < 1:
-            raise ValidationError(f"from_version must be ≥ 1, got {from_version}")
+        require_int("from_version", from_version)
         rows = self.store.read_events(
             self.scope, stream_of(task), from_version=from_version, to_version=to_version
         )

@@ -22,6 +22,7 @@ from typing import Any
 import pybreaker
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from mindpalace.checks import require_int
 from mindpalace.errors import (
     CircuitOpenError,
     ProviderError,
@@ -88,10 +89,8 @@ class TokenBudget:
     def __init__(self, job: str, limit_tokens: int) -> None:
         if not isinstance(job, str) or not job.strip():
             raise ValidationError("TokenBudget job must be a non-empty name")
-        if not isinstance(limit_tokens, int) or limit_tokens < 1:
-            raise ValidationError(f"TokenBudget limit_tokens must be an int ≥ 1, got {limit_tokens!r}")
         self.job = job
-        self.limit_tokens = limit_tokens
+        self.limit_tokens = require_int("TokenBudget limit_tokens", limit_tokens)
         self._spent = 0
         self._lock = threading.Lock()
 
@@ -287,8 +286,8 @@ class LLMProvider(ABC):
             ProviderError: a non-transient failure (4xx, content filter) — not retried.
         """
         msgs = validate_messages(messages)
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValidationError(f"max_tokens must be an int ≥ 1 or None, got {max_tokens!r}")
+        if max_tokens is not None:
+            require_int("max_tokens", max_tokens)
         if budget is not None:
             prompt_tokens = self.counter.count_messages(msgs)
             max_tokens = self._budgeted_max_tokens(budget, prompt_tokens, max_tokens)
@@ -319,8 +318,7 @@ class LLMProvider(ABC):
             Everything :meth:`complete` raises.
         """
         require_text("text", text, allow_empty=False)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValidationError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
+        require_int("max_tokens", max_tokens)
         messages = summarize_messages(text, max_tokens=max_tokens, instructions=instructions)
         return self.complete(messages, max_tokens=max_tokens, budget=budget)
 

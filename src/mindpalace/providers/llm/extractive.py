@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
 from mindpalace.providers.llm.base import (
     Completion,
@@ -386,8 +387,7 @@ class ExtractiveProvider(LLMProvider):
             TokenBudgetExceededError: the budget cannot pay for the source text.
         """
         require_text("text", text, allow_empty=False)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValidationError(f"max_tokens must be an int ≥ 1, got {max_tokens!r}")
+        require_int("max_tokens", max_tokens)
         limit = self._budgeted_max_tokens(budget, self.counter.count(text), max_tokens) or max_tokens
         completion = self._guarded(lambda: self._summary(text, limit, instructions))
         if budget is not None:
