@@ -5,11 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from mindpalace import Memory
 from mindpalace.cli import app
 
 runner = CliRunner()
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """An initialised workspace (commands never create one)."""
+    root = tmp_path / "ws"
+    Memory.open(root).close()
+    return root
 
 
 def run(ws: Path, *args: str) -> tuple[int, str]:
@@ -17,8 +27,7 @@ def run(ws: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_remember_recall_forget_round_trip(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
+def test_remember_recall_forget_round_trip(ws: Path) -> None:
     code, out = run(ws, "remember", "User:City", "Lisbon", "--importance", "0.9")
     assert code == 0 and "user:city" in out and "long-term as user:city#00000001" in out
     code, out = run(ws, "recall", "which city", "-k", "3", "--json")
@@ -32,12 +41,12 @@ def test_remember_recall_forget_round_trip(tmp_path: Path) -> None:
     assert code == 1 and "nothing to forget" in out
 
 
-def test_low_importance_is_kept_in_working_memory_only(tmp_path: Path) -> None:
-    code, out = run(tmp_path / "ws", "remember", "scratch:note", "temp", "--importance", "0.1")
+def test_low_importance_is_kept_in_working_memory_only(ws: Path) -> None:
+    code, out = run(ws, "remember", "scratch:note", "temp", "--importance", "0.1")
     assert code == 0 and "working memory only" in out
 
 
-def test_bad_key_is_a_clear_error(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["remember", "nokey", "x", "-w", str(tmp_path / "ws")])
+def test_bad_key_is_a_clear_error(ws: Path) -> None:
+    result = runner.invoke(app, ["remember", "nokey", "x", "-w", str(ws)])
     assert result.exit_code != 0
     assert "entity:attribute" in str(result.exception) + result.output

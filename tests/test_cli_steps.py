@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from mindpalace import Memory
 from mindpalace.cli import app
 
 MSGS = [
@@ -19,14 +21,21 @@ MSGS = [
 ]
 
 
+@pytest.fixture
+def ws(tmp_path: Path) -> str:
+    """An initialised workspace (commands never create one)."""
+    root = tmp_path / "ws"
+    Memory.open(root, embed={"provider": "none"}).close()
+    return str(root)
+
+
 def run(*args: str) -> str:
     result = CliRunner().invoke(app, list(args))
     assert result.exit_code == 0, result.output + repr(result.exception)
     return result.output
 
 
-def test_replay_then_inspect_the_session(tmp_path: Path) -> None:
-    ws = str(tmp_path / "ws")
+def test_replay_then_inspect_the_session(tmp_path: Path, ws: str) -> None:
     transcript = tmp_path / "t.json"
     transcript.write_text(json.dumps(MSGS), encoding="utf-8")
     out = json.loads(run("replay", str(transcript), "-w", ws, "--session", "s1", "--budget", "2000", "--json"))
@@ -40,8 +49,7 @@ def test_replay_then_inspect_the_session(tmp_path: Path) -> None:
     assert record.startswith("---\nname: step_1\n") and "ZFA04Y" in record
 
 
-def test_context_prints_the_prompt_and_a_token_table(tmp_path: Path) -> None:
-    ws = str(tmp_path / "ws")
+def test_context_prints_the_prompt_and_a_token_table(tmp_path: Path, ws: str) -> None:
     transcript = tmp_path / "t.json"
     transcript.write_text(json.dumps(MSGS), encoding="utf-8")
     run("replay", str(transcript), "-w", ws, "--session", "s1")
@@ -51,7 +59,7 @@ def test_context_prints_the_prompt_and_a_token_table(tmp_path: Path) -> None:
     assert data["total_tokens"] == sum(t for _, t in data["blocks"]) <= 3000
 
 
-def test_showing_an_unknown_record_fails_with_its_name(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["records", "show", "s1", "step_9", "-w", str(tmp_path / "ws")])
+def test_showing_an_unknown_record_fails_with_its_name(ws: str) -> None:
+    result = CliRunner().invoke(app, ["records", "show", "s1", "step_9", "-w", ws])
     assert result.exit_code != 0
     assert "step_9" in str(result.exception)

@@ -104,3 +104,6 @@ def test_a_session_id_that_is_not_a_task_name_finds_that_sessions_task(tmp_path:
         assert result.exit_code == 0, result.output
     state = json.loads(invoke("task", "show", "东京行程", "-w", str(root), "--json").output)
     assert state["constraints"]["budget_per_night_cny"]["value"] == 1800
+    # `task events` read the argument's stream instead of the found task's (session-<hash>)
+    events = json.loads(invoke("task", "events", "东京行程", "-w", str(root), "--json").output)
+    assert [e["type"] for e in events] == ["constraint_set"]

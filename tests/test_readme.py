@@ -24,7 +24,7 @@ def test_the_python_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     namespace: dict[str, object] = {}
     try:
         for block in python_blocks():
-            exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
+            exec(compile(block, str(README), "exec"), namespace)
     finally:
         mem = namespace.get("mem")
         if mem is not None:

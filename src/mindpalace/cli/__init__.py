@@ -1,10 +1,14 @@
-"""Command-line interface: thin commands over the facade; errors exit non-zero with a message."""
+"""Command-line interface: thin commands over the facade; errors exit non-zero with a message.
+
+Importing this package loads typer, rich and the command modules only — the library is imported
+by each command when it runs (see :mod:`mindpalace.cli.app`).
+"""
 
 from __future__ import annotations
 
 import sys
 
-from rich.markup import escape
+from rich.text import Text
 
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
@@ -25,7 +29,7 @@ def main() -> None:
     try:
         app()
     except MindPalaceError as exc:
-        # escape: messages quote user text ("[steps]", paths) that rich would read as markup;
+        # Text: messages quote user text ("[steps]", paths, keys) and are printed literally;
         # soft_wrap: never break a path or key across lines.
-        err_console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
         sys.exit(1)

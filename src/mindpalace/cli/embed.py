@@ -5,11 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mindpalace.cli.app import app, console, print_json
-from mindpalace.memory import Memory
-from mindpalace.workspace import Workspace
+from mindpalace.cli.app import WorkspaceArg, app, console, open_memory, print_json
 
 embed_app = typer.Typer(help="Embeddings: keep vectors in sync with the configured embedder.")
 app.add_typer(embed_app, name="embed")
@@ -17,21 +14,32 @@ app.add_typer(embed_app, name="embed")
 
 @embed_app.command("sync")
 def sync(
-    directory: Path = typer.Argument(Path("."), help="Workspace folder.", envvar="MINDPALACE_WORKSPACE"),
+    directory: Path = WorkspaceArg,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Embed documents that lack a vector; after an embedder change re-embed all, then drop old vectors."""
-    ws = Workspace.open(directory, create=False)
-    with Memory.open(ws.root) as mem:
+    """Embed documents that lack a vector.
+
+    After an embedder change: re-embed everything, then drop the old vectors."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with open_memory(directory) as mem:
         if mem.embedder is None:
             console.print('embed.provider is "none": nothing to embed (keyword search only)')
             return
+        # the model id is configuration text: a field of the task, never markup or a format
         with Progress(
-            TextColumn(f"embedding with [bold]{mem.embedder.model_id}[/]"), BarColumn(),
+            TextColumn("embedding with", markup=False),
+            TextColumn("{task.fields[model]}", style="bold", markup=False), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=as_json,
             transient=as_json,
         ) as bar:
-            task = bar.add_task("embed", total=None)
+            task = bar.add_task("embed", total=None, model=mem.embedder.model_id)
             report = mem.sync_embeddings(
                 progress=lambda done, total: bar.update(task, completed=done, total=total)
             )
@@ -48,5 +56,6 @@ def sync(
     retired = ", ".join(report.retired_models) or "none"
     console.print(
         f"{report.embedded} documents embedded with {report.model} ({report.dim}-d) in "
-        f"{report.seconds:.1f} s; retired models: {retired} ({report.dropped_vectors} vectors dropped)"
+        f"{report.seconds:.1f} s; retired models: {retired} "
+        f"({report.dropped_vectors} vectors dropped)"
     )

@@ -8,9 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from mindpalace.cli.app import app, console, print_json
-from mindpalace.memory import Memory
-from mindpalace.workspace import Workspace
+from mindpalace.cli.app import WorkspaceArg, app, console, open_memory, print_json
 
 llm_app = typer.Typer(help="LLM provider: check that the configured chat model answers.")
 app.add_typer(llm_app, name="llm")
@@ -20,7 +18,7 @@ CHECK_PROMPT = "Reply with the single word: ok"
 
 @llm_app.command("check")
 def check(
-    directory: Path = typer.Argument(Path("."), help="Workspace folder.", envvar="MINDPALACE_WORKSPACE"),
+    directory: Path = WorkspaceArg,
     prompt: str = typer.Option(CHECK_PROMPT, "--prompt", help="The user message to send."),
     max_tokens: int = typer.Option(16, "--max-tokens", min=1, help="Cap on the reply (tokens)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -30,8 +28,7 @@ def check(
     Fails (exit 1) with the provider's classified error: timeout, HTML error page, empty reply,
     authentication, unreachable server.
     """
-    ws = Workspace.open(directory, create=False)
-    with Memory.open(ws.root) as mem:
+    with open_memory(directory) as mem:
         llm = mem.llm
         started = time.perf_counter()
         out = llm.complete([{"role": "user", "content": prompt}], max_tokens=max_tokens)

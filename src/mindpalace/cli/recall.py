@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from mindpalace.cli.app import AgentOpt, UserOpt, WorkspaceOpt, app, console, print_json
-from mindpalace.memory import Memory
+from mindpalace.cli.app import (
+    AgentOpt,
+    UserOpt,
+    WorkspaceOpt,
+    app,
+    console,
+    open_memory,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 SessionOpt = typer.Option("cli", "--session", "-s", help="Session id.")
 
-eval_app = typer.Typer(help="Evaluations on real data (LoCoMo) and the Recuris span experiment.", no_args_is_help=True)
+eval_app = typer.Typer(
+    help="Evaluations on real data (LoCoMo) and the Recuris span experiment.", no_args_is_help=True
+)
 app.add_typer(eval_app, name="eval")
 
 
@@ -24,8 +36,13 @@ app.add_typer(eval_app, name="eval")
 def remember(
     key: str = typer.Argument(..., help="Fact key 'entity:attribute', e.g. user:home_city."),
     content: str = typer.Argument(..., help="The value."),
-    importance: float = typer.Option(0.5, "--importance", "-i", help="0–1; at or above facts.importance_threshold it is kept long-term."),
-    source: str = typer.Option("", "--source", help="Where it came from (message / step / tool call id)."),
+    importance: float = typer.Option(
+        0.5, "--importance", "-i",
+        help="0–1; at or above facts.importance_threshold it is kept long-term.",
+    ),
+    source: str = typer.Option(
+        "", "--source", help="Where it came from (message / step / tool call id)."
+    ),
     workspace: Path = WorkspaceOpt,
     session: str = SessionOpt,
     user: str = UserOpt,
@@ -33,15 +50,16 @@ def remember(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Remember a fact (a new value for a key supersedes the old one)."""
-    with Memory.open(workspace) as mem:
+    with open_memory(workspace) as mem:
         fact = mem.session(session, user=user, agent=agent).remember(
             key, content, importance=importance, source=source
         )
     if as_json:
         print_json(fact.to_json())
         return
-    where = f"long-term as {fact.id}" if fact.id else "working memory only (below the importance threshold)"
-    console.print(f"remembered [bold]{fact.key}[/] = {fact.content!r} — {where}")
+    where = (f"long-term as {fact.id}" if fact.id
+             else "working memory only (below the importance threshold)")
+    console.print(Text.assemble("remembered ", (fact.key, "bold"), f" = {fact.content} — {where}"))
 
 
 @app.command()
@@ -55,7 +73,7 @@ def recall(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Recall: working memory first, then hybrid keyword + vector search over every tier."""
-    with Memory.open(workspace) as mem:
+    with open_memory(workspace) as mem:
         hits = mem.session(session, user=user, agent=agent).recall(query, k=k)
     if as_json:
         print_json([
@@ -67,7 +85,7 @@ def recall(
     if not hits:
         console.print("no hits")
         return
-    table = Table(title=f"recall {query!r}")
+    table = Table(title=f"recall: {query}")
     for col in ("#", "tier", "ref", "text", "why"):
         table.add_column(col, overflow="fold")
     for i, h in enumerate(hits, 1):
@@ -83,20 +101,31 @@ def forget(
     user: str = UserOpt,
     agent: str = AgentOpt,
 ) -> None:
-    """Forget a fact for good (tombstoned: it never comes back; remembering it again makes a new one)."""
-    with Memory.open(workspace) as mem:
+    """Forget a fact for good (tombstoned: it never comes back).
+
+    Remembering the key again makes a new fact."""
+    with open_memory(workspace) as mem:
         gone = mem.session(session, user=user, agent=agent).forget(key)
     console.print(f"forgot {key}" if gone else f"nothing to forget for {key}")
     if not gone:
         raise typer.Exit(1)
 
 
-def _progress() -> tuple[Progress, Any]:
-    bar = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
+def _progress() -> tuple[Progress, Callable[[str, int, int], None]]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
     )
-    tasks: dict[str, Any] = {}
+
+    bar = Progress(
+        TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console, transient=True,
+    )
+    tasks: dict[str, TaskID] = {}
 
     def update(phase: str, done: int, total: int) -> None:
         if phase not in tasks:
@@ -108,13 +137,24 @@ def _progress() -> tuple[Progress, Any]:
 
 @eval_app.command("locomo")
 def eval_locomo(
-    data: Path = typer.Option(Path("../shared/data/locomo/locomo10.json"), "--data", help="Path to locomo10.json."),
+    data: Path = typer.Option(
+        Path("../shared/data/locomo/locomo10.json"), "--data", help="Path to locomo10.json."
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the full report here."),
     k: list[int] = typer.Option([1, 5, 10, 25, 50], "--k", help="Cut-offs (repeat the option)."),
-    embedder: str | None = typer.Option(None, "--embedder", help="use | e5 | hashing | none (default: the workspace setting, 'use')."),
-    conversation: list[str] = typer.Option([], "--conversation", help="Only these sample ids (repeat)."),
-    captions: bool = typer.Option(True, "--captions/--no-captions", help="Add shared-photo captions to turns."),
-    baselines: bool = typer.Option(True, "--baselines/--no-baselines", help="Also run BM25 and dense-only."),
+    embedder: str | None = typer.Option(
+        None, "--embedder",
+        help="use | e5 | hashing | none (default: the workspace setting, 'use').",
+    ),
+    conversation: list[str] = typer.Option(
+        [], "--conversation", help="Only these sample ids (repeat)."
+    ),
+    captions: bool = typer.Option(
+        True, "--captions/--no-captions", help="Add shared-photo captions to turns."
+    ),
+    baselines: bool = typer.Option(
+        True, "--baselines/--no-baselines", help="Also run BM25 and dense-only."
+    ),
 ) -> None:
     """LoCoMo evidence recall@k through Session.recall, beside BM25 and dense-only baselines."""
     from mindpalace.eval.locomo import run_locomo
@@ -127,7 +167,8 @@ def eval_locomo(
         )
     _print_locomo(report)
     if json_out:
-        json_out.write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+        json_out.write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False),
+                            encoding="utf-8")
         console.print(f"wrote {json_out}")
 
 
@@ -148,7 +189,9 @@ def _print_locomo(report: Any) -> None:
             table.add_column(f"all@{k}", justify="right")
     table.add_column("MRR", justify="right")
     for m in report.methods:
-        for split, summ in (("all", m.overall), ("dev (conv-26, conv-30)", m.dev), ("held-out (8)", m.held_out)):
+        splits = (("all", m.overall), ("dev (conv-26, conv-30)", m.dev),
+                  ("held-out (8)", m.held_out))
+        for split, summ in splits:
             if summ.questions == 0:
                 continue
             table.add_row(
@@ -159,7 +202,8 @@ def _print_locomo(report: Any) -> None:
             )
         table.add_section()
     for name, figures in published_reference().items():
-        table.add_row(name, "published", *[f"{figures[k]:.1f}" if k in figures else "–" for k in ks],
+        table.add_row(name, "published",
+                      *[f"{figures[k]:.1f}" if k in figures else "–" for k in ks],
                       *["–" for k in (5, 10) if k in ks], "–")
     console.print(table)
     cat = Table(title="by category (R@k / all@10 / MRR, all conversations)")
@@ -173,23 +217,32 @@ def _print_locomo(report: Any) -> None:
     for m in report.methods:
         for i, (name, summ) in enumerate(m.by_category.items()):
             cat.add_row(m.name if i == 0 else "", f"{name} · {summ.questions} q",
-                        *[f"{summ.recall[k]:.1f}" for k in ks], f"{summ.recall_all[kk]:.1f}", f"{summ.mrr:.3f}")
+                        *[f"{summ.recall[k]:.1f}" for k in ks], f"{summ.recall_all[kk]:.1f}",
+                        f"{summ.mrr:.3f}")
         cat.add_section()
     console.print(cat)
     for m in report.methods:
-        console.print(f"[bold]{escape(m.name)}[/]: {escape(m.settings)} ({m.seconds:.1f} s)")
-    console.print(f"ingest + embed: {report.ingest_seconds:.1f} s; skipped {report.skipped_evidence_ids} "
-                  f"unresolvable evidence ids and {report.skipped_questions} questions left without resolvable evidence")
+        console.print(Text.assemble((m.name, "bold"), f": {m.settings} ({m.seconds:.1f} s)"))
+    console.print(f"ingest + embed: {report.ingest_seconds:.1f} s; skipped "
+                  f"{report.skipped_evidence_ids} unresolvable evidence ids and "
+                  f"{report.skipped_questions} questions left without resolvable evidence")
 
 
 @eval_app.command("spans")
 def eval_spans(
-    spans: list[int] = typer.Option([2, 4, 6, 8, 10, 100, 1000, 10000], "--span", help="Fact→use spans (repeat)."),
+    spans: list[int] = typer.Option(
+        [2, 4, 6, 8, 10, 100, 1000, 10000], "--span", help="Fact→use spans (repeat)."
+    ),
     tasks_per_span: int = typer.Option(5, "--tasks", help="Random tasks per span (seed 001: 5)."),
     seed: int = typer.Option(42, "--seed", help="Random seed (seed 001: 42)."),
     capacity: int = typer.Option(3, "--capacity", help="Working-memory capacity (seed 001: 3)."),
-    threshold: float = typer.Option(0.6, "--threshold", help="Importance threshold (seed 001: 0.6)."),
-    embedder: str = typer.Option("none", "--embedder", help="Embedder of the dual memory's recall (use | e5 | hashing | none)."),
+    threshold: float = typer.Option(
+        0.6, "--threshold", help="Importance threshold (seed 001: 0.6)."
+    ),
+    embedder: str = typer.Option(
+        "none", "--embedder",
+        help="Embedder of the dual memory's recall (use | e5 | hashing | none).",
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the results here."),
 ) -> None:
     """The Recuris span experiment (seed 001 §3–5): working memory only vs dual memory."""
@@ -201,12 +254,15 @@ def eval_spans(
                          threshold=threshold, embedder=embedder, progress=update)
     table = Table(title=f"Recuris span experiment — capacity {capacity}, threshold {threshold}, "
                   f"{tasks_per_span} tasks/span, seed {seed}")
-    for col in ("noise importance", "span", "steps", "baseline success", "baseline ms/step", "dual success", "dual ms/step"):
+    for col in ("noise importance", "span", "steps", "baseline success", "baseline ms/step",
+                "dual success", "dual ms/step"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(f"{r.noise_importance:g}" + (" (seed)" if r.noise_importance < threshold else ""),
-                      str(r.span), str(r.steps), f"{r.baseline_successes}/{r.tasks} ({r.baseline_rate:.0f}%)",
-                      f"{r.baseline_ms_per_step:.3f}", f"{r.dual_successes}/{r.tasks} ({r.dual_rate:.0f}%)",
+        seeded = " (seed)" if r.noise_importance < threshold else ""
+        table.add_row(f"{r.noise_importance:g}{seeded}", str(r.span), str(r.steps),
+                      f"{r.baseline_successes}/{r.tasks} ({r.baseline_rate:.0f}%)",
+                      f"{r.baseline_ms_per_step:.3f}",
+                      f"{r.dual_successes}/{r.tasks} ({r.dual_rate:.0f}%)",
                       f"{r.dual_ms_per_step:.3f}")
     console.print(table)
     if json_out:

@@ -1,21 +1,28 @@
-"""CLI: `session show`, `history tail`, `compact` — thin layers over session consolidation (seed 002)."""
+"""CLI: `session show`, `history tail`, `compact` — thin layers over session consolidation
+(seed 002)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from mindpalace.cli.app import AgentOpt, JsonOpt, UserOpt, WorkspaceOpt, app, console, print_json
-from mindpalace.errors import ValidationError
-from mindpalace.memory import Memory
-from mindpalace.session.autocompact import CompactOutcome
-from mindpalace.session.lease import current_lease
-from mindpalace.timeutil import utcnow
-from mindpalace.workspace import Workspace
+from mindpalace.cli.app import (
+    AgentOpt,
+    JsonOpt,
+    UserOpt,
+    WorkspaceOpt,
+    app,
+    console,
+    open_memory,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    from mindpalace.session.autocompact import CompactOutcome
 
 session_app = typer.Typer(help="Chat sessions: messages, consolidation cursor, archived summary.",
                           no_args_is_help=True)
@@ -23,7 +30,6 @@ history_app = typer.Typer(help="history.jsonl, the archive written by consolidat
                           no_args_is_help=True)
 app.add_typer(session_app, name="session")
 app.add_typer(history_app, name="history")
-
 
 
 @session_app.command("show")
@@ -36,7 +42,10 @@ def session_show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show a session: message count, consolidation cursor, budget, lease and archived summary."""
-    with _open(workspace) as mem:
+    from mindpalace.session.lease import current_lease
+    from mindpalace.timeutil import utcnow
+
+    with open_memory(workspace) as mem:
         s = mem.session(session, user=user, agent=agent)
         c = s.consolidator
         state = c.state()
@@ -49,26 +58,29 @@ def session_show(
             "last_summary": state.last_summary, "last_summary_kind": state.last_kind,
             "live": [{"index": m.index, "role": m.message.get("role"),
                       "content": _short(m.message.get("content")),
-                      "tool_calls": [tc["function"]["name"] for tc in m.message.get("tool_calls") or []]}
+                      "tool_calls": [tc["function"]["name"]
+                                     for tc in m.message.get("tool_calls") or []]}
                      for m in live[-messages:]] if messages > 0 else [],
         }
     if as_json:
         print_json(data)
         return
-    console.print(f"[bold]session {session}[/]  {data['messages']} messages, archived through "
-                  f"#{data['last_consolidated']} ({data['history_entries']} history entries); prompt "
-                  f"{data['prompt_tokens']}/{data['budget_tokens']} tokens; "
-                  f"lease: {'held by ' + data['lease']['holder'] if data['lease'] else 'none'}",
-                  highlight=False)
+    lease = f"held by {data['lease']['holder']}" if data["lease"] else "none"
+    console.print(Text.assemble(
+        (f"session {session}", "bold"),
+        f"  {data['messages']} messages, archived through #{data['last_consolidated']} "
+        f"({data['history_entries']} history entries); prompt "
+        f"{data['prompt_tokens']}/{data['budget_tokens']} tokens; lease: {lease}",
+    ))
     if data["last_summary"]:
-        console.print(f"\n[bold]Archived context summary[/] ({data['last_summary_kind']})")
-        console.print(data["last_summary"], markup=False, highlight=False)
+        console.print(Text.assemble("\n", ("Archived context summary", "bold"),
+                                    f" ({data['last_summary_kind']})"))
+        console.print(data["last_summary"])
     if data["live"]:
-        console.print(f"\n[bold]Newest {len(data['live'])} live messages[/]")
+        console.print(Text.assemble("\n", (f"Newest {len(data['live'])} live messages", "bold")))
         for m in data["live"]:
             calls = f" → {', '.join(m['tool_calls'])}" if m["tool_calls"] else ""
-            console.print(f"#{m['index']} {m['role']}: {m['content']}{calls}", markup=False,
-                          highlight=False)
+            console.print(f"#{m['index']} {m['role']}: {m['content']}{calls}")
 
 
 @history_app.command("tail")
@@ -78,7 +90,7 @@ def history_tail(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show the newest history.jsonl entries (cursor, time, session, kind, message range, text)."""
-    with _open(workspace) as mem:
+    with open_memory(workspace) as mem:
         entries = mem.history.tail(n)
     if as_json:
         print_json([e.to_json() for e in entries])
@@ -91,25 +103,32 @@ def history_tail(
         table.add_column(col, overflow="fold")
     for e in entries:
         rng = f"{e.messages[0]}-{e.messages[1]}" if e.messages else ""
-        table.add_row(*(Text(v) for v in (str(e.cursor), e.timestamp.isoformat(timespec="seconds"),
-                                          e.session, e.kind, rng, _short(e.content, 200))))
+        table.add_row(str(e.cursor), e.timestamp.isoformat(timespec="seconds"), e.session, e.kind,
+                      rng, _short(e.content, 200))
     console.print(table)
 
 
 @app.command("compact")
 def compact(
-    session: str | None = typer.Argument(None, help="Session id to compact now (ignores idle time)."),
-    idle: bool = typer.Option(False, "--idle", help="Compact every session idle past the threshold."),
+    session: str | None = typer.Argument(
+        None, help="Session id to compact now (ignores idle time)."
+    ),
+    idle: bool = typer.Option(
+        False, "--idle", help="Compact every session idle past the threshold."
+    ),
     workspace: Path = WorkspaceOpt,
     user: str = UserOpt,
     agent: str = AgentOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Archive a session down to its recent window, or (--idle) every idle session; sessions
-    with a turn in flight (lease held) are skipped."""
+    """Archive a session down to its recent window, or (--idle) every idle session.
+
+    Sessions with a turn in flight (lease held) are skipped."""
+    from mindpalace.errors import ValidationError
+
     if (session is None) == (not idle):
         raise ValidationError("compact: give a SESSION id or --idle (not both)")
-    with _open(workspace) as mem:
+    with open_memory(workspace) as mem:
         enabled = mem.settings.session.idle_compact_after_minutes > 0
         if idle:
             outs = mem.compact_idle()
@@ -123,14 +142,9 @@ def compact(
         console.print("idle compaction is disabled (session.idle_compact_after_minutes = 0)")
     for r in rows:
         console.print(f"{r['session']}: {r['status']}, archived {r['archived_messages']} messages "
-                      f"into {r['entries']} history entries", highlight=False)
+                      f"into {r['entries']} history entries")
     if not rows and enabled:
         console.print("no sessions")
-
-
-def _open(workspace: Path) -> Memory:
-    """The existing workspace (WorkspaceError naming `mindpalace init` when there is none)."""
-    return Memory.open(Workspace.open(workspace, create=False).root)
 
 
 def _outcome(o: CompactOutcome) -> dict[str, Any]:

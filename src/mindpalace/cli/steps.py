@@ -1,26 +1,47 @@
-"""CLI: `steps show`, `records list|show`, `context`, `replay` — thin layers over mindpalace.steps."""
+"""CLI: `steps show`, `records list|show`, `context`, `prepare`, `replay` — thin layers over the
+session's step memory and context builder."""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from mindpalace.cli.app import AgentOpt, JsonOpt, UserOpt, WorkspaceOpt, app, console, print_json
-from mindpalace.memory import Memory, Session
-from mindpalace.steps.records import render_record
+from mindpalace.cli.app import (
+    AgentOpt,
+    JsonOpt,
+    UserOpt,
+    WorkspaceOpt,
+    app,
+    console,
+    open_memory,
+    print_json,
+)
 
-steps_app = typer.Typer(help="Step memory tiers of a session (pending → recent → summary).", no_args_is_help=True)
-records_app = typer.Typer(help="Named records of a session (step / info / snapshot).", no_args_is_help=True)
+if TYPE_CHECKING:
+    from mindpalace.context import BuiltContext
+
+steps_app = typer.Typer(help="Step memory tiers of a session (pending → recent → summary).",
+                        no_args_is_help=True)
+records_app = typer.Typer(help="Named records of a session (step / info / snapshot).",
+                          no_args_is_help=True)
 app.add_typer(steps_app, name="steps")
 app.add_typer(records_app, name="records")
 
+BudgetOpt = typer.Option(
+    None, "--budget", help="Prompt budget (tokens); default: the session's input budget."
+)
+SystemPromptOpt = typer.Option(
+    None, "--system-prompt", help="System prompt text (default: the latest stored one)."
+)
 
 
-def _session(mem: Memory, session: str, user: str, agent: str) -> Session:
-    return mem.session(session, user=user, agent=agent)
+def _heading(title: str, rest: str = "") -> Text:
+    """A blank line, then `title` in bold and `rest` as it is."""
+    return Text.assemble("\n", (title, "bold"), rest)
 
 
 @steps_app.command("show")
@@ -32,31 +53,34 @@ def steps_show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show the tiers, counters, working checkpoint and last <summary> lines of a session."""
-    with Memory.open(workspace) as mem:
-        steps = _session(mem, session, user, agent).steps
+    with open_memory(workspace) as mem:
+        steps = mem.session(session, user=user, agent=agent).steps
         state, lines = steps.state, steps.summary_lines
-        tokens = {"recent": state.recent_tokens(steps.counter), "summary": state.summary_tokens(steps.counter)}
+        tokens = {"recent": state.recent_tokens(steps.counter),
+                  "summary": state.summary_tokens(steps.counter)}
     if as_json:
         data = state.to_json()
         data.update(tokens=tokens, budget_tokens=steps.settings.budget_tokens, summary_lines=lines)
         print_json(data)
         return
     b = steps.settings.budget_tokens
-    console.print(f"[bold]session {session}[/]  next step {state.next_step}  "
-                  f"recent {tokens['recent']}/{b} tokens  summary {tokens['summary']}/"
-                  f"{int(steps.settings.summary_budget_multiplier * b)} tokens")
+    console.print(Text.assemble(
+        (f"session {session}", "bold"),
+        f"  next step {state.next_step}  recent {tokens['recent']}/{b} tokens  summary "
+        f"{tokens['summary']}/{int(steps.settings.summary_budget_multiplier * b)} tokens",
+    ))
     for title, text in (("Summary", state.summary_text()), ("Recent", state.recent_text()),
                         ("Pending", state.pending_text())):
-        console.print(f"\n[bold]{title}[/]", highlight=False)
-        console.print(text or "(empty)", markup=False, highlight=False)
+        console.print(_heading(title))
+        console.print(text or "(empty)")
     cp = state.checkpoint
-    console.print(f"\n[bold]Checkpoint[/]  key_info: {cp.key_info or '-'}  related_sop: {cp.related_sop or '-'}",
-                  highlight=False)
-    console.print("\n[bold]Counters[/]  " + ", ".join(f"{k}={v}" for k, v in state.counters.items()),
-                  highlight=False)
+    console.print(_heading("Checkpoint", f"  key_info: {cp.key_info or '-'}  "
+                                         f"related_sop: {cp.related_sop or '-'}"))
+    console.print(_heading("Counters", "  " + ", ".join(f"{k}={v}"
+                                                        for k, v in state.counters.items())))
     if lines:
-        console.print(f"\n[bold]Last {len(lines)} <summary> lines[/]")
-        console.print("\n".join(lines), markup=False, highlight=False)
+        console.print(_heading(f"Last {len(lines)} <summary> lines"))
+        console.print("\n".join(lines))
 
 
 @records_app.command("list")
@@ -65,13 +89,16 @@ def records_list(
     workspace: Path = WorkspaceOpt,
     user: str = UserOpt,
     agent: str = AgentOpt,
-    type: str | None = typer.Option(None, "--type", help="Only records of this type (step, info, snapshot)."),
+    type: str | None = typer.Option(
+        None, "--type", help="Only records of this type (step, info, snapshot)."
+    ),
     limit: int | None = typer.Option(None, "--limit", help="At most this many records."),
     as_json: bool = JsonOpt,
 ) -> None:
     """List a session's records, newest first."""
-    with Memory.open(workspace) as mem:
-        recs = _session(mem, session, user, agent).steps.records.list(type=type, limit=limit)
+    with open_memory(workspace) as mem:
+        recs = mem.session(session, user=user, agent=agent).steps.records.list(type=type,
+                                                                             limit=limit)
     if as_json:
         print_json([{"name": r.name, "type": r.type, "step_id": r.step_id,
                      "description": r.description, "created_at": r.created_at} for r in recs])
@@ -93,68 +120,153 @@ def records_show(
     agent: str = AgentOpt,
 ) -> None:
     """Print one record as markdown with its YAML front matter."""
-    with Memory.open(workspace) as mem:
-        record = _session(mem, session, user, agent).steps.records.get(name)
+    from mindpalace.steps.records import render_record
+
+    with open_memory(workspace) as mem:
+        record = mem.session(session, user=user, agent=agent).steps.records.get(name)
     typer.echo(render_record(record))
 
 
 @app.command("context")
 def context_cmd(
     session: str = typer.Argument(..., help="Session id."),
-    budget: int | None = typer.Option(None, "--budget", help="Prompt budget (tokens); default: the input budget."),
-    system_prompt: str | None = typer.Option(None, "--system-prompt", help="System prompt text."),
+    budget: int | None = BudgetOpt,
+    system_prompt: str | None = SystemPromptOpt,
     workspace: Path = WorkspaceOpt,
     user: str = UserOpt,
     agent: str = AgentOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Print the prompt the session would send now, and a per-block token table."""
-    with Memory.open(workspace) as mem:
-        built = _session(mem, session, user, agent).context(budget, system_prompt=system_prompt)
+    """The prompt the session would send now, read-only: nothing is written.
+
+    No consolidation, no model call; a per-block token table follows the prompt.
+
+    The agent path (`mindpalace prepare`) consolidates over-budget messages first.
+    """
+    with open_memory(workspace) as mem:
+        built = mem.session(session, user=user, agent=agent).context(
+            budget, system_prompt=system_prompt)
+    _print_built(built, session, as_json=as_json)
+
+
+@app.command("prepare")
+def prepare_cmd(
+    session: str = typer.Argument(..., help="Session id."),
+    system_prompt: str | None = SystemPromptOpt,
+    budget: int | None = typer.Option(
+        None, "--budget",
+        help="This call's input budget (tokens); default: the session's configured input budget.",
+    ),
+    workspace: Path = WorkspaceOpt,
+    user: str = UserOpt,
+    agent: str = AgentOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """The agent's turn: consolidate, then print the prompt as `context` does.
+
+    Older messages over the budget are archived into history.jsonl first (this writes).
+
+    Then the prompt, its per-block token table and what was archived are printed.
+    """
+    with open_memory(workspace) as mem:
+        built = mem.session(session, user=user, agent=agent).prepare(
+            budget, system_prompt=system_prompt)
+    _print_built(built, session, as_json=as_json, archived=True)
+
+
+def _print_built(built: BuiltContext, session: str, *, as_json: bool,
+                 archived: bool = False) -> None:
+    """The output of `context` and `prepare`: the prompt, its block table, what was degraded,
+    and (`archived`, for prepare) what consolidation archived before the build."""
     rep = built.report
+    data: dict[str, Any] = {"messages": built.messages, "blocks": rep.blocks,
+                            "total_tokens": rep.total_tokens, "budget_tokens": rep.budget_tokens,
+                            "degradations": rep.degradations}
+    consolidation = _consolidation(built) if archived else None
     if as_json:
-        print_json({"messages": built.messages, "blocks": rep.blocks, "total_tokens": rep.total_tokens,
-                    "budget_tokens": rep.budget_tokens, "degradations": rep.degradations})
+        if archived:
+            data["consolidation"] = consolidation
+        print_json(data)
         return
     for msg in built.messages:
-        console.print(f"[bold]── {msg.get('role')}[/]")
+        console.print(Text(f"── {msg.get('role')}", style="bold"))
         content = msg.get("content")
-        console.print(content if isinstance(content, str) else str(content), markup=False, highlight=False)
-    table = Table(title=f"context of session {session}: {rep.total_tokens} / {rep.budget_tokens} tokens")
+        console.print(content if isinstance(content, str) else str(content))
+    table = Table(title=f"context of session {session}: {rep.total_tokens} / {rep.budget_tokens} "
+                        "tokens")
     table.add_column("block")
     table.add_column("tokens", justify="right")
     for name, tokens in rep.blocks:
         table.add_row(name, str(tokens))
-    table.add_row("[bold]total[/]", f"[bold]{rep.total_tokens}[/]")
+    table.add_row(Text("total", style="bold"), Text(str(rep.total_tokens), style="bold"))
     console.print(table)
     for d in rep.degradations:
-        console.print(f"degraded: {d}", highlight=False)
+        console.print(f"degraded: {d}")
     if not rep.pairing.ok:
-        console.print(f"pairing repaired: closed {rep.pairing.closed_calls}, dropped {rep.pairing.dropped_results}")
+        console.print(f"pairing repaired: closed {rep.pairing.closed_calls}, "
+                      f"dropped {rep.pairing.dropped_results}")
+    if consolidation is not None:
+        if consolidation["entries"]:
+            console.print(
+                f"consolidated: archived {consolidation['archived_messages']} messages into "
+                f"{consolidation['entries']} history entries (archived through "
+                f"#{consolidation['last_consolidated']}); prompt "
+                f"{consolidation['prompt_tokens_before']} → "
+                f"{consolidation['prompt_tokens_after']} tokens")
+        else:
+            console.print(f"nothing to consolidate (archived through "
+                          f"#{consolidation['last_consolidated']})")
+
+
+def _consolidation(built: BuiltContext) -> dict[str, Any]:
+    """What Session.prepare archived (all zero when it had nothing to do)."""
+    from mindpalace.session.consolidator import ConsolidationResult
+
+    r = built.report.consolidation or ConsolidationResult()
+    return {
+        "entries": r.entries, "archived_messages": r.archived_messages,
+        "last_consolidated": r.last_consolidated,
+        "prompt_tokens_before": r.prompt_tokens_before,
+        "prompt_tokens_after": r.prompt_tokens_after, "budget_tokens": r.budget_tokens,
+        "target_tokens": r.target_tokens, "over_budget": r.over_budget,
+        "raw_fallbacks": r.raw_fallbacks, "summary_tokens_spent": r.summary_tokens_spent,
+        "history": [e.cursor for e in r.written],
+    }
 
 
 @app.command("replay")
 def replay_cmd(
-    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Transcript: OpenAI JSON/JSONL, τ-bench JSON or SWE-agent .traj."),
-    session: str | None = typer.Option(None, "--session", help="Session id (default: the file name)."),
-    budget: int | None = typer.Option(None, "--budget", help="Build the prompt under this budget (tokens) before every model call."),
+    file: Path = typer.Argument(
+        ..., exists=True, dir_okay=False,
+        help="Transcript: OpenAI JSON/JSONL, τ-bench JSON or SWE-agent .traj.",
+    ),
+    session: str | None = typer.Option(
+        None, "--session", help="Session id (default: the file name)."
+    ),
+    budget: int | None = typer.Option(
+        None, "--budget",
+        help="Build the prompt under this budget (tokens) before every model call.",
+    ),
     workspace: Path = WorkspaceOpt,
     user: str = UserOpt,
     agent: str = AgentOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Replay an agent transcript through a session (messages, steps, <summary> lines)."""
+    import statistics
+
     from mindpalace.replay import load_transcripts, replay
 
     transcripts = load_transcripts(file)
-    with Memory.open(workspace) as mem:
-        s = _session(mem, session or file.stem, user, agent)
+    with open_memory(workspace) as mem:
+        s = mem.session(session or file.stem, user=user, agent=agent)
         stats = replay(s, transcripts, budget_tokens=budget)
         counters = s.steps.counters
     data = {
-        "session": session or file.stem, "transcripts": stats.transcripts, "messages": stats.messages,
-        "steps": stats.steps, "orphans": stats.orphans, "model_calls": stats.model_calls,
-        "compactions": counters["compactions"], "summary_compactions": counters["summary_compactions"],
+        "session": session or file.stem, "transcripts": stats.transcripts,
+        "messages": stats.messages, "steps": stats.steps, "orphans": stats.orphans,
+        "model_calls": stats.model_calls, "compactions": counters["compactions"],
+        "summary_compactions": counters["summary_compactions"],
         "compaction_failures": counters["compaction_failures"],
         "median_step_ms": round(statistics.median(stats.step_ms), 3) if stats.step_ms else 0.0,
     }

@@ -1,35 +1,28 @@
-"""CLI: `task show|events|resume TASK`, `ledger TASK`, and `demo` — thin layers over mindpalace.tasks."""
+"""CLI: `task show|events|resume|resolve TASK`, `ledger TASK`, and `demo` — thin layers over
+mindpalace.tasks."""
 
 from __future__ import annotations
 
 import json
-import logging
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from mindpalace.cli.app import WorkspaceOpt, app, console, print_json
-from mindpalace.errors import ValidationError
-from mindpalace.memory import Memory
-from mindpalace.tasks import Task
+from mindpalace.cli.app import WorkspaceOpt, app, console, open_memory, print_json
 
-task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.", no_args_is_help=True)
+task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.",
+                       no_args_is_help=True)
 app.add_typer(task_app, name="task")
 
-SessionOpt = typer.Option(None, "--session", help="Session id of the task (default: search every session).")
+SessionOpt = typer.Option(
+    None, "--session", help="Session id of the task (default: search every session)."
+)
 UserOpt = typer.Option(None, "--user", help="User id of the task's scope (default: any).")
 AgentOpt = typer.Option(None, "--agent", help="Agent id of the task's scope (default: any).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of text.")
-
-
-def _find_task(mem: Memory, task: str, session: str | None, user: str | None, agent: str | None) -> Task:
-    return mem.find_task(task, session=session, user=user, agent=agent)
 
 
 @task_app.command("show")
@@ -42,19 +35,22 @@ def task_show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show a task's recovered state: status, step, constraints, guards, ledger in flight."""
-    with Memory.open(workspace) as mem:
-        state = _find_task(mem, task, session, user, agent).state()
+    with open_memory(workspace) as mem:
+        state = mem.find_task(task, session=session, user=user, agent=agent).state()
     if as_json:
         print_json(state.to_json())
         return
     table = Table(title=f"task {task} (version {state.version})", show_header=False)
     table.add_column("field")
     table.add_column("value")
+    current = state.current
+    constraints = "; ".join(f"{k} = {json.dumps(c.value, ensure_ascii=False)} ({c.source})"
+                            for k, c in state.constraints.items())
     rows: list[tuple[str, Any]] = [
         ("status", state.status),
         ("step", f"{state.step} of {len(state.plan)}" if state.plan else state.step),
-        ("current step", f"{state.current.index} {state.current.name} (unfinished)" if state.current else "-"),
-        ("constraints", "; ".join(f"{k} = {json.dumps(c.value, ensure_ascii=False)} ({c.source})" for k, c in state.constraints.items()) or "-"),
+        ("current step", f"{current.index} {current.name} (unfinished)" if current else "-"),
+        ("constraints", constraints or "-"),
         ("guards", "; ".join(f"{g.tool}: {g.expr}" for g in state.guards.values()) or "-"),
         ("corrections", len(state.feedback)),
         ("tool calls", ", ".join(f"{k} {v}" for k, v in state.calls.items())),
@@ -63,7 +59,7 @@ def task_show(
         ("artifacts", len(state.artifacts)),
     ]
     for name, value in rows:
-        table.add_row(name, Text(str(value)))  # Text: user values are never read as markup/emoji
+        table.add_row(name, str(value))
     console.print(table)
 
 
@@ -71,7 +67,9 @@ def task_show(
 def task_events(
     task: str = typer.Argument(..., help="Task id."),
     from_version: int = typer.Option(1, "--from-version", help="First event version to show."),
-    limit: int = typer.Option(50, "--limit", min=0, help="Show at most this many events (0 = all)."),
+    limit: int = typer.Option(
+        50, "--limit", min=0, help="Show at most this many events (0 = all)."
+    ),
     workspace: Path = WorkspaceOpt,
     session: str | None = SessionOpt,
     user: str | None = UserOpt,
@@ -79,15 +77,18 @@ def task_events(
     as_json: bool = JsonOpt,
 ) -> None:
     """List a task's events from a version on (the event log is the source of truth)."""
-    with Memory.open(workspace) as mem:
-        records = _find_task(mem, task, session, user, agent).events.read(task, from_version=from_version)
+    with open_memory(workspace) as mem:
+        t = mem.find_task(task, session=session, user=user, agent=agent)
+        # t.id, not the argument: a session id finds that session's task under another id
+        records = t.events.read(t.id, from_version=from_version)
     if limit:
         records = records[:limit]
     if as_json:
-        print_json([{"version": r.version, "type": r.type, "data": r.data, "created_at": r.created_at} for r in records])
+        print_json([{"version": r.version, "type": r.type, "data": r.data,
+                     "created_at": r.created_at} for r in records])
         return
-    for r in records:
-        typer.echo(f"{r.version:>6}  {r.type:<20} {json.dumps(r.data, ensure_ascii=False)[:160]}")  # one line each, never wrapped
+    for r in records:  # one line each, never wrapped
+        typer.echo(f"{r.version:>6}  {r.type:<20} {json.dumps(r.data, ensure_ascii=False)[:160]}")
 
 
 @task_app.command("resume")
@@ -100,55 +101,68 @@ def task_resume(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show where a resumed agent would continue: the next step and calls with unknown outcome."""
-    with Memory.open(workspace) as mem:
-        r = _find_task(mem, task, session, user, agent).resume()
+    with open_memory(workspace) as mem:
+        r = mem.find_task(task, session=session, user=user, agent=agent).resume()
     nxt = r.next_step
     data = {
         "version": r.state.version,
         "status": r.state.status,
-        "next_step": None if nxt is None else {"index": nxt.index, "name": nxt.name, "retry": nxt.retry},
+        "next_step": None if nxt is None else {"index": nxt.index, "name": nxt.name,
+                                               "retry": nxt.retry},
         "unknown_calls": r.unknown_calls,
     }
     if as_json:
         print_json(data)
         return
     if nxt is None:
-        console.print(f"task {task}: {r.state.status}, nothing left to run (version {r.state.version})")
+        console.print(f"task {task}: {r.state.status}, nothing left to run "
+                      f"(version {r.state.version})")
     else:
         again = " (started before the crash; run it again)" if nxt.retry else ""
-        console.print(Text.assemble(f"task {task}: next step {nxt.index} ", (nxt.name, "bold"), again))
+        console.print(Text.assemble(f"task {task}: next step {nxt.index} ", (nxt.name, "bold"),
+                                    again))
     for key in r.unknown_calls:
-        console.print(Text.assemble(("outcome unknown", "yellow"), f" {key}: not re-run automatically; reconcile it first"))
+        console.print(Text.assemble(("outcome unknown", "yellow"),
+                                    f" {key}: not re-run automatically; reconcile it first"))
 
 
 @task_app.command("resolve")
 def task_resolve(
     task: str = typer.Argument(..., help="Task id."),
-    key: str = typer.Argument(..., help="Ledger key of the call with unknown outcome (see `task resume`)."),
+    key: str = typer.Argument(
+        ..., help="Ledger key of the call with unknown outcome (see `task resume`)."
+    ),
     result: str | None = typer.Option(None, "--result", help="It happened: its result as JSON."),
-    error: str | None = typer.Option(None, "--error", help="It did not happen: why (the call may then run again)."),
+    error: str | None = typer.Option(
+        None, "--error", help="It did not happen: why (the call may then run again)."
+    ),
     workspace: Path = WorkspaceOpt,
     session: str | None = SessionOpt,
     user: str | None = UserOpt,
     agent: str | None = AgentOpt,
 ) -> None:
     """Settle a tool call whose outcome is unknown, after checking the external system."""
+    from mindpalace.errors import ValidationError
+
     if (result is None) == (error is None):
-        raise ValidationError("give exactly one of --result JSON (it happened) or --error TEXT (it did not)")
+        raise ValidationError(
+            "give exactly one of --result JSON (it happened) or --error TEXT (it did not)")
     try:
         value = None if result is None else json.loads(result)
     except json.JSONDecodeError as exc:
         raise ValidationError(f"--result is not valid JSON: {exc}") from exc
-    with Memory.open(workspace) as mem:
-        t = _find_task(mem, task, session, user, agent)
+    with open_memory(workspace) as mem:
+        t = mem.find_task(task, session=session, user=user, agent=agent)
         entry = t.ledger.resolve(t.id, key, result=value, error=error)
-    console.print(Text(f"{key}: {entry.status} (reconciled by hand)"))
+    console.print(f"{key}: {entry.status} (reconciled by hand)")
 
 
 @app.command("ledger")
 def ledger(
     task: str = typer.Argument(..., help="Task id."),
-    tool: list[str] = typer.Option([], "--tool", help="Only calls of this tool (repeat the option)."),
+    tool: list[str] = typer.Option(
+        [], "--tool", help="Only calls of this tool (repeat the option)."
+    ),
     workspace: Path = WorkspaceOpt,
     session: str | None = SessionOpt,
     user: str | None = UserOpt,
@@ -156,8 +170,8 @@ def ledger(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show a task's idempotency ledger: every keyed tool call, its status, attempts and result."""
-    with Memory.open(workspace) as mem:
-        t = _find_task(mem, task, session, user, agent)
+    with open_memory(workspace) as mem:
+        t = mem.find_task(task, session=session, user=user, agent=agent)
         entries = [e for e in t.ledger.entries(t.id) if not tool or e.tool in tool]
     if as_json:
         print_json([e.to_json() for e in entries])
@@ -168,44 +182,76 @@ def ledger(
     for e in entries:
         shown = e.error if e.status == "failed" else json.dumps(e.result, ensure_ascii=False)
         status = f"{e.status} (reconciled)" if e.reconciled else e.status
-        table.add_row(*(Text(v) for v in (e.key, e.tool, status, str(e.attempt), " ".join((shown or "").split())[:80])))
+        table.add_row(e.key, e.tool, status, str(e.attempt),
+                      " ".join((shown or "").split())[:80])
     console.print(table)
 
 
 @app.command("demo")
 def demo(
-    workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder (default: a fresh temporary one)."),
+    workspace: Path | None = typer.Option(
+        None, "--workspace", "-w", help="Workspace folder (default: a fresh temporary one)."
+    ),
     steps: int = typer.Option(320, "--steps", help="Planned steps (at least 120)."),
-    crash_every: int = typer.Option(0, "--crash-every", help="SIGKILL the agent about every K steps and resume it (0 = never)."),
-    seed: int = typer.Option(7, "--seed", help="Seed of the plan, the model's temptations and the kill points."),
-    budget_tokens: int = typer.Option(2000, "--budget-tokens", help="Prompt budget of the agent (tokens)."),
-    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also run seed 004's sliding-window agent."),
+    crash_every: int = typer.Option(
+        0, "--crash-every",
+        help="SIGKILL the agent about every K steps and resume it (0 = never).",
+    ),
+    seed: int = typer.Option(
+        7, "--seed", help="Seed of the plan, the model's temptations and the kill points."
+    ),
+    budget_tokens: int = typer.Option(
+        2000, "--budget-tokens", help="Prompt budget of the agent (tokens)."
+    ),
+    baseline: bool = typer.Option(
+        True, "--baseline/--no-baseline", help="Also run seed 004's sliding-window agent."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run a long-horizon travel agent (seed 004) on mindpalace — optionally under SIGKILLs."""
+    import logging
+    import tempfile
+
+    from rich.live import Live
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     from mindpalace.demo import fresh_config, run_baseline, run_demo
 
     # The step tiers warn at 0.7·B on every step of a long run; the report counts compactions.
     logging.getLogger("mindpalace.steps").setLevel(logging.ERROR)
     root = workspace or Path(tempfile.mkdtemp(prefix="mindpalace-demo-"))
     config = fresh_config(root, steps=steps, seed=seed, budget_tokens=budget_tokens)
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=console)
-    bar = progress.add_task("travel agent", total=config.steps, note="")
+    # the note is the agent's last action (model text): task fields, never markup
+    progress = Progress(
+        TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+        MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[kills]}", style="dim", markup=False),
+        TextColumn("{task.fields[note]}", markup=False), console=console,
+    )
+    bar = progress.add_task("travel agent", total=config.steps, kills="", note="")
     note_chars = max(20, console.width - 70)
     # auto_refresh off: the crash mode forks, and a refresh thread must not exist at fork time.
     with Live(progress, console=console, auto_refresh=False, transient=as_json) as live:
         def on_progress(done: int, total: int, recoveries: int, last: str) -> None:
-            note = f"[dim]kills {recoveries}[/] {last}" if crash_every else last
-            progress.update(bar, completed=done, total=total, note=note[:note_chars])
+            kills = f"kills {recoveries}" if crash_every else ""
+            progress.update(bar, completed=done, total=total, kills=kills,
+                            note=last[:note_chars - len(kills)])
             live.refresh()
 
         report = run_demo(config, crash_every=crash_every or None, on_progress=on_progress)
     reports = [report]
     if baseline:
-        reports.append(run_baseline(fresh_config(root, steps=steps, seed=seed, budget_tokens=budget_tokens, name="baseline")))
+        reports.append(run_baseline(fresh_config(root, steps=steps, seed=seed,
+                                                 budget_tokens=budget_tokens, name="baseline")))
     if as_json:
-        print_json({"workspace": str(root), "session": config.session, "reports": [r.to_json() for r in reports]})
+        print_json({"workspace": str(root), "session": config.session,
+                    "reports": [r.to_json() for r in reports]})
         return
     _print_reports(reports)
     console.print(f"workspace: {root}   task: {config.session}   "
@@ -221,12 +267,14 @@ def _print_reports(reports: list[Any]) -> None:
         ("steps", "steps"), ("task events", "events"), ("compactions", "compactions"),
         ("peak prompt tokens", "peak_prompt_tokens"), ("prompt budget (tokens)", "budget_tokens"),
         ("bookings made", "bookings"), ("duplicate bookings/payments", "duplicates"),
-        ("budget violations", "budget_violations"), ("over-budget calls blocked by guard", "guard_blocks"),
-        ("tool writes to constraints refused", "refused_constraint_writes"), ("crash recoveries", "recoveries"),
-        ("unknown outcomes reconciled", "reconciled_calls"), ("acknowledged events lost", "acked_events_lost"),
-        ("seconds", "seconds"),
+        ("budget violations", "budget_violations"),
+        ("over-budget calls blocked by guard", "guard_blocks"),
+        ("tool writes to constraints refused", "refused_constraint_writes"),
+        ("crash recoveries", "recoveries"), ("unknown outcomes reconciled", "reconciled_calls"),
+        ("acknowledged events lost", "acked_events_lost"), ("seconds", "seconds"),
     ]
     for label, name in fields:
         values = [getattr(r, name) for r in reports]
-        table.add_row(label, *("-" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v) for v in values))
+        table.add_row(label, *("-" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v)
+                               for v in values))
     console.print(table)
