@@ -12,13 +12,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources
 from mindpalace.facts import Fact, FactMemory, Recall, RecallHit
+from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
@@ -27,11 +30,11 @@ from mindpalace.retrieval.hybrid import HybridRetriever
 from mindpalace.scope import ANY, Scope
 from mindpalace.session.autocompact import AutoCompact, CompactOutcome
 from mindpalace.session.consolidator import Consolidator
-from mindpalace.session.lease import LOCKS_DIRNAME, Lease, session_lock, turn_lease
-from mindpalace.session.messages import MessageLog
+from mindpalace.session.lease import LOCKS_DIRNAME, Lease, current_lease, session_lock, turn_lease
+from mindpalace.session.messages import MessageLog, StoredMessage
 from mindpalace.settings import Settings
 from mindpalace.steps import ReadResult, StepMemory
-from mindpalace.store import Store, open_store
+from mindpalace.store import Store, StoreStats, open_store
 from mindpalace.summary import Summarizer
 from mindpalace.tasks import Constraints, EventRegistry, Task, Tasks, ToolCall, find_task
 from mindpalace.timeutil import utcnow
@@ -40,6 +43,55 @@ from mindpalace.workspace import Workspace
 
 SettingsOverride = Mapping[str, Any]
 """Values for one settings section, e.g. ``{"budget_tokens": 500}`` for ``steps``."""
+
+
+@dataclass(frozen=True)
+class WorkspaceStats:
+    """What a workspace holds (``mindpalace status``): the store's counts over every scope,
+    the stored long-term fact versions of this tenant (superseded and forgotten ones
+    included), and the folder's size without the knowledge repository's .git (bytes)."""
+
+    workspace: Path
+    store: StoreStats
+    fact_versions: int
+    workspace_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        st = self.store
+        return {
+            "workspace": str(self.workspace), "schema_version": st.schema_version,
+            "sessions": st.sessions, "events": st.events, "streams": st.streams,
+            "records": st.records, "facts": self.fact_versions, "kv_entries": st.kv_entries,
+            "documents": st.documents, "embeddings": st.embeddings, "db_bytes": st.size_bytes,
+            "workspace_bytes": self.workspace_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """One session at a glance (``mindpalace session show``).
+
+    Attributes:
+        messages: stored messages; last_consolidated: the newest archived one (0 = none).
+        history_entries: history.jsonl entries written for the session.
+        prompt_tokens / budget_tokens / target_tokens: the stored conversation's prompt
+            estimate against the input budget and the consolidation target (tokens).
+        lease: the active turn lease (holder, pid, host, expiry) or None.
+        last_summary / last_summary_kind: the archived summary and ``summary`` or ``raw``.
+        live: the newest messages still in the prompt, oldest first.
+    """
+
+    scope: Scope
+    messages: int
+    last_consolidated: int
+    history_entries: int
+    prompt_tokens: int
+    budget_tokens: int
+    target_tokens: int
+    lease: dict[str, Any] | None
+    last_summary: str
+    last_summary_kind: str
+    live: list[StoredMessage]
 
 
 class Memory:
@@ -150,6 +202,14 @@ class Memory:
         """The workspace's history.jsonl, where consolidation archives (seed 002)."""
         return HistoryLog(self.workspace.history_dir,
                           entry_max_chars=self.settings.session.history_entry_max_chars)
+
+    def stats(self) -> WorkspaceStats:
+        """Counts and sizes of the workspace (an admin view over every scope of the store)."""
+        facts = len(self.store.kv_list(Scope(self.tenant, ANY, ANY, ANY), FACTS_NAMESPACE))
+        root = self.workspace.root
+        size = sum(p.stat().st_size for p in root.rglob("*")
+                   if p.is_file() and ".git" not in p.relative_to(root).parts)
+        return WorkspaceStats(root, self.store.stats(), facts, size)
 
     def sync_embeddings(self, *, progress: Progress | None = None) -> SyncReport | None:
         """Embed every document that lacks a vector from the configured embedder (all scopes);
@@ -294,6 +354,19 @@ class Session:
         return turn_lease(self.store, self.scope, self.consolidator.lock, holder=holder,
                           ttl_seconds=s.lease_ttl_seconds if ttl_seconds is None else ttl_seconds,
                           lock_timeout_seconds=s.lock_timeout_seconds)
+
+    def status(self, *, live_messages: int = 10) -> SessionStatus:
+        """The session's consolidation state, lease and newest `live_messages` live messages.
+        Read-only."""
+        c = self.consolidator
+        state = c.state()
+        live = c.live_messages()
+        return SessionStatus(
+            self.scope, self.messages.count(), state.last_consolidated, state.entries,
+            c.prompt_tokens(), c.budget_tokens, c.target_tokens,
+            current_lease(self.store, self.scope, utcnow()), state.last_summary, state.last_kind,
+            live[-live_messages:] if live_messages > 0 else [],
+        )
 
     def compact(self) -> CompactOutcome:
         """Archive this session down to its recent window now, idle or not (never while a turn

@@ -42,26 +42,19 @@ def session_show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show a session: message count, consolidation cursor, budget, lease and archived summary."""
-    from mindpalace.session.lease import current_lease
-    from mindpalace.timeutil import utcnow
-
     with open_memory(workspace) as mem:
-        s = mem.session(session, user=user, agent=agent)
-        c = s.consolidator
-        state = c.state()
-        live = c.live_messages()
-        data: dict[str, Any] = {
-            "session": session, "scope": str(s.scope), "messages": s.messages.count(),
-            "last_consolidated": state.last_consolidated, "history_entries": state.entries,
-            "prompt_tokens": c.prompt_tokens(), "budget_tokens": c.budget_tokens,
-            "target_tokens": c.target_tokens, "lease": current_lease(s.store, s.scope, utcnow()),
-            "last_summary": state.last_summary, "last_summary_kind": state.last_kind,
-            "live": [{"index": m.index, "role": m.message.get("role"),
-                      "content": _short(m.message.get("content")),
-                      "tool_calls": [tc["function"]["name"]
-                                     for tc in m.message.get("tool_calls") or []]}
-                     for m in live[-messages:]] if messages > 0 else [],
-        }
+        st = mem.session(session, user=user, agent=agent).status(live_messages=messages)
+    data: dict[str, Any] = {
+        "session": session, "scope": str(st.scope), "messages": st.messages,
+        "last_consolidated": st.last_consolidated, "history_entries": st.history_entries,
+        "prompt_tokens": st.prompt_tokens, "budget_tokens": st.budget_tokens,
+        "target_tokens": st.target_tokens, "lease": st.lease,
+        "last_summary": st.last_summary, "last_summary_kind": st.last_summary_kind,
+        "live": [{"index": m.index, "role": m.message.get("role"),
+                  "content": _short(m.message.get("content")),
+                  "tool_calls": [tc["function"]["name"] for tc in m.message.get("tool_calls") or []]}
+                 for m in st.live],
+    }
     if as_json:
         print_json(data)
         return

@@ -222,16 +222,7 @@ def _consolidation(built: BuiltContext) -> dict[str, Any]:
     """What Session.prepare archived (all zero when it had nothing to do)."""
     from mindpalace.session.consolidator import ConsolidationResult
 
-    r = built.report.consolidation or ConsolidationResult()
-    return {
-        "entries": r.entries, "archived_messages": r.archived_messages,
-        "last_consolidated": r.last_consolidated,
-        "prompt_tokens_before": r.prompt_tokens_before,
-        "prompt_tokens_after": r.prompt_tokens_after, "budget_tokens": r.budget_tokens,
-        "target_tokens": r.target_tokens, "over_budget": r.over_budget,
-        "raw_fallbacks": r.raw_fallbacks, "summary_tokens_spent": r.summary_tokens_spent,
-        "history": [e.cursor for e in r.written],
-    }
+    return (built.report.consolidation or ConsolidationResult()).to_json()
 
 
 @app.command("replay")

@@ -79,8 +79,7 @@ def task_events(
     """List a task's events from a version on (the event log is the source of truth)."""
     with open_memory(workspace) as mem:
         t = mem.find_task(task, session=session, user=user, agent=agent)
-        # t.id, not the argument: a session id finds that session's task under another id
-        records = t.events.read(t.id, from_version=from_version)
+        records = t.read(from_version)
     if limit:
         records = records[:limit]
     if as_json:
@@ -153,7 +152,7 @@ def task_resolve(
         raise ValidationError(f"--result is not valid JSON: {exc}") from exc
     with open_memory(workspace) as mem:
         t = mem.find_task(task, session=session, user=user, agent=agent)
-        entry = t.ledger.resolve(t.id, key, result=value, error=error)
+        entry = t.resolve(key, result=value, error=error)
     console.print(f"{key}: {entry.status} (reconciled by hand)")
 
 
@@ -172,7 +171,7 @@ def ledger(
     """Show a task's idempotency ledger: every keyed tool call, its status, attempts and result."""
     with open_memory(workspace) as mem:
         t = mem.find_task(task, session=session, user=user, agent=agent)
-        entries = [e for e in t.ledger.entries(t.id) if not tool or e.tool in tool]
+        entries = [e for e in t.ledger_entries() if not tool or e.tool in tool]
     if as_json:
         print_json([e.to_json() for e in entries])
         return

@@ -34,28 +34,9 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Show what a workspace holds: sessions, records, facts, events, sizes, schema version."""
-    from mindpalace.scope import ANY
-
     with open_memory(directory) as mem:
-        root = mem.workspace.root
-        st = mem.store.stats()
-        # every stored fact version of the tenant (a Memory.stats() would be its home)
-        facts = len(mem.store.kv_list(mem.scope().with_(user=ANY, agent=ANY, session=ANY), "facts"))
-    files = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
-    data = {
-        "workspace": str(root),
-        "schema_version": st.schema_version,
-        "sessions": st.sessions,
-        "events": st.events,
-        "streams": st.streams,
-        "records": st.records,
-        "facts": facts,
-        "kv_entries": st.kv_entries,
-        "documents": st.documents,
-        "embeddings": st.embeddings,
-        "db_bytes": st.size_bytes,
-        "workspace_bytes": files,
-    }
+        data = mem.stats().to_json()
+    root = data["workspace"]
     if as_json:
         print_json(data)
         return

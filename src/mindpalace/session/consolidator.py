@@ -115,6 +115,11 @@ class ConsolidationResult:
     def consolidated(self) -> bool:
         return self.entries > 0
 
+    def to_json(self) -> dict[str, Any]:
+        """The counts and cursors as JSON (``written`` as the history cursors of its entries)."""
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "written"}
+        return {**data, "history": [e.cursor for e in self.written]}
+
 
 def choose_boundary(
     messages: Sequence[dict[str, Any]],

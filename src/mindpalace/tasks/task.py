@@ -25,7 +25,7 @@ from mindpalace.tasks.events import (
     EventRegistry,
 )
 from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore, stream_of
-from mindpalace.tasks.ledger import Ledger, ToolCall
+from mindpalace.tasks.ledger import Ledger, LedgerEntry, ToolCall
 from mindpalace.tasks.state import TaskState
 from mindpalace.textsafe import clean_json, require_name
 
@@ -73,6 +73,23 @@ class Task:
 
     def history(self) -> list[TaskEventRecord]:
         return self.events.history(self.id)
+
+    def read(self, from_version: int = 1, to_version: int | None = None) -> list[TaskEventRecord]:
+        """This task's events with from_version ≤ version ≤ to_version, oldest first."""
+        return self.events.read(self.id, from_version, to_version)
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """This task's idempotency-ledger rows (one per keyed tool call), oldest first."""
+        return self.ledger.entries(self.id)
+
+    def resolve(self, key: str, *, result: Any = None, error: str | None = None) -> LedgerEntry:
+        """Settle a tool call whose outcome is unknown, after checking the external system:
+        `result` if it happened, `error` if it did not (the call may then run again).
+
+        Raises:
+            NotFoundError: no ledger row `key`. ValidationError: the row is not ``started``.
+        """
+        return self.ledger.resolve(self.id, key, result=result, error=error)
 
     def resume(self) -> Resumption:
         """Recover the state and decide where to continue.
