@@ -9,7 +9,7 @@ and are not promoted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
@@ -26,28 +26,11 @@ WORKING_MIN_TERM_SHARE = 0.5  # a working item must contain half the query's ter
 
 
 @dataclass(frozen=True, slots=True)
-class RecallHit:
-    """One recall result.
+class RecallHit(RetrievalHit):
+    """One recall result: a :class:`~mindpalace.retrieval.hybrid.RetrievalHit` (tier, ref, text,
+    score, scope, why, meta) whose tier may also be ``working`` (a working-memory item), with
+    the :class:`Fact` for ``working`` and ``fact`` hits (None for other tiers)."""
 
-    Attributes:
-        tier: ``working`` (working memory) or the document kind (``fact``, ``message``,
-            ``step``, ``info``, ``snapshot``, ``history`` …).
-        ref: the id inside the tier: fact id, message index, record name, entry cursor.
-        text: the matched text.
-        score: fused score (higher is better; comparable within one result list only).
-        scope: the scope the item belongs to.
-        why: :class:`~mindpalace.retrieval.hybrid.MatchReason`.
-        meta: the document's metadata (message timestamp / speaker, fact key …).
-        fact: the :class:`Fact` for ``working`` and ``fact`` hits, else None.
-    """
-
-    tier: str
-    ref: str
-    text: str
-    score: float
-    scope: Scope
-    why: MatchReason
-    meta: dict[str, object] = field(default_factory=dict)
     fact: Fact | None = None
 
     @classmethod
