@@ -108,6 +108,12 @@ class TestSummarizer:
         assert not out.ok and out.verdict is GateVerdict.PLACEHOLDER
         assert out.reason == "summary rejected: placeholder"
 
+    def test_a_length_verdict_carries_its_numbers(self) -> None:
+        s, _ = summarizer(completion(SOURCE))
+        out = s.summarize(SOURCE, max_tokens=100)
+        n = COUNTER.count(SOURCE)
+        assert out.reason == f"summary rejected: not shorter than its source ({n} ≥ {n} tokens)"
+
     def test_the_minimum_comes_from_summary_settings(self) -> None:
         llm = FakeLLM([completion("Found two reservations.")] * 2, settings=LLMSettings(max_retries=0))
         strict = Summarizer(llm, COUNTER, settings=SummarySettings(min_tokens=10))

@@ -138,6 +138,7 @@ class SummaryOutcome:
         error: the provider's error ("" when it answered).
         tokens_spent: prompt + reply tokens of the call (as reported, else counted).
         breaker_open: the provider's circuit breaker is open: stop calling it for now.
+        detail: the numbers behind a length verdict, e.g. ``17 ≥ 17 tokens``.
     """
 
     text: str | None
@@ -145,6 +146,7 @@ class SummaryOutcome:
     error: str = ""
     tokens_spent: int = 0
     breaker_open: bool = False
+    detail: str = ""
 
     @property
     def ok(self) -> bool:
@@ -157,7 +159,8 @@ class SummaryOutcome:
             return self.error
         if self.verdict is None or self.verdict is GateVerdict.PASSED:
             return ""
-        return f"summary rejected: {self.verdict.value}"
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"summary rejected: {self.verdict.value}{detail}"
 
 
 class Summarizer:
@@ -215,8 +218,16 @@ class Summarizer:
             finish_reason=str(getattr(completion, "finish_reason", "stop")),
         )
         if verdict is not GateVerdict.PASSED:
-            return SummaryOutcome(None, verdict, tokens_spent=spent)
+            return SummaryOutcome(None, verdict, tokens_spent=spent,
+                                  detail=self._detail(verdict, output, source_tokens))
         # Gated as the model wrote it (an echo of the source is no summary, however cut), then
         # held to the length the caller budgeted for.
         return SummaryOutcome(self.counter.truncate(output.strip(), max_tokens).strip(), verdict,
                               tokens_spent=spent)
+
+    def _detail(self, verdict: GateVerdict, output: Any, source_tokens: int) -> str:
+        if verdict is GateVerdict.TOO_SHORT:
+            return f"{self.counter.count(output.strip())} < {self.settings.min_tokens} tokens"
+        if verdict is GateVerdict.NOT_SHORTER:
+            return f"{self.counter.count(output.strip())} ≥ {source_tokens} tokens"
+        return ""
