@@ -173,6 +173,10 @@ class TestDegradation:
             ({"messages": [{"role": "user", "content": "hi"}, 5]}, r"messages\[1\]"),
             ({"messages": [{"role": "alien", "content": "x"}]}, "role"),
             ({"messages": [{"role": "user", "content": {"a": 1}}]}, "content"),
+            ({"messages": [{"role": "user", "content": "x", "extra": {1, 2}}]}, "JSON"),
+            ({"messages": [{"role": "user", "content": "x", "extra": float("nan")}]}, "JSON"),
+            ({"tools": [{1: "x", "b": 2}]}, "JSON"),
+            ({"tools": [{"type": "function", "name": "f\ud800"}]}, "lone surrogate"),
         ],
     )
     def test_a_request_the_model_api_could_not_take_is_refused(

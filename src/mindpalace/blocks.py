@@ -8,10 +8,14 @@ appear (the consolidator's estimate of its own summary) agree by construction.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Literal
+
+from mindpalace.errors import ValidationError
+from mindpalace.textsafe import require_text
 
 Message = dict[str, Any]
 """One OpenAI-format chat message: ``{"role": …, "content": …}`` (plus tool fields)."""
@@ -49,3 +53,22 @@ PROTECTED_BLOCKS: Final = frozenset({Block.CORRECTIONS, Block.CONSTRAINTS})
 def block_message(block: Block, text: str) -> Message:
     """The chat message carrying `block` with content `text`, in the block's role."""
     return {"role": BLOCK_ROLES[block], "content": text}
+
+
+def check_tools(tools: Any) -> list[ToolSchema] | None:
+    """`tools` as a list of tool schemas a model API can take (None stays None).
+
+    Raises:
+        ValidationError: not a list of dicts, not JSON (NaN, sets, non-string keys, objects),
+            or text a request cannot carry (NUL, lone surrogates).
+    """
+    if tools is None:
+        return None
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
+        raise ValidationError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
+    try:  # sorted keys, as they are counted (I9): mixed key types cannot be sent either
+        text = json.dumps(list(tools), allow_nan=False, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"tools must be JSON-serialisable: {exc}") from exc
+    require_text("tools", text)
+    return list(tools)

@@ -29,7 +29,6 @@ block; each degradation is named in the report. The final messages always go thr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -41,11 +40,12 @@ from mindpalace.blocks import (
     Message,
     ToolSchema,
     block_message,
+    check_tools,
 )
 from mindpalace.checks import require_int
-from mindpalace.errors import ContextBudgetError, ValidationError
+from mindpalace.errors import ContextBudgetError
 from mindpalace.session.consolidator import ConsolidationResult, Consolidator
-from mindpalace.session.messages import MessageLog, validate_message
+from mindpalace.session.messages import MessageLog, validate_messages
 from mindpalace.session.pairing import PairingReport, repair_pairing, tool_groups
 from mindpalace.steps.checkpoint import render_checkpoint, render_summary_lines
 from mindpalace.steps.index import INDEX_HEADER
@@ -207,7 +207,7 @@ class ContextBuilder:
         """
         budget = require_int("budget_tokens", budget_tokens)
         tool_list = _check_request(system_prompt, tools)
-        convo_given = None if messages is None else _given_messages(messages)
+        convo_given = None if messages is None else validate_messages(messages)
         if convo_given is None and system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks()
@@ -478,30 +478,9 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _given_messages(messages: Any) -> list[Message]:
-    """Checked, storable copies of caller-given messages (the same rules as stored ones)."""
-    if not isinstance(messages, list | tuple):
-        raise ValidationError(f"messages must be a list of chat messages, got {type(messages).__name__}")
-    out = []
-    for i, m in enumerate(messages):
-        try:
-            out.append(validate_message(m))  # a fresh copy: the caller's list is never changed
-        except ValidationError as exc:
-            raise ValidationError(f"messages[{i}]: {exc}") from exc
-    return out
-
-
 def _check_request(system_prompt: Any, tools: Any) -> list[ToolSchema] | None:
     """Refuse what the model API could not be sent (the prompt is built for a real request);
     returns the tool schemas as a list (None when there are none)."""
     if system_prompt is not None:
         require_text("system_prompt", system_prompt)
-    if tools is None:
-        return None
-    if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
-        raise ValidationError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
-    try:
-        json.dumps(tools, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"tools must be JSON-serialisable: {exc}") from exc
-    return list(tools)
+    return check_tools(tools)

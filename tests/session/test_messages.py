@@ -31,11 +31,18 @@ class TestMessageLog:
         "bad",
         [{"role": "robot", "content": "x"}, {"role": "tool", "content": "x"}, "not a dict",
          {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]},
-         {"role": "user", "content": [1, 2]}, {"role": "user", "content": [{"text": "no type"}]}],
+         {"role": "user", "content": [1, 2]}, {"role": "user", "content": [{"text": "no type"}]},
+         {"role": "assistant", "tool_calls": [{"id": ["x"], "function": {"name": "f", "arguments": "{}"}}]},
+         {"role": "assistant", "tool_calls": [{"id": 7, "function": {"name": "f", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": 5, "content": "x"},
+         {"role": "user", "content": "x", "extra": {1, 2}},
+         {"role": "user", "content": "x", "score": float("nan")}],
     )
     def test_malformed_messages_are_refused(self, memory: Memory, uid: str, bad: object) -> None:
+        s = memory.session(uid)
         with pytest.raises(ValidationError):
-            memory.session(uid).add_message(bad)  # type: ignore[arg-type]
+            s.add_message(bad)  # type: ignore[arg-type]
+        assert s.messages.count() == 0
 
     def test_lone_surrogates_in_tool_output_are_escaped_not_lost(self, memory: Memory, uid: str) -> None:
         s = memory.session(uid)

@@ -116,6 +116,7 @@ class TestBudget:
         out = run_with_recall(invoke, prompt, steps.read_records, counter=counter,
                               budget_tokens=budget, max_reinvocations=3)
         assert out.budget_exhausted and calls == [budget] and out.reinvocations == 0
+        assert out.messages == prompt and out.loaded == []
 
 
 RECORD_SIZES = st.lists(st.integers(min_value=0, max_value=3_000), min_size=1, max_size=5)
@@ -154,3 +155,68 @@ def test_every_request_is_within_the_budget(
         if m["role"] == "user":  # every recall names what it could not show in full
             text = m["content"]
             assert all(n in text for n in names[: len(sizes)] if n in out.loaded)
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("cap", [float("nan"), float("inf"), None, "2", True, -1, 1.5])
+    def test_the_cap_must_be_an_int(self, small_memory: Memory, cap: Any) -> None:
+        steps = wiring.step_memory(new_session(small_memory))
+        with pytest.raises(ValidationError, match="max_reinvocations"):
+            run_with_recall(lambda m: '{"read_files": ["x"]}', chat(1), steps.read_records,
+                            counter=small_memory.tokens, budget_tokens=500, max_reinvocations=cap)
+
+    @pytest.mark.parametrize(
+        ("messages", "tools", "why"),
+        [
+            (None, None, "list of chat messages"),
+            ([1], None, r"messages\[0\]"),
+            ("hello", None, "list of chat messages"),
+            ([{"role": "bogus", "content": "x"}], None, "role"),
+            ([{"role": "user", "content": "x", "extra": {1, 2}}], None, "JSON"),
+            (chat(1), 5, "list of tool schemas"),
+            (chat(1), "abc", "list of tool schemas"),
+            (chat(1), [{"x": {1, 2}}], "JSON"),
+            (chat(1), [{1: "x", "b": 2}], "JSON"),
+            (chat(1), [{"a": float("nan")}], "JSON"),
+        ],
+    )
+    def test_messages_and_tools_are_checked_like_a_context_build(
+        self, small_memory: Memory, messages: Any, tools: Any, why: str
+    ) -> None:
+        steps = wiring.step_memory(new_session(small_memory))
+        with pytest.raises(ValidationError, match=why):
+            run_with_recall(lambda m: "x", messages, steps.read_records, counter=small_memory.tokens,
+                            budget_tokens=500, max_reinvocations=1, tools=tools)
+
+    @pytest.mark.parametrize("reply", ['{"read_files": ' + "[" * 5000, "```json\n" + "[" * 5000 + "\n```",
+                                       '{"read_files": {"files": ' + '{"a": ' * 3000])
+    def test_a_reply_nested_past_the_parser_is_no_request(self, reply: str) -> None:
+        assert parse_read_files(reply) is None
+
+    def test_many_unclosed_requests_parse_quickly(self) -> None:
+        reply = '{"read_files": "x ' * 40_000  # 720 KB of broken requests
+        assert parse_read_files(reply) is None  # the first few candidates only, not every one
+
+
+def test_the_outcome_is_what_the_model_saw(small_memory: Memory) -> None:
+    s = new_session(small_memory)
+    steps = wiring.step_memory(s)
+    steps.add_info("small", "a short note", description="small")
+    steps.add_info("huge", "fare row " * 3_000, description="huge")
+    counter = small_memory.tokens
+    prompt = chat(1)
+    asks = iter(["small", "huge", "huge"])
+    calls: list[list[dict[str, Any]]] = []
+
+    def invoke(messages: list[dict[str, Any]]) -> str:
+        calls.append(messages)
+        name = next(asks, None)
+        return "done" if name is None else json.dumps({"read_files": [name]})
+
+    budget = counter.count_messages(prompt) + 60  # room for the small note, never the big one
+    out = run_with_recall(invoke, prompt, steps.read_records, counter=counter, budget_tokens=budget,
+                          max_reinvocations=5)
+    assert max(out.prompt_tokens) <= budget and "huge" not in out.loaded  # only named, never sent
+    assert out.messages == calls[-1]  # what the model last saw, not a pruned draft
+    shown = "\n".join(str(m["content"]) for c in calls for m in c)
+    assert all(name in shown for name in out.loaded)  # loaded = sent to the model

@@ -53,8 +53,8 @@ def validate_message(message: Any) -> dict[str, Any]:
         raise ValidationError(
             'message content parts must be objects with a "type", e.g. {"type": "text", "text": "…"}'
         )
-    if role == "tool" and not message.get("tool_call_id"):
-        raise ValidationError("a tool message needs the tool_call_id of the call it answers")
+    if role == "tool" and not (isinstance(message.get("tool_call_id"), str) and message["tool_call_id"]):
+        raise ValidationError("a tool message needs the tool_call_id (a string) of the call it answers")
     calls = message.get("tool_calls")
     if calls is not None:
         if role != "assistant" or not isinstance(calls, list):
@@ -62,11 +62,40 @@ def validate_message(message: Any) -> dict[str, Any]:
         for call in calls:
             fn = call.get("function") if isinstance(call, dict) else None
             if not isinstance(fn, dict) or not call.get("id") or not fn.get("name"):
-                raise ValidationError(f"malformed tool call {call!r}: needs id and function.name")
+                raise ValidationError(f"malformed tool call {_excerpt(call)}: needs id and function.name")
+            if not isinstance(call["id"], str) or not isinstance(fn["name"], str):
+                raise ValidationError(f"malformed tool call {_excerpt(call)}: id and function.name must be strings")
             args = fn.get("arguments", "")
             if not isinstance(args, str | dict):
                 raise ValidationError(f"tool call {call['id']}: arguments must be a JSON string")
-    return clean_json(message)
+    clean = clean_json(message)
+    try:  # what a model API (and the store) can take: JSON only, no NaN, no sets or objects
+        json.dumps(clean, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"message is not JSON-serialisable: {exc}") from exc
+    return clean
+
+
+def validate_messages(messages: Any) -> list[dict[str, Any]]:
+    """:func:`validate_message` over a list; the caller's list and dicts are never changed.
+
+    Raises:
+        ValidationError: not a list of messages, or ``messages[i]: <why>`` for the first bad one.
+    """
+    if not isinstance(messages, list | tuple):
+        raise ValidationError(f"messages must be a list of chat messages, got {type(messages).__name__}")
+    out = []
+    for i, m in enumerate(messages):
+        try:
+            out.append(validate_message(m))
+        except ValidationError as exc:
+            raise ValidationError(f"messages[{i}]: {exc}") from exc
+    return out
+
+
+def _excerpt(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def message_text(message: dict[str, Any]) -> str:

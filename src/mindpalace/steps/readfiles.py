@@ -12,6 +12,7 @@ note saying how to read the rest (I9).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -19,13 +20,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
 
-from mindpalace.blocks import ToolSchema
+from mindpalace.blocks import ToolSchema, check_tools
 from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
+from mindpalace.session.messages import validate_messages
 from mindpalace.steps.records import ReadResult, render_record
 from mindpalace.tokens import TokenCounter
 
 MIN_CUT_TOKENS: Final = 16  # a cut record shows at least this much of itself, else it is only named
+MAX_REQUEST_CANDIDATES: Final = 8  # JSON objects tried per reply: a real request is among the first
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _KEY = re.compile(r'\{\s*"read_files"\s*:')
 
@@ -51,18 +54,18 @@ def parse_read_files(reply: Any) -> list[str] | None:
     if not isinstance(reply, str) or "read_files" not in reply:
         return None
     candidates = [reply.strip(), *(m.group(1).strip() for m in _FENCE.finditer(reply))]
-    for text in candidates:
+    for text in candidates[: MAX_REQUEST_CANDIDATES + 1]:
         try:
             names = _names_of(json.loads(text))
-        except ValueError:
+        except (ValueError, RecursionError):  # a reply nested past the parser's depth is no request
             continue
         if names is not None:
             return names
     decoder = json.JSONDecoder()
-    for m in _KEY.finditer(reply):
+    for m in itertools.islice(_KEY.finditer(reply), MAX_REQUEST_CANDIDATES):
         try:
             obj, _ = decoder.raw_decode(reply, m.start())
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         names = _names_of(obj)
         if names is not None:
@@ -85,33 +88,49 @@ def recall_message(
     saying how to read the rest; any after it are listed by name as not shown. Missing names are
     always reported. Returns None when not even that (header, names, notes) fits.
     """
+    if counter is None or max_tokens is None:
+        head, missing, records = _parts(result)
+        return _message(head, [body for _, body in records], [], missing)
+    fitted = _fitted_recall(result, counter, max_tokens)
+    return None if fitted is None else fitted[0]
+
+
+def _parts(result: ReadResult) -> tuple[str, str, list[tuple[str, str]]]:
     head = (f"Requested records ({len(result.found)}):" if result.found
             else "None of the requested records exist.")
     missing = "Not found: " + ", ".join(result.missing) if result.missing else ""
-    records = [(name, render_record(r)) for name, r in result.found.items()]
-    if counter is None or max_tokens is None:
-        return _message(head, [body for _, body in records], [], missing)
+    return head, missing, [(name, render_record(r)) for name, r in result.found.items()]
+
+
+def _fitted_recall(
+    result: ReadResult, counter: TokenCounter, max_tokens: int
+) -> tuple[dict[str, str], list[str]] | None:
+    """(the recall message within `max_tokens`, names of the records it shows whole or cut)."""
+    head, missing, records = _parts(result)
 
     def fits(message: dict[str, str]) -> bool:
         return counter.count(message["content"]) <= max_tokens
 
     shown: list[str] = []
+    names: list[str] = []
+    later: list[str] = []
     for i, (name, body) in enumerate(records):
         later = [n for n, _ in records[i + 1:]]
-        whole = _message(head, [*shown, body], later, missing)
-        if fits(whole):
+        if fits(_message(head, [*shown, body], later, missing)):
             shown.append(body)
+            names.append(name)
+            later = []
             continue
         cut = _cut_record(counter, name, body, max_tokens,
                           partial(_with_part, head, shown, later, missing))
         if cut is not None:
             shown.append(cut)
+            names.append(name)
         else:
             later = [name, *later]
-        message = _message(head, shown, later, missing)
-        return message if fits(message) else None
-    message = _message(head, shown, [], missing)
-    return message if fits(message) else None
+        break
+    message = _message(head, shown, later, missing)
+    return (message, names) if fits(message) else None
 
 
 def _cut_record(
@@ -160,12 +179,13 @@ class RecallOutcome:
             the re-invocation cap or the budget stopped the loop).
         messages: the conversation including appended recall messages (the caller's list is
             not modified).
-        loaded: names of the records loaded, in order.
+        loaded: names of the records sent to the model (whole or cut), in order.
         missing: names that were requested but do not exist (or are invalid).
         reinvocations: model calls made after the first.
         capped: True when the cap stopped the loop while the model still asked for records.
-        budget_exhausted: True when the prompt had no room left for a recall message (every
-            earlier recall exchange already dropped), so the loop stopped.
+        budget_exhausted: True when the prompt had no room left for a recall message even with
+            every earlier recall exchange dropped, so the loop stopped (``messages`` is then the
+            conversation of the last call made).
         prompt_tokens: ``count_messages(request, tools)`` of every model call, in order; each
             is ≤ the budget.
     """
@@ -210,14 +230,17 @@ def run_with_recall(
         reply_text: the text of a reply; default the reply itself (str) or its ``.text``.
 
     Raises:
-        ValidationError: `messages` are already over `budget_tokens`, or the budget is not a
-            positive int.
+        ValidationError: `messages` are already over `budget_tokens`; the budget is not a
+            positive int or `max_reinvocations` not an int ≥ 0; `messages` or `tools` are not
+            what a model API takes (checked like ``Session.context`` checks them).
     """
     budget = require_int("budget_tokens", budget_tokens)
+    cap = require_int("max_reinvocations", max_reinvocations, minimum=0)
+    tool_list = check_tools(tools)
     text_of = reply_text or _reply_text
-    convo = list(messages)
+    convo = validate_messages(messages)
     base = len(convo)
-    first = counter.count_messages(convo, _tools(tools))
+    first = counter.count_messages(convo, tool_list)
     if first > budget:
         raise ValidationError(
             f"the prompt is {first} tokens, over budget_tokens {budget}; build it under the same "
@@ -226,19 +249,20 @@ def run_with_recall(
     outcome = RecallOutcome(None, convo, prompt_tokens=[first])
     reply = invoke(list(convo))
     while (names := parse_read_files(text_of(reply))) is not None:
-        if outcome.reinvocations >= max_reinvocations:
+        if outcome.reinvocations >= cap:
             outcome.capped = True
             break
         result = read(names)
-        outcome.loaded.extend(result.found)
         outcome.missing.extend(result.missing)
         echo = {"role": "assistant", "content": request_text(names)}
-        recall = _fit_exchange(convo, base, echo, result, counter, budget, tools)
-        if recall is None:
+        fitted = _fit_exchange(convo, base, echo, result, counter, budget, tool_list)
+        if fitted is None:
             outcome.budget_exhausted = True
             break
-        convo += [echo, recall]
-        outcome.prompt_tokens.append(counter.count_messages(convo, _tools(tools)))
+        kept, recall, shown = fitted
+        outcome.loaded.extend(shown)
+        convo[:] = [*kept, echo, recall]
+        outcome.prompt_tokens.append(counter.count_messages(convo, tool_list))
         reply = invoke(list(convo))
         outcome.reinvocations += 1
     outcome.reply = reply
@@ -247,24 +271,22 @@ def run_with_recall(
 
 def _fit_exchange(
     convo: list[dict[str, Any]], base: int, echo: dict[str, str], result: ReadResult,
-    counter: TokenCounter, budget: int, tools: Sequence[ToolSchema] | None,
-) -> dict[str, str] | None:
-    """The recall message for `result` fitted to the room left after `echo`; earlier recall
-    exchanges (after the first `base` messages) are dropped, oldest first, until it fits."""
+    counter: TokenCounter, budget: int, tools: list[ToolSchema] | None,
+) -> tuple[list[dict[str, Any]], dict[str, str], list[str]] | None:
+    """(the conversation to keep, the recall message for `result`, the records it shows) fitted
+    to the room left
+    after `echo`: earlier recall exchanges (after the first `base` messages) are dropped, oldest
+    first, until it fits; None (and `convo` untouched) when nothing fits."""
+    kept = list(convo)
     while True:
-        room = budget - counter.count_messages([*convo, echo, {"role": "user", "content": ""}],
-                                               _tools(tools))
-        recall = recall_message(result, counter=counter, max_tokens=room) if room >= 0 else None
-        if recall is not None:
-            return recall
-        if len(convo) <= base:
+        room = budget - counter.count_messages([*kept, echo, {"role": "user", "content": ""}], tools)
+        fitted = _fitted_recall(result, counter, room) if room >= 0 else None
+        if fitted is not None:
+            return kept, *fitted
+        if len(kept) <= base:
             return None
-        del convo[base:base + 2]  # the oldest earlier exchange: request + its records
+        del kept[base:base + 2]  # the oldest earlier exchange: request + its records
 
 
 def _reply_text(reply: Any) -> str:
     return reply if isinstance(reply, str) else str(getattr(reply, "text", ""))
-
-
-def _tools(tools: Sequence[ToolSchema] | None) -> list[ToolSchema] | None:
-    return None if tools is None else list(tools)
