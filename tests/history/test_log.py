@@ -47,10 +47,21 @@ class TestAppend:
         assert ts.utcoffset() is not None and ts.utcoffset().total_seconds() == 0
         assert data["timestamp"].endswith("+00:00")
 
-    def test_reasoning_text_is_stripped(self, hist: HistoryLog) -> None:
+    def test_reasoning_text_is_stripped_from_summaries(self, hist: HistoryLog) -> None:
         e = hist.append(SCOPE, "<think>plan the answer</think>User booked TK001.")
         assert e.content == "User booked TK001."
         assert "plan" not in lines(hist)[0]
+
+    def test_a_raw_archive_is_kept_verbatim(self, hist: HistoryLog) -> None:
+        text = "[1] user: wrap it in <analysis> tags. My booking ref is ZX-9912 </think> ok"
+        assert hist.append(SCOPE, text, kind="raw").content == text
+
+    def test_reading_creates_nothing(self, tmp_path: Path) -> None:
+        h = HistoryLog(tmp_path / "nowhere")
+        assert h.read() == [] and h.tail(3) == [] and h.find("x") is None
+        assert not (tmp_path / "nowhere").exists()
+        h.append(SCOPE, "first")
+        assert (tmp_path / "nowhere" / "history.jsonl").exists()
 
     def test_entries_are_capped(self, hist: HistoryLog) -> None:
         e = hist.append(SCOPE, "x" * 1000)

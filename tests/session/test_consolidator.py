@@ -270,6 +270,15 @@ class TestSummaryGate:
         assert len(e.content) <= mem.settings.session.raw_breadcrumb_max_chars
         assert c.counter.count(c.last_summary) <= c.summary_cap_tokens
 
+    def test_a_raw_breadcrumb_keeps_text_that_looks_like_reasoning_tags(self, mem: Memory) -> None:
+        s, c = session_with(mem, FakeLLM(fail_times=100, settings=LLMSettings(max_retries=0)))
+        s.add_message({"role": "user", "content": "Wrap the output in <analysis> tags. Ref ZX-9912."})
+        for i in range(40):
+            s.add_message({"role": "assistant" if i % 2 == 0 else "user", "content": text(20, i)})
+        c.maybe_consolidate()
+        raw = c.history.read(session=s.scope)[0]
+        assert raw.kind == "raw" and "ZX-9912" in raw.content  # I2: the archive is the text itself
+
     def test_degraded_provider_is_not_hammered_in_the_same_round(self, mem: Memory) -> None:
         llm = FakeLLM(fail_times=100, settings=LLMSettings(max_retries=0))
         s = mem.session(f"s-{uuid.uuid4().hex[:8]}")

@@ -13,7 +13,8 @@ failed); ``messages`` is the 1-based message range of the session the entry arch
 raw messages stay recallable by name); ``id`` is the writer's idempotency key (crash recovery).
 
 Appends are serialized across threads and processes by a file lock and fsync'ed; reasoning
-text (``<think>…</think>`` and similar) is stripped and every entry is capped; a corrupt line is
+text (``<think>…</think>`` and similar) is stripped from summaries (raw archives are kept
+verbatim) and every entry is capped; the folder is created by the first write; a corrupt line is
 skipped with a warning and never blocks later appends; rewrites of the whole file are atomic
 (temp file + fsync + rename). Entries are also indexed in the store as search documents of kind
 ``history`` in the session's scope, so recall finds them.
@@ -143,8 +144,7 @@ class HistoryLog:
         entry_max_chars: int = 16_000,
         lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS,
     ) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(directory)  # created by the first write: reading never writes
         self.path = self.directory / HISTORY_FILENAME
         self.cursor_path = self.directory / CURSOR_FILENAME
         self.entry_max_chars = entry_max_chars
@@ -169,8 +169,9 @@ class HistoryLog:
 
         Args:
             scope: the session scope the entry belongs to (must be concrete).
-            content: the text; reasoning blocks are stripped, then it is capped to
-                ``entry_max_chars`` characters.
+            content: the text, capped to ``entry_max_chars`` characters; reasoning blocks
+                (``<think>…``) are stripped from a ``summary`` (model output), never from a
+                ``raw`` archive, which is the conversation's own text.
             kind: ``summary`` or ``raw``.
             messages: the inclusive 1-based message range it archives, if any.
             entry_id: idempotency key; a fresh uuid when None.
@@ -184,9 +185,12 @@ class HistoryLog:
             raise ValidationError(f"history entry kind must be one of {KINDS}, got {kind!r}")
         if messages is not None and not (1 <= messages[0] <= messages[1]):
             raise ValidationError(f"history message range must be 1 ≤ first ≤ last, got {messages}")
-        text = cap_text(strip_reasoning(clean_text(str(content))), self.entry_max_chars)
+        text = clean_text(str(content))
+        if kind == "summary":  # model output may leak reasoning; a raw archive stays verbatim (I2)
+            text = strip_reasoning(text)
+        text = cap_text(text, self.entry_max_chars)
         if not text:
-            raise ValidationError("history entry content is empty after stripping reasoning text")
+            raise ValidationError("history entry content is empty (after stripping reasoning text)")
         with self._locked():
             cursor = self._current_cursor() + 1
             entry = HistoryEntry(
@@ -278,6 +282,11 @@ class HistoryLog:
     # -- internals -------------------------------------------------------------------------
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        """The writers' lock (appends, rewrites); makes the folder on first use."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.directory}: {exc}") from exc
         try:
             self._lock.acquire(timeout=self.lock_timeout_seconds)
         except Timeout as exc:
