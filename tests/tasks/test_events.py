@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import pytest
 
+from mindpalace import Memory
 from mindpalace.errors import ValidationError
-from mindpalace.tasks.events import EventRegistry, StepStarted, TaskEvent, payload_of
+from mindpalace.tasks.events import (
+    DEFAULT_REGISTRY,
+    EventRegistry,
+    StepStarted,
+    TaskEvent,
+    UnregisteredEvent,
+    payload_of,
+)
 
 
 class HotelSelected(TaskEvent):
@@ -52,3 +61,28 @@ class TestRegistry:
 
         with pytest.raises(ValidationError, match="type"):
             EventRegistry().register(NoType)
+
+    def test_the_default_registry_is_frozen_for_good(self) -> None:
+        with pytest.raises(ValidationError, match="frozen"):
+            DEFAULT_REGISTRY.register(HotelSelected)
+        with pytest.raises(AttributeError):
+            DEFAULT_REGISTRY.frozen = False  # type: ignore[misc]
+        assert DEFAULT_REGISTRY.model_for("hotel_selected") is None
+
+
+class TestReadingWithoutTheRegistry:
+    def test_a_stored_event_of_an_unknown_type_is_read_back_raw(self, tmp_path: Path) -> None:
+        reg = EventRegistry()
+        reg.register(HotelSelected)
+        with Memory.open(tmp_path / "ws", embed={"provider": "none"}, event_registry=reg) as m:
+            s = m.session("trip", user="u")
+            s.task.record(HotelSelected(hotel_id="h1"), ("step_started", {"index": 0, "name": "a"}))
+        with Memory.open(tmp_path / "ws") as m:  # another process, the built-in registry only
+            s = m.session("trip", user="u")
+            first, _ = s.task.read()
+            assert isinstance(first.event, UnregisteredEvent)
+            assert (first.event.type, first.event.payload) == ("hotel_selected", {"hotel_id": "h1"})
+            assert s.task.state().version == 2 and s.task.state().current is not None
+            assert s.context(2_000).report.total_tokens <= 2_000
+            with pytest.raises(ValidationError, match="register"):
+                s.task.record(first.event)  # never appended by a process that cannot validate it

@@ -9,7 +9,7 @@
 """
 
 from mindpalace.tasks.constraints import Constraints, GuardViolation, evaluate_guard
-from mindpalace.tasks.events import DEFAULT_REGISTRY, EventRegistry, TaskEvent
+from mindpalace.tasks.events import DEFAULT_REGISTRY, EventRegistry, TaskEvent, UnregisteredEvent
 from mindpalace.tasks.eventstore import TaskEventRecord, TaskEventStore
 from mindpalace.tasks.ledger import NOT_RUN, Ledger, LedgerEntry, ToolCall, ledger_key
 from mindpalace.tasks.state import TaskState, apply, initial_state, replay
@@ -32,6 +32,7 @@ __all__ = [
     "TaskState",
     "Tasks",
     "ToolCall",
+    "UnregisteredEvent",
     "apply",
     "default_task_id",
     "evaluate_guard",

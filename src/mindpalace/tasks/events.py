@@ -138,6 +138,14 @@ BUILTIN_EVENTS: dict[str, type[TaskEvent]] = {
     )
 }
 
+class UnregisteredEvent(TaskEvent):
+    """A stored event whose type this process's registry does not know (it was recorded by a
+    process with a richer :class:`EventRegistry`). Reading keeps it, with its raw ``payload``;
+    folding it only advances the task version. It can never be appended."""
+
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
 Reducer = Callable[[Any, TaskEvent], Any]
 """A pure ``(TaskState, event) -> TaskState`` for a user-defined event type."""
 
@@ -162,7 +170,12 @@ class EventRegistry:
         self._models: dict[str, type[TaskEvent]] = dict(BUILTIN_EVENTS)
         self._reducers: dict[str, Reducer] = {}
         self._lock = threading.Lock()
-        self.frozen = frozen
+        self._frozen = frozen
+
+    @property
+    def frozen(self) -> bool:
+        """True when :meth:`register` is refused (fixed at construction)."""
+        return self._frozen
 
     def register(self, model: type[TaskEvent], reducer: Reducer | None = None) -> None:
         """Register a user-defined event model; its ``type`` field default is the type name.
@@ -173,7 +186,7 @@ class EventRegistry:
             ValidationError: the registry is frozen (:data:`DEFAULT_REGISTRY`), no ``type``
                 default, or the name is a built-in / already taken by another model.
         """
-        if self.frozen:
+        if self._frozen:
             raise ValidationError(
                 "this event registry is frozen (built-in events only); create EventRegistry(), "
                 "register your types on it and pass it to Memory.open(event_registry=...) or "
@@ -214,6 +227,18 @@ class EventRegistry:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "<payload>"
             raise ValidationError(f"task event {type_name!r}: field {where}: {err['msg']}") from exc
+
+    def parse_stored(self, type_name: str, data: dict[str, Any]) -> TaskEvent:
+        """:meth:`parse` for an event read back from the store: a type this registry does not
+        know becomes an :class:`UnregisteredEvent` (reads of a task never fail because another
+        process registered more types); a known type must still fit its model.
+
+        Raises:
+            ValidationError: a known type whose stored payload does not fit its model.
+        """
+        if type_name not in self._models:
+            return UnregisteredEvent(type=type_name, payload=dict(data))
+        return self.parse(type_name, data)
 
     def coerce(self, event: TaskEvent | tuple[str, dict[str, Any]]) -> TaskEvent:
         """Accept a model instance or a ``(type, payload)`` pair; always returns a validated model."""

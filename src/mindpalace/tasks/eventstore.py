@@ -164,7 +164,7 @@ class TaskEventStore:
             self.scope, stream_of(task), from_version=from_version, to_version=to_version
         )
         return [
-            TaskEventRecord(task, r.version, r.type, self.registry.parse(r.type, r.data), r.data, r.created_at)
+            TaskEventRecord(task, r.version, r.type, self.registry.parse_stored(r.type, r.data), r.data, r.created_at)
             for r in rows
         ]
 
@@ -195,7 +195,7 @@ class TaskEventStore:
         state = (self.latest_snapshot(task) if use_snapshot else None) or initial_state(task)
         rows = self.store.read_events(self.scope, stream_of(task), from_version=state.version + 1)
         for r in rows:
-            state = apply(state, self.registry.parse(r.type, r.data), self.registry)
+            state = apply(state, self.registry.parse_stored(r.type, r.data), self.registry)
         return state
 
     def list_tasks(self) -> list[tuple[str, int]]:
