@@ -163,3 +163,19 @@ class TestDocumentation:
             for name, setting in field.annotation.model_fields.items():
                 assert setting.description, f"{section}.{name} has no description"
                 assert f"# {name} =" in toml, f"{section}.{name} missing from default_toml()"
+
+
+class TestRenamedSummaryMinimum:
+    def test_an_old_key_still_loads_with_a_visible_warning(self) -> None:
+        with pytest.warns(FutureWarning, match="summary.min_tokens"):
+            s = load_settings(None, steps={"min_summary_tokens": 7})
+        assert s.summary.min_tokens == 7
+
+    def test_the_new_key_wins_over_an_old_one(self) -> None:
+        with pytest.warns(FutureWarning):
+            s = load_settings(None, summary={"min_tokens": 12}, session={"summary_min_tokens": 7})
+        assert s.summary.min_tokens == 12
+
+    def test_two_old_keys_that_disagree_are_refused(self) -> None:
+        with pytest.raises(ConfigError, match="disagree"):
+            load_settings(None, steps={"min_summary_tokens": 5}, session={"summary_min_tokens": 30})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 from filelock import FileLock
 
 import mindpalace.workspace as workspace_module
-from mindpalace.errors import WorkspaceError
+from mindpalace import Memory
+from mindpalace.errors import ConfigError, StoreError, WorkspaceError
 from mindpalace.settings import CONFIG_FILENAME, default_toml
 from mindpalace.workspace import INIT_LOCK_FILENAME, Workspace
 
@@ -90,3 +92,34 @@ class TestOpen:
         ws = Workspace.open(tmp_path / "new")
         for path in (ws.config_path, ws.archive_dir, ws.history_dir, ws.knowledge_dir / ".git"):
             assert path.exists()
+
+
+class TestNotAWorkspace:
+    def test_another_applications_database_is_never_migrated(self, tmp_path: Path) -> None:
+        (tmp_path / "app").mkdir()
+        db = tmp_path / "app" / "memory.db"
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.execute("INSERT INTO notes (body) VALUES ('mine')")
+        conn.commit()
+        conn.close()
+        before = db.read_bytes()
+        with pytest.raises(StoreError, match="another application"):
+            Memory.open(tmp_path / "app", create=False)
+        with pytest.raises(StoreError, match="another application"):
+            Memory.open(tmp_path / "app")
+        assert db.read_bytes() == before
+
+    def test_settings_alone_are_not_a_workspace_for_a_reader(self, tmp_path: Path) -> None:
+        (tmp_path / "cfg").mkdir()
+        (tmp_path / "cfg" / "mindpalace.toml").write_text("[steps]\nbudget_tokens = 500\n")
+        with pytest.raises(WorkspaceError, match="not a mindpalace workspace"):
+            Memory.open(tmp_path / "cfg", create=False)
+        assert sorted(p.name for p in (tmp_path / "cfg").iterdir()) == ["mindpalace.toml"]
+        with Memory.open(tmp_path / "cfg") as m:  # create completes it and keeps the settings
+            assert m.settings.steps.budget_tokens == 500
+
+    def test_a_settings_path_that_is_a_folder_is_a_config_error(self, tmp_path: Path) -> None:
+        (tmp_path / "odd" / "mindpalace.toml").mkdir(parents=True)
+        with pytest.raises(ConfigError, match="cannot be read"):
+            Memory.open(tmp_path / "odd")

@@ -244,21 +244,29 @@ class Settings(BaseSettings):
     @classmethod
     def _renamed_keys(cls, data: Any) -> Any:
         """Read the pre-0.2 names of the summary minimum (``steps.min_summary_tokens``,
-        ``session.summary_min_tokens``) as ``summary.min_tokens``, with a DeprecationWarning."""
+        ``session.summary_min_tokens``) as ``summary.min_tokens``, with a FutureWarning (shown
+        by default: it is meant for whoever edits the settings). Two old keys that disagree
+        are refused rather than one silently winning."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        found: dict[str, Any] = {}
         for section, old in _RENAMED_MIN_TOKENS:
             values = data.get(section)
             if isinstance(values, dict) and old in values:
                 values = dict(values)
-                value = values.pop(old)
+                found[f"{section}.{old}"] = values.pop(old)
                 data[section] = values
-                summary = dict(data.get("summary") or {})
-                summary.setdefault("min_tokens", value)
-                data["summary"] = summary
-                warnings.warn(f"setting {section}.{old} is now summary.min_tokens",
-                              DeprecationWarning, stacklevel=2)
+        if not found:
+            return data
+        if len({str(v) for v in found.values()}) > 1:
+            raise ValueError(f"{' and '.join(found)} (now both summary.min_tokens) disagree: "
+                             f"{found}; set summary.min_tokens instead")
+        warnings.warn(f"setting {' / '.join(found)} is now summary.min_tokens",
+                      FutureWarning, stacklevel=2)
+        summary = dict(data.get("summary") or {})
+        summary.setdefault("min_tokens", next(iter(found.values())))
+        data["summary"] = summary
         return data
 
     @classmethod
@@ -289,6 +297,8 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             tomllib.loads(config_file.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(str(config_file), "<file>", f"not valid TOML: {exc}") from exc
+        except OSError as exc:  # a folder, no permission …
+            raise ConfigError(str(config_file), "<file>", f"cannot be read: {exc}") from exc
     token = _toml_path.set(config_file)
     try:
         return Settings(**overrides)

@@ -94,20 +94,25 @@ class Workspace:
 
     @classmethod
     def open(cls, root: str | Path, *, create: bool = True, **overrides: Any) -> Workspace:
-        """Open the workspace at `root`, creating it when `create` (the default).
+        """Open the workspace at `root`, creating (or completing) it when `create` (the default).
+
+        A workspace is a folder holding ``memory.db``; a folder with only a hand-written
+        ``mindpalace.toml`` is completed by ``create`` (``mindpalace init``), never by a reader.
 
         Raises:
-            WorkspaceError: it does not exist and `create` is False; `root` is an empty string.
+            WorkspaceError: it is not a workspace and `create` is False; `root` is an empty
+                string.
             ConfigError: mindpalace.toml is malformed (names file, key and expected type).
         """
         root = _root(root)
-        if not (root / DB_FILENAME).exists() and not (root / CONFIG_FILENAME).exists():
+        config = root / CONFIG_FILENAME
+        if not (root / DB_FILENAME).is_file():
             if not create:
                 raise WorkspaceError(
                     f"{root} is not a mindpalace workspace; run `mindpalace init {root}` first"
                 )
             return cls.init(root, **overrides)
-        return cls(root, load_settings(root / CONFIG_FILENAME, **overrides))
+        return cls(root, load_settings(config, **overrides))
 
     def _init_knowledge_repo(self) -> None:
         import git

@@ -86,7 +86,8 @@ def refuse_newer_schema(path: Path) -> None:
 
     Raises:
         SchemaVersionError: the file was migrated by a newer mindpalace (nothing is written).
-        StoreError: the file is not a SQLite database.
+        StoreError: the file is not a SQLite database, or is another application's (tables but
+            no mindpalace schema version; nothing is written).
     """
     if not path.exists():
         return
@@ -98,16 +99,20 @@ def refuse_newer_schema(path: Path) -> None:
     try:
         ro = sqlite3.connect(uri, uri=True)
         try:
-            has = ro.execute(
-                "SELECT 1 FROM sqlite_master WHERE name = 'schema_version'"
-            ).fetchone()
+            names = {r[0] for r in ro.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             found = (
-                ro.execute("SELECT max(version) FROM schema_version").fetchone()[0] if has else 0
+                ro.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+                if "schema_version" in names else 0
             )
         finally:
             ro.close()
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path}: not a mindpalace SQLite database ({exc})") from exc
+    if names and "schema_version" not in names:  # another application's database: never migrate it
+        raise StoreError(
+            f"{path}: a SQLite database of another application (tables "
+            f"{', '.join(sorted(names)[:5])}); nothing was changed — use another folder"
+        )
     if (found or 0) > SCHEMA_VERSION:
         raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
 
