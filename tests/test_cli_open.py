@@ -6,6 +6,7 @@ repository) and answer from it as if it were empty."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,20 @@ def test_init_then_every_reader_works(tmp_path: Path) -> None:
                  ["status", str(ws), "--json"]):
         result = runner.invoke(app, args, env={"MINDPALACE_EMBED__PROVIDER": "hashing"})
         assert result.exit_code == 0, result.output
+
+
+def test_a_file_where_a_folder_belongs_is_a_clean_error(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    for args in (["demo", "-w", str(afile), "--steps", "120", "--no-baseline"],
+                 ["status", str(afile)]):
+        out = subprocess.run([sys.executable, "-m", "mindpalace.cli", *args], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 1, out.stderr
+        assert "Traceback" not in out.stderr and out.stderr.startswith("error:")
+
+
+def test_demo_refuses_fewer_than_120_steps(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "mindpalace.cli", "demo", "-w", str(tmp_path / "d"),
+                          "--steps", "5"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "at least 120" in out.stderr

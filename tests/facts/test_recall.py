@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from mindpalace import Memory
@@ -52,3 +54,17 @@ class TestRecall:
 def test_recall_k_must_be_a_positive_int(memory: Memory, uid: str, bad_k: object) -> None:
     with pytest.raises(ValidationError, match="recall k"):
         memory.session(uid).recall("anything", k=bad_k)  # type: ignore[arg-type]
+
+
+def test_a_recall_with_no_hits_writes_nothing(memory: Memory, uid: str) -> None:
+    s = memory.session(uid, user=uid)
+    s.remember("user:city", "Lisbon", importance=0.2)  # working memory only
+
+    def rows() -> list[tuple[str, str]]:
+        with sqlite3.connect(memory.workspace.db_path) as conn:
+            return conn.execute("SELECT value, updated_at FROM kv WHERE namespace = "
+                                "'working_memory' ORDER BY key").fetchall()
+
+    before = rows()
+    assert s.recall("zzzz qqqq", k=3) == []
+    assert rows() == before  # not even rewritten with the same value

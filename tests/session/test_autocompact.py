@@ -259,3 +259,11 @@ def test_consolidator_and_idle_compactor_race_from_two_processes(tmp_path: Path)
         full = [x.message for x in s.messages.list()]
         assert lc in {a for a, _ in tool_groups(full)} | {len(full)}
         assert lc > 0 and s.consolidator.state().entries == len(entries)
+
+
+def test_compacting_a_session_with_no_messages_writes_nothing(mem: Memory) -> None:
+    before = mem.store.stats()
+    out = mem.session("ghost", user="u").compact()
+    assert out.status == "unchanged" and out.result is None
+    assert mem.store.stats() == before
+    assert not (mem.workspace.history_dir / ".locks").exists()

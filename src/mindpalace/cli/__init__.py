@@ -25,10 +25,11 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """Console-script entry point: usage errors exit 2 (typer's standalone mode), library
-    errors exit 1 with their message, never a traceback."""
+    errors — and the operating system's, e.g. a file where a folder was named — exit 1 with
+    their message, never a traceback."""
     try:
         app()
-    except MindPalaceError as exc:
+    except (MindPalaceError, OSError) as exc:
         # Text: messages quote user text ("[steps]", paths, keys) and are printed literally;
         # soft_wrap: never break a path or key across lines.
         err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)

@@ -23,9 +23,9 @@ from typing import Any
 from mindpalace.checks import require_int
 from mindpalace.demo.agent import EngineStepResult, Policy, WindowMind
 from mindpalace.demo.engine import CRASH_POINTS_PER_STEP, DEMO_SETTINGS, DemoConfig, run_engine
-from mindpalace.demo.scenario import budget_for_night, build_plan
+from mindpalace.demo.scenario import MIN_STEPS, budget_for_night, build_plan
 from mindpalace.demo.world import World
-from mindpalace.errors import MindPalaceError
+from mindpalace.errors import MindPalaceError, WorkspaceError
 from mindpalace.memory import Memory
 from mindpalace.tasks.events import ErrorOccurred, StepFinished, ToolCallCompleted
 from mindpalace.tasks.state import TaskState
@@ -265,8 +265,17 @@ def fresh_config(workspace: Path, *, steps: int, seed: int, budget_tokens: int, 
 
     The id is reserved atomically by creating its (empty) world database with O_EXCL, so two
     demos started at once on one workspace never share a session.
+
+    Raises:
+        ValidationError: fewer than MIN_STEPS (120) steps, or a budget below 1 token.
+        WorkspaceError: `workspace` cannot be used as a folder (e.g. it is a file).
     """
-    (workspace / "demo").mkdir(parents=True, exist_ok=True)
+    require_int(f"steps (at least {MIN_STEPS})", steps, minimum=MIN_STEPS)
+    require_int("budget_tokens", budget_tokens)
+    try:
+        (workspace / "demo").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot use {workspace} as the demo's workspace folder: {exc}") from exc
     n = 1
     while True:
         config = DemoConfig(workspace, f"{name}-s{seed}-r{n}", steps, seed, budget_tokens)

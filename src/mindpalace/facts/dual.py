@@ -123,6 +123,8 @@ class FactMemory:
 
     def promote_many(self, facts: list[Fact]) -> list[Fact | None]:
         """:meth:`promote` for several hits in one transaction (one commit per recall)."""
+        if not facts:
+            return []
         out: list[Fact | None] = []
         with self.store.transaction():
             for fact in facts:
@@ -135,6 +137,8 @@ class FactMemory:
         """Count a recall hit on working-memory items (one transaction); a copy that went
         stale (corrected or forgotten through another session) is dropped and returned as
         the current long-term value, or None."""
+        if not keys:
+            return []
         out: list[Fact | None] = []
         with self.store.transaction():
             for key in keys:

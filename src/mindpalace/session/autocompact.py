@@ -133,6 +133,8 @@ class AutoCompact:
         """
         c = self.consolidator_for(scope)
         sid = str(c.scope.session)
+        if c.messages.count() == 0:  # nothing to archive: a mistyped id leaves no trace
+            return CompactOutcome(sid, "unchanged")
         with c.locked():  # the consolidator's lock: the lease check and the archive are one step
             now = require_aware("clock()", self.clock())
             if current_lease(self.store, c.scope, now) is not None:
