@@ -244,6 +244,8 @@ def demo(
             live.refresh()
 
         report = run_demo(config, crash_every=crash_every or None, on_progress=on_progress)
+    if not as_json and not console.is_terminal:
+        console.line()  # off a terminal the last progress line has no newline of its own
     reports = [report]
     if baseline:
         reports.append(run_baseline(fresh_config(root, steps=steps, seed=seed,
