@@ -122,7 +122,7 @@ def compact(
     if (session is None) == (not idle):
         raise ValidationError("compact: give a SESSION id or --idle (not both)")
     with open_memory(workspace) as mem:
-        enabled = mem.settings.session.idle_compact_after_minutes > 0
+        enabled = mem.autocompact().enabled
         if idle:
             outs = mem.compact_idle()
         else:

@@ -171,20 +171,20 @@ def prepare_cmd(
     with open_memory(workspace) as mem:
         built = mem.session(session, user=user, agent=agent).prepare(
             budget, system_prompt=system_prompt)
-    _print_built(built, session, as_json=as_json, archived=True)
+    _print_built(built, session, as_json=as_json)
 
 
-def _print_built(built: BuiltContext, session: str, *, as_json: bool,
-                 archived: bool = False) -> None:
+def _print_built(built: BuiltContext, session: str, *, as_json: bool) -> None:
     """The output of `context` and `prepare`: the prompt, its block table, what was degraded,
-    and (`archived`, for prepare) what consolidation archived before the build."""
+    and (prepare only: ``report.consolidation`` is set) what was archived before the build."""
     rep = built.report
     data: dict[str, Any] = {"messages": built.messages, "blocks": rep.blocks,
                             "total_tokens": rep.total_tokens, "budget_tokens": rep.budget_tokens,
                             "degradations": rep.degradations}
-    consolidation = _consolidation(built) if archived else None
+    done = rep.consolidation
+    consolidation = None if done is None else done.to_json()
     if as_json:
-        if archived:
+        if consolidation is not None:
             data["consolidation"] = consolidation
         print_json(data)
         return
@@ -216,13 +216,6 @@ def _print_built(built: BuiltContext, session: str, *, as_json: bool,
         else:
             console.print(f"nothing to consolidate (archived through "
                           f"#{consolidation['last_consolidated']})")
-
-
-def _consolidation(built: BuiltContext) -> dict[str, Any]:
-    """What Session.prepare archived (all zero when it had nothing to do)."""
-    from mindpalace.session.consolidator import ConsolidationResult
-
-    return (built.report.consolidation or ConsolidationResult()).to_json()
 
 
 @app.command("replay")
