@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         ValidationError,
         WorkspaceError,
     )
-    from mindpalace.facts import Fact, FactMemory, RecallHit
+    from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
     from mindpalace.history import HistoryLog
     from mindpalace.memory import Memory, Session
     from mindpalace.providers.embed import Embedder
@@ -63,7 +63,7 @@ _ERRORS = (
 _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "mindpalace.errors"),
     **dict.fromkeys(("BuiltContext", "ContextBuilder", "ContextReport"), "mindpalace.context"),
-    **dict.fromkeys(("Fact", "FactMemory", "RecallHit"), "mindpalace.facts"),
+    **dict.fromkeys(("Fact", "FactMemory", "RecallHit", "Remembered"), "mindpalace.facts"),
     **dict.fromkeys(("Memory", "Session"), "mindpalace.memory"),
     **dict.fromkeys(("ANY", "Scope"), "mindpalace.scope"),
     **dict.fromkeys(("Settings", "load_settings"), "mindpalace.settings"),
@@ -109,6 +109,7 @@ __all__ = [
     "ProviderResponseError",
     "ProviderTimeoutError",
     "RecallHit",
+    "Remembered",
     "SchemaVersionError",
     "Scope",
     "Session",

@@ -20,7 +20,7 @@ from typing import Any
 
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources
-from mindpalace.facts import Fact, FactMemory, Recall, RecallHit
+from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.providers.embed import Embedder, make_embedder
@@ -320,8 +320,11 @@ class Session:
         return FactMemory(self.store, self.scope, settings=self.memory.settings.facts,
                           embedder=self.memory.embedder)
 
-    def remember(self, key: str, content: str, *, importance: float = 0.5, source: str = "") -> Fact:
-        """Remember ``entity:attribute`` = content. See :meth:`FactMemory.remember`."""
+    def remember(
+        self, key: str, content: str, *, importance: float = 0.5, source: str = ""
+    ) -> Remembered:
+        """Remember ``entity:attribute`` = content: ``.fact`` kept, ``.archived``, ``.evicted``.
+        See :meth:`FactMemory.remember`."""
         return self.facts.remember(key, content, importance=importance, source=source)
 
     def forget(self, key: str) -> bool:

@@ -41,6 +41,18 @@ class TestRecall:
         facts = [h.fact.content for h in hits if h.fact is not None]
         assert facts == ["Lisbon"]
 
+    @pytest.mark.parametrize("query", ["user:city", "which city does the user live in"])
+    def test_a_correction_made_in_another_session_is_recalled_as_current(
+        self, memory: Memory, uid: str, query: str
+    ) -> None:
+        a = memory.session("s1", user=uid, agent="a")
+        a.remember("user:city", "Paris")  # default importance: A's working memory only
+        memory.session("s2", user=uid, agent="a").remember("user:city", "Berlin", importance=0.9)
+        facts = [h for h in a.recall(query, k=5) if h.fact is not None]
+        assert [h.fact.content for h in facts] == ["Berlin"]
+        assert facts[0].meta["current"] is True
+        assert a.facts.get("user:city").content == "Berlin"
+
     def test_session_scope_setting_limits_messages_to_the_session(self, workspace_dir, uid: str) -> None:
         with Memory.open(workspace_dir, embed={"provider": "hashing"}, facts={"recall_scope": "session"}) as mem:
             mem.session("s1", user=uid).add_message({"role": "user", "content": "ramen in s1"})

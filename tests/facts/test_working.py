@@ -55,6 +55,24 @@ class TestEviction:
         assert wm.get("USER:uid").access_count == 2
         assert wm.get("user:other") is None
 
+    def test_the_item_just_added_is_never_its_own_victim(self) -> None:
+        wm = WorkingMemory(2, THRESHOLD)
+        wm.add(Fact("a:x", "1", importance=0.5))
+        wm.add(Fact("b:x", "2", importance=0.5))
+        wm.get("a:x")
+        wm.get("b:x")
+        done = wm.admit(Fact("note:new", "3", importance=0.1))  # the lowest (0 accesses, 0.1)
+        assert done.fact.key == "note:new" and [f.key for f in done.evicted] == ["a:x"]
+        assert [f.key for f in wm.items] == ["b:x", "note:new"]
+
+    def test_admit_reports_archived_victims(self) -> None:
+        archive = DictArchive()
+        wm = WorkingMemory(1, THRESHOLD, archive)
+        first = wm.admit(Fact("user:uid", "u1", importance=0.9))
+        assert first.archived == (first.fact,) and first.evicted == ()
+        second = wm.admit(Fact("note:x", "n", importance=0.1))
+        assert second.archived == () and second.evicted == (first.fact,)
+
     def test_important_items_are_archived_at_write(self) -> None:
         archive = DictArchive()
         wm = WorkingMemory(3, THRESHOLD, archive)
@@ -97,7 +115,7 @@ def test_eviction_never_loses_an_important_item(capacity: int, operations: list[
         key = f"k{key_id}:v"
         if op == "add":
             content = f"value {step}"
-            wm.add(Fact(key, content, importance=importance))
+            assert wm.admit(Fact(key, content, importance=importance)).fact.key in wm
             if importance >= THRESHOLD:
                 latest_important[key] = content
             else:

@@ -49,17 +49,23 @@ def remember(
     agent: str = AgentOpt,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Remember a fact (a new value for a key supersedes the old one)."""
+    """Remember a fact (a new value for a key supersedes the old one); says what it made room
+    by evicting from working memory."""
     with open_memory(workspace) as mem:
-        fact = mem.session(session, user=user, agent=agent).remember(
+        done = mem.session(session, user=user, agent=agent).remember(
             key, content, importance=importance, source=source
         )
+    fact = done.fact
     if as_json:
-        print_json(fact.to_json())
+        print_json({**fact.to_json(), "archived": [f.to_json() for f in done.archived],
+                    "evicted": [f.to_json() for f in done.evicted]})
         return
     where = (f"long-term as {fact.id}" if fact.id
              else "working memory only (below the importance threshold)")
     console.print(Text.assemble("remembered ", (fact.key, "bold"), f" = {fact.content} — {where}"))
+    for gone in done.evicted:
+        fate = f"still long-term as {gone.id}" if gone.id else "gone (below the threshold)"
+        console.print(Text.assemble("evicted ", (gone.key, "bold"), f" from working memory — {fate}"))
 
 
 @app.command()

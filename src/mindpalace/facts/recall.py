@@ -4,12 +4,14 @@ Working-memory items are returned first when the query names their key or shares
 of its terms with them; the rest of the top-k comes from :class:`HybridRetriever` over the
 long-term facts, session messages, step records, snapshots and history entries of the recall
 scope. Fact hits are promoted into working memory (access count +1); other tiers are not facts
-and are not promoted.
+and are not promoted. Every ``working`` and ``fact`` hit is the current value of its key
+(``meta["current"] = True``): a working copy corrected in another session of the user comes
+back as the newer value, never the old one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
@@ -95,6 +97,8 @@ class Recall:
             fact = by_id.get(hit.ref) if hit.tier == FACT_KIND else None
             if hit.tier == FACT_KIND and fact is None:
                 continue  # corrected or forgotten meanwhile: never return a stale value
+            if fact is not None:
+                hit = replace(hit, meta={**hit.meta, "current": True})
             hits.append(RecallHit.of(hit, fact))
         return hits
 
@@ -105,7 +109,7 @@ class Recall:
             as_key = None
         wanted = stems(query_terms(query))
         scored: list[tuple[float, Fact, tuple[str, ...]]] = []
-        for fact in self.facts.working.items:
+        for fact in self.facts.working_items():  # as stored now, each its current value
             if as_key is not None and fact.key == as_key:
                 scored.append((2.0, fact, ()))
                 continue
@@ -130,7 +134,7 @@ class Recall:
                 RecallHit(
                     "working", current.id or current.key, f"{current.key}: {current.content}",
                     score, self.facts.scope, MatchReason(terms=terms, working=True),
-                    {"key": current.key}, current,
+                    {"key": current.key, "current": True}, current,
                 )
             )
         return hits

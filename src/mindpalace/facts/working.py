@@ -3,12 +3,14 @@
 Capacity N (3–10). When full, the item with the lowest (access_count, importance) is evicted —
 but an item at or above the importance threshold is written to the long-term store *before* it
 can leave (the archive callback runs first; if it raises, nothing is evicted), so an eviction
-never loses an important fact. Hits update access statistics.
+never loses an important fact. The item being written is never the victim: a write that is
+acknowledged is in working memory when it returns. Hits update access statistics.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from mindpalace.checks import require_int
@@ -17,6 +19,25 @@ from mindpalace.timeutil import utcnow
 
 Archive = Callable[[Fact], Fact]
 """Writes a fact to the long-term store and returns the stored copy (with its ``id``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """What one write to working memory did (the result of ``remember``).
+
+    Attributes:
+        fact: the value as kept — in working memory when the call returns (``id`` set when it
+            is also in the long-term store).
+        archived: facts written to the long-term store by this call: the fact itself when it
+            is important (≥ threshold) or corrects a long-term value, and important items
+            archived before their eviction.
+        evicted: items that left working memory to make room, oldest eviction first. Those
+            with an ``id`` stay recallable long-term; the others are gone.
+    """
+
+    fact: Fact
+    archived: tuple[Fact, ...] = ()
+    evicted: tuple[Fact, ...] = ()
 
 
 class WorkingMemory:
@@ -62,25 +83,34 @@ class WorkingMemory:
         """The items, oldest first (copies are not made: treat them as read-only)."""
         return list(self._items.values())
 
-    def load(self, facts: Iterable[Fact]) -> None:
-        """Replace the content with `facts` (restoring a persisted working memory); the capacity
-        rule is applied, so an over-full restore evicts (archiving important items) as usual."""
+    def load(self, facts: Iterable[Fact], *, shrink: bool = True) -> None:
+        """Replace the content with `facts`, oldest first (restoring a persisted working
+        memory). With `shrink` the capacity rule is applied, so an over-full restore evicts
+        (archiving important items) as usual; without it nothing is archived or evicted (a
+        read-only view of what is stored)."""
         self._items = {}
         for fact in facts:
             self._items[fact.key] = fact
-        self._shrink()
+        if shrink:
+            self._shrink()
 
     def add(self, fact: Fact) -> Fact:
-        """Put `fact` in working memory; returns the copy kept (archived ones carry an id).
+        """:meth:`admit` returning only the copy kept (archived ones carry an id)."""
+        return self.admit(fact).fact
+
+    def admit(self, fact: Fact) -> Remembered:
+        """Put `fact` in working memory; returns what was kept, archived and evicted.
 
         An item at or above the threshold is archived at write time (seed 001 §4.4: "high
         importance items are archived when written"). Then, while over capacity, the lowest
-        (access_count, importance) item is evicted, archived first if important.
+        (access_count, importance) item other than `fact` is evicted, archived first if
+        important — the item just written never evicts itself.
 
         Raises:
             whatever the archive callback raises — the working memory is then unchanged.
         """
         before = dict(self._items)
+        archived: list[Fact] = []
         try:
             if (
                 self.archive is not None
@@ -88,13 +118,14 @@ class WorkingMemory:
                 and not fact.id
             ):
                 fact = self.archive(fact)
+                archived.append(fact)
             self._items.pop(fact.key, None)
             self._items[fact.key] = fact
-            self._shrink()
+            evicted = self._shrink(keep=fact.key, archived=archived)
         except BaseException:
             self._items = before  # all or nothing: a failed archive evicts nothing
             raise
-        return fact
+        return Remembered(fact, tuple(archived), tuple(evicted))
 
     def get(self, key: str) -> Fact | None:
         """The item for `key` (normalized), counting the access; None when absent."""
@@ -114,14 +145,24 @@ class WorkingMemory:
         """Drop the item for `key` (a forget); returns it, or None when absent."""
         return self._items.pop(normalize_key(key), None)
 
-    def _shrink(self) -> None:
+    def _shrink(self, keep: str | None = None, archived: list[Fact] | None = None) -> list[Fact]:
+        """Evict until within capacity, never the item `keep`; returns the evicted items
+        (archived copies where archived) and appends archived victims to `archived`."""
+        evicted: list[Fact] = []
         while len(self._items) > self.capacity:
-            victim = min(self._items.values(), key=lambda f: (f.access_count, f.importance))
+            victim = min(
+                (f for f in self._items.values() if f.key != keep),
+                key=lambda f: (f.access_count, f.importance),
+            )
             if (
                 self.archive is not None
                 and victim.importance >= self.importance_threshold
                 and not victim.id
             ):
                 # Archive BEFORE eviction: if this raises, the victim stays (never lost).
-                self._items[victim.key] = self.archive(victim)
+                victim = self._items[victim.key] = self.archive(victim)
+                if archived is not None:
+                    archived.append(victim)
             del self._items[victim.key]
+            evicted.append(victim)
+        return evicted
