@@ -13,6 +13,7 @@ import pytest
 
 from mindpalace import Memory
 from mindpalace.errors import NotFoundError, ValidationError
+from mindpalace.steps import StepMemory
 from mindpalace.steps.tiers import parse_step_line
 from mindpalace.testing import wiring
 
@@ -74,6 +75,48 @@ class TestBeginAndEvaluate:
         with pytest.raises(ValidationError):
             steps.begin("   ")
         assert steps.state.next_step == 1 and steps.tiers.version == 0
+
+
+class TestRepeatedErrors:
+    """Seed 004 checklist item 8: the same error repeated in a loop is stored once with a count."""
+
+    def fail(self, steps: StepMemory, error: str = "ConnectionError: host unreachable") -> int:
+        sid = steps.begin("book the hotel", action='book_hotel({"city": "Tokyo"})')
+        steps.evaluate(sid, "failed", analysis=error, tool_outputs=[error])
+        return sid
+
+    def test_seven_identical_failures_are_one_line_and_one_record_with_the_count(self, memory: Memory) -> None:
+        steps = step_memory(memory)
+        ids = [self.fail(steps) for _ in range(7)]
+        lines = steps.state.recent
+        assert len(lines) == 1 and lines[0].count == 7
+        assert f"Eval: failed (×7, last step {ids[-1]})" in lines[0].line
+        assert steps.render_recent() is not None and "(×7" in steps.render_recent()
+        assert [r.name for r in steps.records.list(type="step")] == [f"step_{ids[0]}"]
+        record = steps.records.get(f"step_{ids[0]}")
+        assert "Repeated: 7 attempts" in record.body and "×7" in record.description
+        assert steps.read_records([f"step_{ids[1]}"]).missing == [f"step_{ids[1]}"]
+        assert steps.counters["steps_evaluated"] == 7 and steps.counters["repeats_folded"] == 6
+
+    def test_the_count_survives_a_reload_and_other_work_in_between(self, memory: Memory) -> None:
+        s = new_session(memory)
+        steps = wiring.step_memory(s)
+        first = self.fail(steps)
+        run_steps(steps, 1)
+        self.fail(steps)
+        again = wiring.step_memory(s)  # a new handle: the state comes from the store
+        self.fail(again)
+        folded = [r for r in again.state.recent if r.step == first]
+        assert [r.count for r in folded] == [3] and again.state.recent[-1].step == first
+
+    def test_a_different_error_or_a_success_is_not_folded(self, memory: Memory) -> None:
+        steps = step_memory(memory)
+        self.fail(steps)
+        self.fail(steps, "TimeoutError: 30 s")
+        for _ in range(2):
+            sid = steps.begin("book the hotel", action='book_hotel({"city": "Tokyo"})')
+            steps.evaluate(sid, "success", analysis="booked", tool_outputs=["ok"])
+        assert [r.count for r in steps.state.recent] == [1, 1, 1, 1]
 
 
 class TestOrphans:

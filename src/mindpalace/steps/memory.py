@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +42,7 @@ log = logging.getLogger("mindpalace.steps")
 log.addHandler(logging.NullHandler())
 
 StepRef = int
+SUCCESS = "success"  # an evaluation starting with it is not an error: never folded as a repeat
 
 
 class StepMemory:
@@ -160,8 +163,15 @@ class StepMemory:
             tool_outputs: raw tool results (record only, each cut to
                 ``record_tool_output_max_chars`` characters; NUL and lone surrogates escaped).
 
+        A failed attempt that repeats one still in the recent tier — same action (tool and
+        arguments; the goal when there is no action), evaluation, analysis and tool outputs —
+        is stored once with a count (seed 004 checklist item 8: the same error in a loop is not
+        written to memory once per attempt): the earlier line moves to the end of recent as
+        ``Step N | Eval: failed (×3, last step M) | …`` and its record ``step_N`` says how many
+        attempts it stands for; no line or record is added for step M.
+
         Returns:
-            The saved step record.
+            The saved step record (for a folded repeat, the updated record of the first attempt).
 
         Raises:
             NotFoundError: `step` is not pending (never begun, already evaluated or swept).
@@ -184,7 +194,11 @@ class StepMemory:
             found = next((p for p in state.pending if p.step == step_id), None)
             if found is None:
                 raise NotFoundError("pending step", step_id, self.scope)
-            new = self._promote(state, found, evaluation).bump(steps_evaluated=1)
+            key = repeat_key(found, evaluation, analysis, outputs)
+            first = next((r for r in reversed(state.recent) if key and r.repeat_key == key), None)
+            if first is not None:
+                return self._fold_repeat(state, found, first, evaluation, analysis, outputs, saved)
+            new = self._promote(state, found, evaluation, key).bump(steps_evaluated=1)
             new = self._warn(new, step_id)
 
             def writes() -> None:
@@ -218,13 +232,37 @@ class StepMemory:
                 self._maybe_compact(swept[-1])
         return swept
 
-    def _promote(self, state: TierState, p: PendingStep, evaluation: str) -> TierState:
+    def _promote(self, state: TierState, p: PendingStep, evaluation: str, key: str = "") -> TierState:
         line = step_line(p.step, evaluation, p.goal, self.settings.line_max_chars)
         return replace(
             state,
             pending=tuple(x for x in state.pending if x.step != p.step),
-            recent=(*state.recent, RecentLine(p.step, line)),
+            recent=(*state.recent, RecentLine(p.step, line, key)),
         )
+
+    def _fold_repeat(
+        self, state: TierState, p: PendingStep, first: RecentLine, evaluation: str, analysis: str,
+        outputs: list[str], saved: list[Record],
+    ) -> Transition:
+        """Evaluate `p` as one more attempt of the failed step `first` (same repeat key)."""
+        count = first.count + 1
+        shown = f"{evaluation} (×{count}, last step {p.step})"
+        line = step_line(first.step, shown, p.goal, self.settings.line_max_chars)
+        folded = RecentLine(first.step, line, first.repeat_key, count)
+        new = replace(
+            state,
+            pending=tuple(x for x in state.pending if x.step != p.step),
+            recent=(*(r for r in state.recent if r != first), folded),
+        ).bump(steps_evaluated=1, repeats_folded=1)
+        new = self._warn(new, p.step)
+        repeated = f"Repeated: {count} attempts with the same action and outcome (steps {first.step}–{p.step})"
+
+        def writes() -> None:
+            saved.append(self._put_step_record(
+                replace(p, step=first.step), evaluation, analysis, outputs, repeated=(count, repeated),
+            ))
+
+        return Transition(new, "evaluate", {"step": p.step, "repeat_of": first.step, "count": count}, writes)
 
     def _sweep(
         self, state: TierState, orphans: list[PendingStep], reason: str
@@ -242,13 +280,16 @@ class StepMemory:
         return state, writes
 
     def _put_step_record(
-        self, p: PendingStep, evaluation: str, analysis: str, outputs: list[str]
+        self, p: PendingStep, evaluation: str, analysis: str, outputs: list[str],
+        repeated: tuple[int, str] | None = None,
     ) -> Record:
         cap = self.settings.record_tool_output_max_chars
         parts = [f"Goal: {p.goal}"]
         if p.action:
             parts.append(f"Action: {p.action}")
         parts.append(f"Evaluation: {evaluation}")
+        if repeated is not None:
+            parts.append(repeated[1])
         if analysis:
             parts.append(f"Analysis: {analysis}")
         if outputs:
@@ -256,7 +297,8 @@ class StepMemory:
             for i, out in enumerate(outputs, 1):
                 cut = out if len(out) <= cap else out[:cap] + f"\n…[{len(out) - cap} more characters cut]"
                 parts.append(f"[{i}] {cut}")
-        description = f"Step {p.step} ({one_line(evaluation, 40)}): {one_line(p.goal, 160)}"
+        times = f" ×{repeated[0]}" if repeated is not None else ""
+        description = f"Step {p.step} ({one_line(evaluation, 40)}{times}): {one_line(p.goal, 160)}"
         return self.book.put(
             step_record_name(p.step), STEP, "\n".join(parts), description=description,
             step_id=p.step,
@@ -422,6 +464,17 @@ class StepMemory:
     def render_pending(self) -> str | None:
         text = self.state.pending_text()
         return f"Pending steps (not yet evaluated):\n{text}" if text else None
+
+
+def repeat_key(p: PendingStep, evaluation: str, analysis: str, outputs: Sequence[str]) -> str:
+    """The de-duplication key of a failed step: a digest of its action (tool and arguments;
+    the goal when there is none), evaluation, analysis and tool outputs; ``""`` for a success
+    (only errors are folded)."""
+    if evaluation.strip().lower().startswith(SUCCESS):
+        return ""
+    what = p.action or p.goal
+    text = json.dumps([what, evaluation, analysis, list(outputs)], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _step_id(step: Any) -> int:

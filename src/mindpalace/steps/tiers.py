@@ -43,6 +43,7 @@ COUNTER_NAMES: Final = (
     "summary_compaction_failures",
     "compaction_skipped",
     "migrations",
+    "repeats_folded",
 )
 
 _LINE = re.compile(r"^Step (\d+) \| Eval: (.*?) \| Goal: (.*)$", re.DOTALL)
@@ -78,10 +79,16 @@ class PendingStep:
 
 @dataclass(frozen=True, slots=True)
 class RecentLine:
-    """An evaluated step line in the recent tier."""
+    """An evaluated step line in the recent tier.
+
+    ``repeat_key`` identifies a failed step (its action — tool and arguments —, evaluation,
+    analysis and tool outputs); later attempts with the same key are folded into this line,
+    ``count`` says how many attempts it stands for (seed 004 checklist item 8)."""
 
     step: int
     line: str
+    repeat_key: str = ""
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +157,8 @@ class TierState:
             "format": FORMAT,
             "next_step": self.next_step,
             "pending": [[p.step, p.goal, p.action, p.line] for p in self.pending],
-            "recent": [[r.step, r.line] for r in self.recent],
+            "recent": [[r.step, r.line, r.repeat_key, r.count] if r.repeat_key else [r.step, r.line]
+                       for r in self.recent],
             "summary": [[b.text, b.first_step, b.last_step, b.raw] for b in self.summary],
             "checkpoint": {
                 "key_info": self.checkpoint.key_info,
@@ -168,7 +176,10 @@ class TierState:
         return cls(
             next_step=int(data.get("next_step", 1)),
             pending=tuple(PendingStep(int(s), g, a, ln) for s, g, a, ln in data.get("pending", [])),
-            recent=tuple(RecentLine(int(s), ln) for s, ln in data.get("recent", [])),
+            recent=tuple(
+                RecentLine(int(r[0]), r[1], *((str(r[2]), int(r[3])) if len(r) == 4 else ()))
+                for r in data.get("recent", [])
+            ),
             summary=tuple(SummaryBlock(t, int(a), int(b), r) for t, a, b, r in data.get("summary", [])),
             checkpoint=Checkpoint(cp.get("key_info", ""), cp.get("related_sop", ""), cp.get("updated_at")),
             counters=counters,
