@@ -13,9 +13,11 @@ import pytest
 
 from mindpalace import Memory
 from mindpalace.errors import NotFoundError, ValidationError
+from mindpalace.settings import LLMSettings
 from mindpalace.steps import StepMemory
 from mindpalace.steps.tiers import parse_step_line
 from mindpalace.testing import wiring
+from mindpalace.testing.fakes import FakeLLM
 
 from .conftest import SMALL, new_session, run_steps, step_memory
 
@@ -201,6 +203,36 @@ class TestRestart:
         b = two.begin("from writer two")  # two's cache is stale: it reloads and retries
         assert (a, b) == (1, 2)
         assert [p.step for p in one.reload().pending] == [1, 2]
+
+
+    def test_a_compaction_of_lines_another_handle_compacted_adds_no_second_summary(self, memory: Memory) -> None:
+        s = new_session(memory)
+        one, two = wiring.step_memory(s), wiring.step_memory(s)
+        run_steps(one, 3)  # default budget: nothing compacts by itself
+        two.refresh()
+        assert two.compact() is not None
+        one.compact()  # one's cached view still shows the three lines in recent
+        state = one.reload()
+        assert len(state.summary) == 1 and state.recent == ()
+
+    def test_a_handle_that_compacts_while_this_one_summarizes_wins_once(self, memory: Memory) -> None:
+        s = new_session(memory)
+        two = wiring.step_memory(s)
+        raced: list[int] = []
+
+        def summarize(messages: object, max_tokens: object) -> str:
+            if not raced:  # the same lines are compacted by another handle meanwhile
+                raced.append(1)
+                two.refresh()
+                two.compact()
+            return "summary: looked up reservations R0000 R0001 R0002"
+
+        one = wiring.step_memory(s, FakeLLM(default=summarize, settings=LLMSettings(max_retries=0)))
+        run_steps(one, 3)
+        one.compact()
+        state = one.reload()
+        assert raced and len(state.summary) == 1 and state.recent == ()
+        assert [b.first_step for b in state.summary] == [1]
 
 
 CRASH_CHILD = textwrap.dedent(

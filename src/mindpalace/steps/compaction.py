@@ -41,7 +41,8 @@ class CompactionResult:
     Attributes:
         tier: ``"recent"`` or ``"summary"``.
         snapshot: name of the snapshot record holding the exact source text (None only when
-            the breaker was open and nothing was attempted).
+            the breaker was open and nothing was attempted, or another writer had already
+            compacted the whole tier).
         summary: the accepted summary text, None on failure.
         attempts: summarizer calls made (0 when the breaker was open).
         verdicts: one verdict (or provider error text) per attempt.

@@ -327,12 +327,14 @@ class StepMemory:
         """Compact the recent tier now, whatever its size (None when it is empty); the
         result says whether the summary passed the gate."""
         with self._lock:
-            if not self.state.recent:
+            if not self.tiers.refresh().recent:
                 return None
             return self._compact_recent(step_id or self.state.next_step - 1)
 
     def _compact_recent(self, step_id: int) -> CompactionResult:
-        lines = self.state.recent
+        lines = self.tiers.refresh().recent  # never summarize lines another handle compacted
+        if not lines:
+            return CompactionResult("recent", None, None, 0, ("nothing left to compact",))
         covers = list(dict.fromkeys(step_record_name(r.step) for r in lines if r.step))
         result = self.compactor.compact(
             "recent", "\n".join(r.line for r in lines), step_id=step_id,
@@ -346,17 +348,29 @@ class StepMemory:
         gone = set(lines)
 
         def fn(state: TierState) -> Transition:
+            if not gone <= set(state.recent):
+                raise _Superseded  # another handle compacted (or folded) them meanwhile
             # Remove exactly the compacted lines: anything promoted meanwhile stays in recent.
             recent = tuple(r for r in state.recent if r not in gone)
             new = replace(state, recent=recent, summary=(*state.summary, block)).bump(compactions=1)
             return Transition(new, "compact", {"tier": "recent", "snapshot": result.snapshot,
                                                "attempts": result.attempts})
 
-        self.tiers.apply(fn)
+        self._apply_compaction(fn)
         return result
 
+    def _apply_compaction(self, fn: Callable[[TierState], Transition]) -> None:
+        """Commit a compaction, unless what it summarized left the tier while the summary was
+        being written (a second writer compacted it): then its block is dropped, so no range
+        is summarized twice, and whatever it did not cover stays in place. Its snapshot record
+        stays (a durable copy, harmless)."""
+        try:
+            self.tiers.apply(fn)
+        except _Superseded:
+            log.info("steps: a compaction of %s was superseded by another writer", self.scope)
+
     def _compact_summary(self, step_id: int) -> CompactionResult:
-        blocks = self.state.summary
+        blocks = self.tiers.refresh().summary
         result = self.compactor.compact(
             "summary", "\n".join(b.render() for b in blocks), step_id=step_id,
             budget_tokens=int(self.settings.summary_budget_multiplier * self.settings.budget_tokens),
@@ -372,12 +386,14 @@ class StepMemory:
         gone = set(blocks)
 
         def fn(state: TierState) -> Transition:
+            if not gone <= set(state.summary):
+                raise _Superseded
             kept = tuple(b for b in state.summary if b not in gone)
             new = replace(state, summary=(block, *kept)).bump(summary_compactions=1)
             return Transition(new, "compact", {"tier": "summary", "snapshot": result.snapshot,
                                                "attempts": result.attempts})
 
-        self.tiers.apply(fn)
+        self._apply_compaction(fn)
         return result
 
     def _count_failure(self, result: CompactionResult, counter: str) -> None:
@@ -464,6 +480,10 @@ class StepMemory:
     def render_pending(self) -> str | None:
         text = self.state.pending_text()
         return f"Pending steps (not yet evaluated):\n{text}" if text else None
+
+
+class _Superseded(Exception):
+    """A compaction's input left its tier before the compaction committed (another writer)."""
 
 
 def repeat_key(p: PendingStep, evaluation: str, analysis: str, outputs: Sequence[str]) -> str:
