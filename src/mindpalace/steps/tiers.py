@@ -4,9 +4,10 @@ The whole tier state — pending lines, recent lines, summary blocks, the workin
 (seed 003) and the counters — is one JSON value at kv ``("steps", "tiers")``. Every transition
 (begin, evaluate, compaction, sweep, checkpoint, migration) replaces it in one store
 transaction together with a small journal event on the session stream ``steps`` whose version
-is the state's version: the append uses ``expected_version`` so a second writer on the same
-session fails with ConcurrencyError instead of overwriting (I6), and a kill -9 between any two
-writes leaves either the old or the new state, never half of one.
+is the state's version. The transition runs on the state re-read inside that transaction, and
+the append uses ``expected_version``, so a second writer on the same session never overwrites
+(I6), and a kill -9 between any two writes leaves either the old or the new state, never half
+of one.
 
 The state objects are immutable (tuples, frozen dataclasses); a transition builds a new state
 that is swapped in only after its transaction committed.
@@ -319,14 +320,18 @@ class TierStore:
     def apply(self, fn: Callable[[TierState], Transition]) -> Transition:
         """Run transition `fn` on the current state and commit it atomically.
 
-        If another writer moved the state since it was read, the state is reloaded and `fn`
-        runs once more on the fresh state; a second conflict raises ConcurrencyError.
+        The state is re-read (when another writer moved the journal) inside the write
+        transaction, so `fn` always runs on the latest committed state: with a store whose
+        transactions serialize writers (SQLite's BEGIN IMMEDIATE) concurrent writers never
+        conflict. The journal append still checks the version; on a conflict (a store with
+        weaker isolation) the state is reloaded and `fn` runs once more; a second conflict
+        raises ConcurrencyError. `fn` must be pure apart from its ``writes``.
         """
         for attempt in range(2):
-            current = self.state
-            result = fn(current)
             try:
                 with self.store.transaction():
+                    current = self.refresh()
+                    result = fn(current)
                     self.store.append_events(
                         self.scope, JOURNAL_STREAM, [NewEvent(result.op, result.data)],
                         expected_version=self._version,
@@ -337,7 +342,7 @@ class TierStore:
             except ConcurrencyError:
                 if attempt:
                     raise
-                self.reload()
+                self._state = None  # reloaded on the next attempt
                 continue
             self._state = result.state
             self._version += 1
