@@ -46,6 +46,18 @@ def test_low_importance_is_kept_in_working_memory_only(ws: Path) -> None:
     assert code == 0 and "working memory only" in out
 
 
+def test_remember_says_what_it_evicted_and_json_lists_it(ws: Path) -> None:
+    for i in range(5):  # fill working memory (capacity 5)
+        assert run(ws, "remember", f"note:n{i}", f"v{i}", "-i", "0.9")[0] == 0
+    code, out = run(ws, "remember", "note:new", "fresh", "-i", "0.1")
+    assert code == 0 and "remembered note:new = fresh — working memory only" in out
+    assert "evicted note:n0 from working memory — still long-term as note:n0#00000001" in out
+    code, out = run(ws, "remember", "note:newer", "x", "-i", "0.1", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["key"] == "note:newer" and data["archived"] == []
+    assert [f["key"] for f in data["evicted"]] == ["note:new"]  # the lowest item, not the new one
+
+
 def test_bad_key_is_a_clear_error(ws: Path) -> None:
     result = runner.invoke(app, ["remember", "nokey", "x", "-w", str(ws)])
     assert result.exit_code != 0

@@ -143,7 +143,10 @@ for line in sys.stdin:
     elif op == "forget":
         out = facts.forget(args[0])
     elif op == "burst":  # many writes while the other process writes too
-        out = [facts.remember(f"{args[0]}:n{i}", str(i), importance=0.3).fact.key for i in range(args[1])]
+        out = [facts.remember(f"{args[0]}:n{i}", str(i), importance=args[2]).fact.key
+               for i in range(args[1])]
+    elif op == "corrections":  # many values of one key, long-term, while the other writes too
+        out = [facts.remember(args[0], f"{args[1]} {i}", importance=0.9).fact.id for i in range(args[2])]
     elif op == "get":
         got = facts.get(args[0])
         out = None if got is None else got.content
@@ -210,7 +213,7 @@ class TestSharedBetweenProcesses:
         try:
             for w, name in zip(workers, ("a", "b"), strict=True):  # both start before either reads
                 assert w.proc.stdin is not None
-                w.proc.stdin.write(json.dumps(["burst", name, 40]) + "\n")
+                w.proc.stdin.write(json.dumps(["burst", name, 40, 0.3]) + "\n")
                 w.proc.stdin.flush()
             acked = {key for w in workers for key in w.ask()}  # type: ignore[union-attr]
         finally:
@@ -220,6 +223,23 @@ class TestSharedBetweenProcesses:
         with Memory.open(workspace_dir, embed={"provider": "hashing"}, facts={"working_capacity": 100}) as mem:
             stored = {f.key for f in mem.session("s1", user=uid, agent="a").facts.working_items()}
         assert stored == acked
+
+    def test_concurrent_corrections_of_one_key_get_contiguous_versions_and_one_current(
+        self, memory: Memory, workspace_dir: Path, uid: str
+    ) -> None:
+        workers = [Worker(workspace_dir, uid, sid) for sid in ("s1", "s2")]
+        try:
+            for w, name in zip(workers, ("a", "b"), strict=True):
+                assert w.proc.stdin is not None
+                w.proc.stdin.write(json.dumps(["corrections", "user:city", name, 25]) + "\n")
+                w.proc.stdin.flush()
+            ids = [i for w in workers for i in w.ask()]  # type: ignore[union-attr]
+        finally:
+            for w in workers:
+                w.close()
+        versions = session(memory, uid).facts.history("user:city")
+        assert sorted(ids) == [v.id for v in versions] and len(versions) == 50
+        assert sum(v.current for v in versions) == 1
 
 
 def _value(step: int) -> str:
