@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
-from mindpalace.facts import FactMemory
+from mindpalace.facts import Fact, FactMemory
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
 
@@ -54,6 +54,32 @@ class TestRemember:
         session(memory, uid).remember("scratch:note", "temp", importance=0.1)
         again = session(memory, uid)
         assert again.facts.get("scratch:note").content == "temp"
+
+
+class TestStoredLayout:
+    def test_a_working_memory_saved_as_one_list_is_read_and_migrated_on_the_next_write(
+        self, memory: Memory, uid: str
+    ) -> None:
+        scope = Scope("t", uid, "a", "s1")
+        old = [Fact("note:a", "1", importance=0.3).to_json(), Fact("note:b", "2", importance=0.3).to_json()]
+        memory.store.kv_put(scope, "working_memory", "items", old)  # the layout before one row per item
+        facts = FactMemory(memory.store, scope)
+        assert [f.key for f in facts.working_items()] == ["note:a", "note:b"]
+        facts.remember("note:c", "3", importance=0.3)
+        rows = {key for _, key, _ in memory.store.kv_list(scope, "working_memory")}
+        assert rows == {"note:a", "note:b", "note:c"}
+        assert [f.key for f in FactMemory(memory.store, scope).working_items()] == ["note:a", "note:b", "note:c"]
+
+    def test_reads_write_nothing_and_a_repeated_value_rewrites_only_its_row(self, memory: Memory, uid: str) -> None:
+        facts = FactMemory(memory.store, Scope("t", uid, "a", "s1"))
+        for key in ("note:a", "note:b", "note:c"):
+            facts.remember(key, "v", importance=0.3)
+        before = {k: v for _, k, v in memory.store.kv_list(facts.scope, "working_memory")}
+        facts.peek("note:a"), facts.working_items(), facts.list()
+        facts.remember("note:a", "w", importance=0.3)  # a new value moves to the end
+        after = {k: v for _, k, v in memory.store.kv_list(facts.scope, "working_memory")}
+        assert {k for k in after if after[k] != before[k]} == {"note:a"}
+        assert [f.key for f in facts.working_items()] == ["note:b", "note:c", "note:a"]
 
 
 class TestForget:
