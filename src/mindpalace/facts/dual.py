@@ -87,6 +87,7 @@ class FactMemory:
         # One operation at a time per handle: `working` is this handle's buffer of the stored
         # items, re-read at the start of every operation.
         self._lock = threading.RLock()
+        self._parsed: dict[str, tuple[dict[str, Any], Fact]] = {}  # row key → (JSON, its Fact)
         self.working.load(self._read(), shrink=False)
 
     def remember(
@@ -229,9 +230,10 @@ class FactMemory:
         transaction, run the block on them, write back only the rows that changed."""
         with self._lock, self.store.transaction():
             rows, legacy = self._rows()
-            self.working.load(self._facts(rows, legacy), shrink=False)
+            loaded = self._facts(rows, legacy)
+            self.working.load(loaded, shrink=False)
             yield
-            self._save(rows, legacy is not None)
+            self._save(rows, {f.key: f for f in loaded}, legacy is not None)
 
     def _rows(self) -> tuple[_Rows, builtins.list[Any] | None]:
         rows: _Rows = {}
@@ -243,18 +245,25 @@ class FactMemory:
                 rows[key] = (int(value["seq"]), value["fact"])
         return rows, legacy
 
-    @staticmethod
-    def _facts(rows: _Rows, legacy: builtins.list[Any] | None) -> builtins.list[Fact]:
+    def _facts(self, rows: _Rows, legacy: builtins.list[Any] | None) -> builtins.list[Fact]:
         ordered = [Fact.from_json(item) for item in legacy or []]
-        ordered += [Fact.from_json(data) for _, data in sorted(rows.values(), key=lambda r: r[0])]
+        parsed: dict[str, tuple[dict[str, Any], Fact]] = {}
+        for key, (_, data) in sorted(rows.items(), key=lambda kv: kv[1][0]):
+            cached = self._parsed.get(key)  # parsing dominated the cost of every operation
+            fact = cached[1] if cached is not None and cached[0] == data else Fact.from_json(data)
+            parsed[key] = (data, fact)
+            ordered.append(fact)
+        self._parsed = parsed
         return ordered
 
     def _read(self) -> builtins.list[Fact]:
         """The stored working items, oldest first (a read: nothing is written)."""
-        return self._facts(*self._rows())
+        with self._lock:
+            return self._facts(*self._rows())
 
-    def _save(self, before: _Rows, migrate_legacy: bool) -> None:
-        """Write back the items that changed since `before` was read; delete those that left.
+    def _save(self, before: _Rows, loaded: dict[str, Fact], migrate_legacy: bool) -> None:
+        """Write back the items that changed since `before` was read (`loaded` = the facts
+        read); delete those that left.
 
         ``seq`` keeps the order: an item still after every item before it keeps its number,
         one re-inserted at the end (a new value) gets the next free number."""
@@ -267,6 +276,8 @@ class FactMemory:
                 top += 1
                 seq = top
             last = seq
+            if old is not None and old[0] == seq and loaded.get(fact.key) is fact:
+                continue  # the very object read: unchanged
             data = fact.to_json()
             if old is None or old != (seq, data) or migrate_legacy:
                 self.store.kv_put(self.scope, WORKING_NAMESPACE, fact.key, {"seq": seq, "fact": data})
