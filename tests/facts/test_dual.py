@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
 from mindpalace.facts import Fact, FactMemory
+from mindpalace.providers.embed.hashing import HashingEmbedder
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
 
@@ -80,6 +83,39 @@ class TestStoredLayout:
         after = {k: v for _, k, v in memory.store.kv_list(facts.scope, "working_memory")}
         assert {k for k in after if after[k] != before[k]} == {"note:a"}
         assert [f.key for f in facts.working_items()] == ["note:b", "note:c", "note:a"]
+
+
+class LockProbingEmbedder(HashingEmbedder):
+    """Records, for every embed call, whether another connection could take the database's
+    write lock at that moment (timeout 0: no waiting, no timing)."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__(32)
+        self.db, self.calls = db, []  # type: ignore[var-annotated]
+
+    def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
+        other = sqlite3.connect(self.db, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            self.calls.append("free")
+        except sqlite3.OperationalError:
+            self.calls.append("locked")
+        finally:
+            other.close()
+        return super()._embed_batch(texts, query=query)
+
+
+class TestEmbeddingOutsideTheWriteLock:
+    def test_remember_embeds_before_it_takes_the_write_lock(self, memory: Memory, uid: str) -> None:
+        embedder = LockProbingEmbedder(memory.store.path)
+        facts = FactMemory(memory.store, Scope("t", uid, "a", "s1"), embedder=embedder)
+        facts.remember("user:city", "Lisbon", importance=0.9)  # long-term: embedded
+        facts.remember("user:city", "Porto", importance=0.2)  # a correction: long-term too
+        facts.remember("note:x", "y", importance=0.2)  # working memory only: not embedded
+        assert embedder.calls == ["free", "free"]
+        assert memory.store.vector_search(facts.fact_scope, embedder.embed_query("user:city: Porto"),
+                                          embedder.model_id, k=1)[0].doc.text == "user:city: Porto"
 
 
 class TestForget:

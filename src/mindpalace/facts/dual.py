@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mindpalace.facts.longterm import LongTermStore
 from mindpalace.facts.model import Fact, normalize_key
 from mindpalace.facts.working import Remembered, WorkingMemory
@@ -81,13 +83,14 @@ class FactMemory:
         self.working = WorkingMemory(
             self.settings.working_capacity,
             self.settings.importance_threshold,
-            archive=self.longterm.put,
+            archive=self._archive,
             clock=clock,
         )
         # One operation at a time per handle: `working` is this handle's buffer of the stored
         # items, re-read at the start of every operation.
         self._lock = threading.RLock()
         self._parsed: dict[str, tuple[dict[str, Any], Fact]] = {}  # row key → (JSON, its Fact)
+        self._vectors: dict[str, np.ndarray] = {}  # embeddings computed before the transaction
         self.working.load(self._read(), shrink=False)
 
     def remember(
@@ -107,13 +110,21 @@ class FactMemory:
                 outside [0, 1]; nothing is written.
         """
         fact = Fact(key, content, importance=importance, source=source, created_at=self.clock())
-        with self._writing():
-            archived: tuple[Fact, ...] = ()
-            held = self.longterm.current(fact.key)
-            if held is not None and fact.importance < self.settings.importance_threshold:
-                fact = self.longterm.put(fact)
-                archived = (fact,)
-            done = self.working.admit(fact)
+        with self._lock:
+            # Embed before the write transaction: the embedder must not hold up other writers.
+            may_persist = fact.importance >= self.settings.importance_threshold or (
+                self.longterm.current(fact.key) is not None)
+            self._vectors = self.longterm.vectors_for([fact]) if may_persist else {}
+            try:
+                with self._writing():
+                    archived: tuple[Fact, ...] = ()
+                    held = self.longterm.current(fact.key)
+                    if held is not None and fact.importance < self.settings.importance_threshold:
+                        fact = self.longterm.put(fact, vectors=self._vectors)
+                        archived = (fact,)
+                    done = self.working.admit(fact)
+            finally:
+                self._vectors = {}
         return Remembered(done.fact, archived + done.archived, done.evicted)
 
     def get(self, key: str) -> Fact | None:
@@ -193,6 +204,11 @@ class FactMemory:
     def history(self, key: str) -> builtins.list[Fact]:
         """Every long-term version of `key`, oldest first."""
         return self.longterm.history(key)
+
+    def _archive(self, fact: Fact) -> Fact:
+        """Working memory's archive callback: the long-term write, with the embeddings computed
+        before the transaction (an evicted legacy item without one is embedded inside)."""
+        return self.longterm.put(fact, vectors=self._vectors)
 
     def _current(self, fact: Fact) -> Fact | None:
         """`fact` itself while it is the newest value of its key, else the current long-term

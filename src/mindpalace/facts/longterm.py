@@ -23,10 +23,12 @@ Write semantics:
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from mindpalace.facts.model import Fact, normalize_key
 from mindpalace.scope import Scope
@@ -110,13 +112,25 @@ class LongTermStore:
         return fact.effective_importance(self.clock(), self.settings.decay_half_life_days)
 
     # -- writes ----------------------------------------------------------------------------
-    def put(self, fact: Fact) -> Fact:
-        """Write `fact` with de-duplicate / supersede semantics; returns the stored version."""
-        return self.put_many([fact])[0]
+    def put(self, fact: Fact, *, vectors: Mapping[str, np.ndarray] | None = None) -> Fact:
+        """Write `fact` with de-duplicate / supersede semantics; returns the stored version.
+        `vectors`: see :meth:`put_many`."""
+        return self.put_many([fact], vectors=vectors)[0]
 
-    def put_many(self, facts: Sequence[Fact]) -> builtins.list[Fact]:
+    def put_many(
+        self, facts: Sequence[Fact], *, vectors: Mapping[str, np.ndarray] | None = None
+    ) -> builtins.list[Fact]:
         """Write several facts in one transaction (and one embedding batch); returns the stored
-        versions in input order. Facts of the same key are applied in order."""
+        versions in input order. Facts of the same key are applied in order.
+
+        The embeddings of the new versions are computed *before* the write transaction (an
+        embedder call can take hundreds of ms; other writers must not wait for it): pass them
+        as `vectors` (from :meth:`vectors_for`, when the caller opens its own transaction),
+        or leave None to have them computed here first. A text without a vector (the stored
+        value changed meanwhile) is embedded inside the transaction.
+        """
+        if vectors is None:
+            vectors = self.vectors_for(facts)
         stored: builtins.list[Fact] = []
         written: builtins.list[Fact] = []
         with self.store.transaction():
@@ -127,8 +141,28 @@ class LongTermStore:
                     written.append(kept)
             # Versions superseded later in the same batch have no document any more; _embed
             # skips them.
-            self._embed(written)
+            self._embed(written, vectors)
         return stored
+
+    def vectors_for(self, facts: Sequence[Fact]) -> dict[str, np.ndarray]:
+        """The embeddings, by :func:`fact_text`, of the facts a write would store as new
+        versions (not a repeat of the current value); {} without an embedder. Call it outside
+        any transaction, then pass the result to :meth:`put` / :meth:`put_many`.
+
+        Raises:
+            ProviderError: the embedder failed (nothing is written).
+        """
+        if self.embedder is None or not facts:
+            return {}
+        texts: dict[str, None] = {}
+        for fact in facts:
+            held = self.current(fact.key)
+            if held is None or not held.same_value(fact.key, fact.content):
+                texts[fact_text(fact)] = None
+        if not texts:
+            return {}
+        matrix = self.embedder.embed(list(texts))
+        return dict(zip(texts, matrix, strict=True))
 
     def _put_one(self, fact: Fact) -> tuple[Fact, bool]:
         """Apply one write; returns (the stored version, whether a new version was written)."""
@@ -151,15 +185,19 @@ class LongTermStore:
         )
         return new, True
 
-    def _embed(self, facts: Sequence[Fact]) -> None:
+    def _embed(self, facts: Sequence[Fact], vectors: Mapping[str, np.ndarray]) -> None:
         if self.embedder is None or not facts:
             return
         docs = self.store.get_documents_by_ref(self.scope, KIND, [f.id for f in facts])
         pending = [(docs[f.id].id, fact_text(f)) for f in facts if f.id in docs]
         if not pending:
             return
-        vectors = self.embedder.embed([text for _, text in pending])
-        self.store.put_embeddings([doc_id for doc_id, _ in pending], vectors, self.embedder.model_id)
+        missing = [text for _, text in pending if text not in vectors]
+        known = dict(vectors)
+        if missing:  # rare: the stored value changed between vectors_for and this write
+            known.update(zip(missing, self.embedder.embed(missing), strict=True))
+        matrix = np.stack([known[text] for _, text in pending])
+        self.store.put_embeddings([doc_id for doc_id, _ in pending], matrix, self.embedder.model_id)
 
     def forget(self, key: str) -> Fact | None:
         """Tombstone the current value of `key`; returns it (with ``deleted_at``), or None when
