@@ -112,8 +112,9 @@ class FactMemory:
         fact = Fact(key, content, importance=importance, source=source, created_at=self.clock())
         with self._lock:
             # Embed before the write transaction: the embedder must not hold up other writers.
-            may_persist = fact.importance >= self.settings.importance_threshold or (
-                self.longterm.current(fact.key) is not None)
+            may_persist = self.longterm.embedder is not None and (
+                fact.importance >= self.settings.importance_threshold
+                or self.longterm.current(fact.key) is not None)
             self._vectors = self.longterm.vectors_for([fact]) if may_persist else {}
             try:
                 with self._writing():
