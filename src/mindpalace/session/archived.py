@@ -30,6 +30,7 @@ HIDDEN_HEADER: Final = "Earlier ranges not shown here (read them back with read_
 RULES_HEADER: Final = "Rules the user stated in those ranges (verbatim):"
 MAX_RULE_CHARS: Final = 300  # a longer "rule" is a paragraph, not a rule
 MAX_RULES_PER_RANGE: Final = 8  # pinned per range; more rules live in the range's summary only
+MAX_RANGES: Final = 16  # ranges kept in the state while merges fail; older ones are folded
 _RULE = re.compile(
     r"\b(?:must|mustn't|never|always|do not|don't|should|shall|only|at most|at least|no more than|"
     r"make sure|from now on|remember to|avoid|forbidden|required?)\b|必须|不要|不能|只能|至多|至少|禁止",
@@ -118,15 +119,11 @@ def pinned_rules(user_texts: Sequence[str], summary: str) -> tuple[str, ...]:
 def merged(ranges: Sequence[ArchivedRange], summary: str) -> ArchivedRange:
     """One range covering `ranges` (consecutive, oldest first) with text `summary`, plus every
     pinned rule the summary dropped, appended verbatim."""
-    rules: list[str] = []
-    for r in ranges:
-        rules.extend(x for x in r.rules if x not in rules)
+    one = span(ranges)
     have = normalize(summary)
-    missing = [r for r in rules if normalize(r) not in have]
-    text = summary + ("\n" + RULES_HEADER + "\n" + "\n".join(f"- {r}" for r in missing) if missing else "")
-    return ArchivedRange(ranges[0].first, ranges[-1].last, ranges[0].first_cursor,
-                         ranges[-1].last_cursor, text, "merged",
-                         sum(r.entries for r in ranges), tuple(rules))
+    missing = [r for r in one.rules if normalize(r) not in have]
+    text = summary + ("\n" + rules_text(missing) if missing else "")
+    return replace(one, text=text, kind="merged")
 
 
 def merge_source(ranges: Sequence[ArchivedRange]) -> str:
@@ -159,7 +156,9 @@ def render_block(ranges: Sequence[ArchivedRange], counter: TokenCounter, cap_tok
         parts = [f"{ARCHIVED_SUMMARY_HEADER}:"]
         if hidden:
             gone = [ranges[i] for i in sorted(hidden)]
-            parts.append(HIDDEN_HEADER + " " + "; ".join(r.label for r in gone) + ".")
+            runs = _runs(sorted(hidden))  # adjacent hidden ranges share one label
+            labels = [span(ranges[a:b + 1]).label for a, b in runs]
+            parts.append(HIDDEN_HEADER + " " + "; ".join(labels) + ".")
             rules = [x for r in gone for x in r.rules][dropped_rules:]
             if rules:
                 parts.append(rules_text(rules))
@@ -178,6 +177,41 @@ def render_block(ranges: Sequence[ArchivedRange], counter: TokenCounter, cap_tok
     return counter.truncate(text, cap_tokens) if counter.count(text) > cap_tokens else text
 
 
+def _runs(indexes: list[int]) -> list[tuple[int, int]]:
+    """Sorted `indexes` as (first, last) runs of consecutive values."""
+    runs: list[tuple[int, int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def span(ranges: Sequence[ArchivedRange], text: str = "") -> ArchivedRange:
+    """One range covering consecutive `ranges` (labels, cursors, entry count), with `text`."""
+    rules: list[str] = []
+    for r in ranges:
+        rules.extend(x for x in r.rules if x not in rules)
+    kind = "raw" if all(r.kind == "raw" for r in ranges) else "merged"
+    return ArchivedRange(ranges[0].first, ranges[-1].last, ranges[0].first_cursor,
+                         ranges[-1].last_cursor, text, kind, sum(r.entries for r in ranges),
+                         tuple(rules))
+
+
+def fold(ranges: Sequence[ArchivedRange], max_ranges: int, counter: TokenCounter,
+         max_tokens: int) -> tuple[ArchivedRange, ...]:
+    """At most `max_ranges` ranges: the oldest two are folded into one (texts joined and cut
+    to `max_tokens`, head kept; rules kept) until they fit — the bound that holds while merges
+    through the summarizer fail. Pure, no model call."""
+    out = list(ranges)
+    while len(out) > max(1, max_ranges):
+        a, b = out[0], out[1]
+        joined = "\n".join(t for t in (a.text, b.text) if t)
+        out[:2] = [span([a, b], counter.truncate(joined, max_tokens))]
+    return tuple(out)
+
+
 def chunk_text(text: str, counter: TokenCounter, max_tokens: int) -> list[str]:
     """`text` cut into consecutive pieces of at most `max_tokens` tokens each, at a line break
     when one falls in the second half of a piece. ``"".join(chunks) == text``."""
@@ -194,6 +228,3 @@ def chunk_text(text: str, counter: TokenCounter, max_tokens: int) -> list[str]:
         rest = rest[len(head):]
     return chunks
 
-
-def with_text(r: ArchivedRange, text: str) -> ArchivedRange:
-    return replace(r, text=text)

@@ -45,8 +45,10 @@ from mindpalace.history.log import HistoryEntry, HistoryLog, cap_text
 from mindpalace.scope import Scope
 from mindpalace.session.archived import (
     ARCHIVED_SUMMARY_HEADER,
+    MAX_RANGES,
     ArchivedRange,
     chunk_text,
+    fold,
     merge_source,
     merged,
     pinned_rules,
@@ -527,19 +529,19 @@ class Consolidator:
         cur_tokens = 0
         for a, b in tool_groups(msgs):
             n = sum(self._message_tokens(m) for m in chunk[a:b])
-            if cur and cur_tokens + n > limit:
+            if cur and cur_tokens + n > limit and n <= limit:
                 pieces.append(cur)
                 cur, cur_tokens = [], 0
-            cur.extend(chunk[a:b])
+            cur.extend(chunk[a:b])  # an oversized group takes the small ones before it along
             cur_tokens += n
         if cur:
             pieces.append(cur)
         return pieces
 
     def _archive(self, chunk: list[StoredMessage], result: ConsolidationResult) -> None:
-        degraded = ""  # set after a failed summary: stop hammering the provider this round
+        degraded = ""  # set after a provider failure: stop hammering it this round
         for piece in self._pieces(chunk):
-            entry, spent, why, calls = self._archive_piece(piece, degraded)
+            entry, spent, why, calls, failed = self._archive_piece(piece, degraded)
             result.entries += 1
             result.archived_messages += len(piece)
             result.summary_tokens_spent += spent
@@ -547,30 +549,33 @@ class Consolidator:
             result.written.append(entry)
             if entry.kind == "raw":
                 result.raw_fallbacks += 1
+            if failed:
                 degraded = degraded or why
         if not degraded:
             self._merge_if_over_cap(result)
 
     def _archive_piece(
         self, piece: list[StoredMessage], degraded: str
-    ) -> tuple[HistoryEntry, int, str, int]:
+    ) -> tuple[HistoryEntry, int, str, int, bool]:
+        """Summarize and archive one piece. Returns (entry, tokens spent, why it failed,
+        summarizer calls, whether the provider failed — a gate rejection is not that)."""
         first, last = piece[0].index, piece[-1].index
         source = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in piece)
         cap = self.summary_cap_tokens
-        summary, spent, why, calls = "", 0, degraded, 0
+        summary, spent, why, calls, failed = "", 0, degraded, 0, False
         if not degraded:
             out, calls = self._summarize(source, max(16, cap // 2))
-            summary, spent, why = out.text or "", out.tokens_spent, out.reason
+            summary, spent, why, failed = out.text or "", out.tokens_spent, out.reason, bool(out.error)
         if summary:
             kind, content, injected = "summary", summary, summary
         else:  # a breadcrumb shows little: it must never crowd a good summary out of the block
             kind = "raw"
             content = self._breadcrumb(piece, first, last, why)
             injected = self.counter.truncate(content, max(16, cap // 4))
-        users = [message_text(m.message) for m in piece if m.message.get("role") == "user"]
+        users = [_content(m.message) for m in piece if m.message.get("role") == "user"]
         rules = pinned_rules(users, injected)
         entry = self._write(kind, content, (first, last), injected, rules, cap)
-        return entry, spent, why, calls
+        return entry, spent, why, calls, failed
 
     def _summarize(self, source: str, max_tokens: int) -> tuple[SummaryOutcome, int]:
         """Summarize `source` with no request over ``summary_input_max_tokens``: a longer text
@@ -677,7 +682,8 @@ class Consolidator:
         new = replace(
             state, last_consolidated=entry.messages[1], last_summary=injected,
             last_kind=entry.kind, history_cursor=entry.cursor, entries=state.entries + 1,
-            ranges=(*state.ranges, added), block_cap_tokens=cap or state.block_cap_tokens)
+            ranges=fold((*state.ranges, added), MAX_RANGES, self.counter, max(16, cap // 2)),
+            block_cap_tokens=cap or state.block_cap_tokens)
         self._update(new, "archive", {"cursor": entry.cursor, "messages": list(entry.messages)})
 
     def _update(self, new: ConsolidationState, op: str, data: dict[str, Any]) -> ConsolidationState:
@@ -699,3 +705,11 @@ class Consolidator:
         if n == 0:
             return None
         return self.messages.list(from_index=n)[0].timestamp
+
+
+def _content(message: dict[str, Any]) -> str:
+    """The text of a message's content (text parts joined), "" when it has none."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
