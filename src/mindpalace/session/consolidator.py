@@ -595,6 +595,9 @@ class Consolidator:
                       min(max_tokens, limit // max(4, len(chunks))))
             parts = []
             for chunk in chunks:
+                if self.counter.count(chunk) <= per:  # already short (a tail): kept as it is
+                    parts.append(chunk.strip())
+                    continue
                 out = self.summarizer.summarize(chunk, max_tokens=per)
                 calls += 1
                 spent += out.tokens_spent
