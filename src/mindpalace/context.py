@@ -77,6 +77,9 @@ class ContextReport:
             dropped) in the conversation.
         consolidation: what ``Session.prepare`` archived before building (None for a pure
             build, ``Session.context``).
+        observations: tool results governance shortened on this build (cut to
+            ``session.tool_result_max_tokens`` or masked for age), each naming its
+            ``message:<N>``; nothing is lost, so these are not degradations.
     """
 
     blocks: list[tuple[str, int]]
@@ -85,6 +88,7 @@ class ContextReport:
     degradations: list[str] = field(default_factory=list)
     pairing: PairingReport = field(default_factory=PairingReport)
     consolidation: ConsolidationResult | None = None
+    observations: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -208,7 +212,7 @@ class ContextBuilder:
 
         Stored tool results are governed first (:mod:`mindpalace.session.observations`: a huge
         one shown as head + tail + its ``message:<N>`` reference, old ones masked the same way;
-        named in ``report.degradations``); a message the budget still forces to be cut keeps
+        named in ``report.observations``); a message the budget still forces to be cut keeps
         its head and tail and names its reference.
 
         Raises:
@@ -237,7 +241,7 @@ class ContextBuilder:
             refs = [f"message:{start + k}" for k in range(len(convo))]
         else:
             convo, unloaded, refs = convo_given, 0, [None] * len(convo_given)
-        convo, degradations = self._govern(convo, refs)
+        convo, observations = self._govern(convo, refs)
         ref_of = {id(m): r for m, r in zip(convo, refs, strict=True) if r}
         lifted = [m for m in convo if m.get("role") == "system"]
         convo = [m for m in convo if m.get("role") != "system"]
@@ -250,12 +254,15 @@ class ContextBuilder:
             blocks.insert(at, _Part(Block.SYSTEM_PROMPT, block_message(Block.SYSTEM_PROMPT, system_prompt)))
         fitter = _Fitter(self.counter, blocks, convo, tool_list, budget, ref_of)
         fitter.dropped_messages += unloaded
+        degradations: list[str] = []
         fitter.fit(degradations)
         final, check = repair_pairing(fitter.flat())
         if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
             pairing.closed_calls += check.closed_calls
             pairing.dropped_results += check.dropped_results
-        return BuiltContext(final, fitter.report(final, degradations, pairing), tool_list)
+        report = fitter.report(final, degradations, pairing)
+        report.observations = observations
+        return BuiltContext(final, report, tool_list)
 
     def fixed_tokens(
         self,

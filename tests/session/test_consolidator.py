@@ -503,6 +503,7 @@ class TestUnreachableTarget:
         # a new process backs off too (durable), until the fixed part changes
         again = wiring.consolidator(s, llm)
         assert again.maybe_consolidate(system_tokens=400).backed_off and llm.calls == 1
+        assert again.maybe_consolidate(system_tokens=450).backed_off  # larger: still unreachable
         assert again.maybe_consolidate(system_tokens=100).consolidated and llm.calls == 2
         assert again.state().backoff is None
 

@@ -14,7 +14,7 @@ refs) rather than silently dropped. A failed summary (raw breadcrumb) never repl
 When the fixed part of the prompt (system prompt, memory blocks, tool schemas, this block)
 alone is at or over the target, archiving cannot reach it: the consolidator archives once,
 reports ``target_unreachable`` with the numbers, logs it, and backs off (durably) until the
-fixed part or the budget changes, instead of calling the summarizer on every turn.
+fixed part shrinks or the budget changes, instead of calling the summarizer on every turn.
 
 Durability order (I2, I6): an intent is written to the store, the history line is appended and
 fsync'ed under the history lock, then one store transaction indexes the entry as a ``history``
@@ -88,7 +88,8 @@ class ConsolidationState:
         ranges: every archived range's summary, oldest first (the archived-context block).
         block_cap_tokens: the block's token cap when it was last written (0 = the setting's).
         backoff: the fixed part the target was unreachable for (``system_tokens``,
-            ``tools_tokens``, ``budget``); consolidation waits until it changes. None = none.
+            ``tools_tokens``, ``budget``); consolidation waits until the budget changes or
+            that fixed part shrinks (a larger one is still unreachable). None = none.
         version: the journal version this state was written at (0 = never).
     """
 
@@ -372,7 +373,11 @@ class Consolidator:
 
         Returns:
             A :class:`ConsolidationResult`; ``consolidated`` is False when the prompt fits
-            (running it again on unchanged input changes nothing, I5).
+            (running it again on unchanged input changes nothing, I5), and when an earlier run
+            found the target unreachable for this budget and a fixed part no smaller
+            (``backed_off``: no summarizer call until the fixed part shrinks or the budget
+            changes; the run that finds it archives once, sets ``target_unreachable`` and logs
+            a warning with the numbers).
 
         Raises:
             ValidationError: negative `system_tokens`.
@@ -408,7 +413,7 @@ class Consolidator:
             return result
         key = {"system_tokens": system_tokens, "budget": budget,
                "tools_tokens": self.counter.count_messages([], tools) - self.counter.count_messages([])}
-        if state.backoff == key:  # unreachable for this very fixed part: do not loop (I4)
+        if _still_unreachable(state.backoff, key):  # do not archive a little more every turn (I4)
             result.target_unreachable = result.backed_off = True
             log.debug("session %s: consolidation backed off (target %d unreachable, fixed part "
                       "%d tokens)", self.scope, target, result.fixed_tokens)
@@ -432,7 +437,7 @@ class Consolidator:
                 "session %s: consolidation target unreachable: the fixed part is %d tokens "
                 "(system prompt and memory blocks %d, tool schemas %d, archived summary and "
                 "priming %d) ≥ target %d (consolidation_ratio %s × budget %d); archived %d "
-                "messages once and backing off until the fixed part or the budget changes",
+                "messages once and backing off until the fixed part shrinks or the budget changes",
                 self.scope, result.fixed_tokens, system_tokens, key["tools_tokens"],
                 result.fixed_tokens - system_tokens - key["tools_tokens"], target,
                 self.settings.consolidation_ratio, budget, result.archived_messages)
@@ -716,3 +721,12 @@ def _content(message: dict[str, Any]) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else ""
+
+
+def _still_unreachable(backoff: dict[str, int] | None, now: dict[str, int]) -> bool:
+    """True when a back-off recorded for `backoff` covers the run `now`: same budget, and a
+    fixed part (system prompt and memory blocks + tool schemas) at least as large."""
+    if not backoff or backoff.get("budget") != now["budget"]:
+        return False
+    before = int(backoff.get("system_tokens", 0)) + int(backoff.get("tools_tokens", 0))
+    return now["system_tokens"] + now["tools_tokens"] >= before
