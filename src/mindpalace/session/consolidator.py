@@ -20,9 +20,10 @@ Durability order (I2, I6): an intent is written to the store, the history line i
 fsync'ed under the history lock, then one store transaction indexes the entry as a ``history``
 search document, advances ``last_consolidated`` and adds the range's summary to the state. The
 state is one kv value versioned by a journal stream (``consolidation``): every change appends a
-journal event with ``expected_version``, so two writers cannot lose each other's update (I6). A crash between the
-line and the transaction is reconciled on the next run (:meth:`Consolidator.recover`): the line
-is found by its id and applied once, or the intent is dropped when no line was written.
+journal event with ``expected_version``, so two writers cannot lose each other's update (I6).
+A crash between the line and the transaction is reconciled on the next run
+(:meth:`Consolidator.recover`): the line is found by its id and applied once, or the intent is
+dropped when no line was written.
 """
 
 from __future__ import annotations
@@ -403,12 +404,12 @@ class Consolidator:
         state = self.state()
         live = self._messages_after(state.last_consolidated)
         costs = self._group_costs(live)
-        before = self._fixed_tokens(system_tokens, tools, self._block(state)) + sum(costs)
+        fixed = self._fixed_tokens(system_tokens, tools, self._block(state))
+        before = fixed + sum(costs)
         result = ConsolidationResult(
             prompt_tokens_before=before, prompt_tokens_after=before,
             budget_tokens=budget, target_tokens=target,
-            last_consolidated=state.last_consolidated,
-            fixed_tokens=self._fixed_tokens(system_tokens, tools, self._block(state)))
+            last_consolidated=state.last_consolidated, fixed_tokens=fixed)
         if before <= budget:
             return result
         key = {"system_tokens": system_tokens, "budget": budget,
