@@ -25,8 +25,9 @@ because the newest call/result group alone is larger than the budget); prompts r
 (``ContextBudgetError``: the system prompt, which is never cut, does not fit the budget) and
 prompts where consolidation backed off (target unreachable for the same fixed part); pairing violations on
 the final prompt sent (the window baseline applies no repair); messages that left the prompt with no
-archive; archived coverage (messages that left the prompt and are in history.jsonl, by message
-range); summarizer tokens (prompt + reply) per 1,000 message tokens; ms per replayed message
+archive (for the consolidator: dropped by the builder's last resort and still not archived at
+the end — they stay in the message log, readable as ``message:<N>``); archived coverage
+(messages that left the prompt and are in history.jsonl, by message range); summarizer tokens (prompt + reply) per 1,000 message tokens; ms per replayed message
 (store append + consolidation + prompt estimate).
 
     python benchmarks/bench_consolidation.py --fast
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -161,6 +163,7 @@ def run_consolidator(conv: Conversation, mem: Memory, budget: int, st: Stats) ->
     s = mem.session(conv.name)
     c = s.consolidator
     points = call_points(conv.messages)
+    unarchived_gone: set[int] = set()  # left the prompt (builder's last resort) before any archive
     for pos, msg in enumerate(conv.messages, 1):
         t0 = time.perf_counter()
         s.add_message(msg)
@@ -190,11 +193,16 @@ def run_consolidator(conv: Conversation, mem: Memory, budget: int, st: Stats) ->
                 st.over_budget += 1
             if built.report.degradations:
                 st.over_unavoidable += 1  # needed last-resort trimming after consolidation
+            dropped = sum(int(n) for d in built.report.degradations
+                          for n in re.findall(r"^dropped (\d+) (?:oldest|more) messages", d))
+            lc = c.last_consolidated
+            unarchived_gone.update(range(lc + 1, lc + 1 + dropped))
             st.violations += len(check_pairing(built.messages))
             st.violations_before_repair += len(check_pairing(live_before))
         else:
             st.seconds += time.perf_counter() - t0
     lc = c.last_consolidated
+    st.lost += len({i for i in unarchived_gone if i > lc})  # still only in the message log
     st.left_prompt += lc
     ranges = [e.messages for e in c.history.read(session=s.scope) if e.messages]
     covered = sorted(i for a, b in ranges for i in range(a, b + 1))
