@@ -20,6 +20,8 @@ from mindpalace.providers.llm import Completion, Usage
 from mindpalace.session.autocompact import AutoCompact
 from mindpalace.session.consolidator import (
     ARCHIVED_SUMMARY_HEADER,
+    BACKED_OFF,
+    ConsolidationResult,
     Consolidator,
     choose_boundary,
 )
@@ -496,15 +498,28 @@ class TestUnreachableTarget:
         assert llm.calls == 1  # main: one summarizer call per turn
         first = next(r for r in results if r.consolidated)
         assert first.target_unreachable and first.fixed_tokens >= first.target_tokens == 300
-        assert all(r.backed_off and r.target_unreachable for r in results[results.index(first) + 1:]
-                   if r.prompt_tokens_before > r.budget_tokens)
+        later = [r for r in results[results.index(first) + 1:] if r.prompt_tokens_before > r.budget_tokens]
+        assert later and all(r.backed_off and r.target_unreachable for r in later)
+        # what must leave to fit the budget is archived raw (named), not dropped unnamed
+        assert all(r.prompt_tokens_after <= r.budget_tokens and r.raw_fallbacks == r.entries
+                   for r in later)
+        assert c.history.read(session=s.scope)[-1].content.startswith(f"[raw archive of messages {c.last_consolidated - 1}")
+        assert BACKED_OFF in c.history.read(session=s.scope)[-1].content
         assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
         assert "target unreachable" in caplog.records[0].message and "300" in caplog.records[0].message
         # a new process backs off too (durable), until the fixed part changes
         again = wiring.consolidator(s, llm)
-        assert again.maybe_consolidate(system_tokens=400).backed_off and llm.calls == 1
-        assert again.maybe_consolidate(system_tokens=450).backed_off  # larger: still unreachable
-        assert again.maybe_consolidate(system_tokens=100).consolidated and llm.calls == 2
+
+        def turn(system_tokens: int) -> ConsolidationResult:
+            s.add_message({"role": "user", "content": text(60, 1)})
+            s.add_message({"role": "assistant", "content": text(60, 2)})
+            return again.maybe_consolidate(system_tokens=system_tokens)
+
+        assert turn(400).backed_off and llm.calls == 1
+        assert turn(450).backed_off and llm.calls == 1  # a larger fixed part: still unreachable
+        shrunk = [turn(100) for _ in range(3)]  # it shrank: summarized again once over budget
+        assert any(r.consolidated for r in shrunk) and llm.calls == 2
+        assert not any(r.backed_off for r in shrunk)
         assert again.state().backoff is None
 
     def test_a_budget_change_lifts_the_back_off(self, mem: Memory) -> None:

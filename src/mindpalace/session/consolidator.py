@@ -14,7 +14,9 @@ refs) rather than silently dropped. A failed summary (raw breadcrumb) never repl
 When the fixed part of the prompt (system prompt, memory blocks, tool schemas, this block)
 alone is at or over the target, archiving cannot reach it: the consolidator archives once,
 reports ``target_unreachable`` with the numbers, logs it, and backs off (durably) until the
-fixed part shrinks or the budget changes, instead of calling the summarizer on every turn.
+fixed part shrinks or the budget changes, instead of calling the summarizer on every turn:
+while backed off, only what must leave for the prompt to fit the budget is archived, as raw
+breadcrumbs (no model call), so no message leaves the prompt unnamed.
 
 Durability order (I2, I6): an intent is written to the store, the history line is appended and
 fsync'ed under the history lock, then one store transaction indexes the entry as a ``history``
@@ -69,6 +71,7 @@ log = logging.getLogger(__name__)
 STATE_KEY = "consolidation"
 INTENT_KEY = "consolidation_intent"
 JOURNAL_STREAM = "consolidation"  # one event per state change; its version is the state's
+BACKED_OFF = "target unreachable: summarizer backed off"  # why a backed-off run archives raw
 # A preferred user-turn boundary may archive more than needed, but not below this share of
 # the target: further than that, the nearest group boundary keeps more recent context.
 USER_TURN_FLOOR = 0.5
@@ -148,8 +151,9 @@ class ConsolidationResult:
             schemas, the archived-context block and reply priming (tokens).
         target_unreachable: the fixed part alone is at or over the target, so no archiving
             can reach it (the run archived once, or backed off — see `backed_off`).
-        backed_off: nothing was archived because the target was found unreachable for the same
-            fixed part and budget before.
+        backed_off: the target was found unreachable before for this budget and a fixed part
+            no smaller: no summarizer call; what had to leave to fit the budget was archived
+            as raw breadcrumbs.
     """
 
     entries: int = 0
@@ -377,8 +381,8 @@ class Consolidator:
             (running it again on unchanged input changes nothing, I5), and when an earlier run
             found the target unreachable for this budget and a fixed part no smaller
             (``backed_off``: no summarizer call until the fixed part shrinks or the budget
-            changes; the run that finds it archives once, sets ``target_unreachable`` and logs
-            a warning with the numbers).
+            changes, only raw archiving down to the budget; the run that finds it archives
+            once, sets ``target_unreachable`` and logs a warning with the numbers).
 
         Raises:
             ValidationError: negative `system_tokens`.
@@ -414,24 +418,28 @@ class Consolidator:
             return result
         key = {"system_tokens": system_tokens, "budget": budget,
                "tools_tokens": self.counter.count_messages([], tools) - self.counter.count_messages([])}
-        if _still_unreachable(state.backoff, key):  # do not archive a little more every turn (I4)
+        backed_off = _still_unreachable(state.backoff, key)
+        if backed_off:
+            # No summarizer call every turn (I4): only what must leave for the prompt to fit the
+            # budget is archived, as raw breadcrumbs — named in the block, never silently dropped.
             result.target_unreachable = result.backed_off = True
             log.debug("session %s: consolidation backed off (target %d unreachable, fixed part "
-                      "%d tokens)", self.scope, target, result.fixed_tokens)
-            return result
+                      "%d tokens); archiving raw down to the budget", self.scope, target, fixed)
         # Bound the block by its cap so the prompt still fits once it grows.
         empty = self.counter.count_message(block_message(Block.ARCHIVED_SUMMARY, ""))
         bound = self._fixed_tokens(system_tokens, tools, None) + empty + self.summary_cap_tokens
         cut = choose_boundary([m.message for m in live], costs, fixed_tokens=bound,
-                              target_tokens=target)
+                              target_tokens=budget if backed_off else target)
         if cut is not None:
-            self._archive(live[:cut], result)
+            self._archive(live[:cut], result, BACKED_OFF if backed_off else "")
         after = self.state()
         rest = self._messages_after(after.last_consolidated)
         result.fixed_tokens = self._fixed_tokens(system_tokens, tools, self._block(after))
         result.prompt_tokens_after = result.fixed_tokens + sum(self._group_costs(rest))
         result.over_budget = result.prompt_tokens_after > budget
         result.last_consolidated = after.last_consolidated
+        if backed_off:
+            return result
         if result.fixed_tokens >= target:
             result.target_unreachable = True
             log.warning(
@@ -544,8 +552,9 @@ class Consolidator:
             pieces.append(cur)
         return pieces
 
-    def _archive(self, chunk: list[StoredMessage], result: ConsolidationResult) -> None:
-        degraded = ""  # set after a provider failure: stop hammering it this round
+    def _archive(self, chunk: list[StoredMessage], result: ConsolidationResult, degraded: str = "") -> None:
+        """Archive `chunk` piece by piece; `degraded` (or a provider failure on the way: stop
+        hammering it this round) archives raw breadcrumbs without calling the summarizer."""
         for piece in self._pieces(chunk):
             entry, spent, why, calls, failed = self._archive_piece(piece, degraded)
             result.entries += 1
