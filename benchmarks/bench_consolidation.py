@@ -21,10 +21,13 @@ Methods, measured in the same run on the same prompts:
 Columns: prompts built; consolidations (runs that archived something; history entries in
 brackets); peak prompt tokens / budget; prompts over budget on the final prompt (in brackets:
 prompts that still needed the context builder's last-resort trimming after consolidation,
-because the newest call/result group alone is larger than the budget); pairing violations on
+because the newest call/result group alone is larger than the budget); prompts refused
+(``ContextBudgetError``: the system prompt, which is never cut, does not fit the budget) and
+prompts where consolidation backed off (target unreachable for the same fixed part); pairing violations on
 the final prompt sent (the window baseline applies no repair); messages that left the prompt with no
-archive; archived coverage (messages that left the prompt and are in history.jsonl, by message
-range); summarizer tokens (prompt + reply) per 1,000 message tokens; ms per replayed message
+archive (for the consolidator: dropped by the builder's last resort and still not archived at
+the end — they stay in the message log, readable as ``message:<N>``); archived coverage
+(messages that left the prompt and are in history.jsonl, by message range); summarizer tokens (prompt + reply) per 1,000 message tokens; ms per replayed message
 (store append + consolidation + prompt estimate).
 
     python benchmarks/bench_consolidation.py --fast
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -46,6 +50,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mindpalace import Memory
+from mindpalace.errors import ContextBudgetError
 from mindpalace.session.pairing import check_pairing
 from mindpalace.tokens import TokenCounter
 
@@ -80,6 +85,8 @@ class Stats:
     messages: int = 0
     seconds: float = 0.0
     raw_fallbacks: int = 0
+    refused: int = 0
+    backed_off: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -156,6 +163,7 @@ def run_consolidator(conv: Conversation, mem: Memory, budget: int, st: Stats) ->
     s = mem.session(conv.name)
     c = s.consolidator
     points = call_points(conv.messages)
+    unarchived_gone: set[int] = set()  # left the prompt (builder's last resort) before any archive
     for pos, msg in enumerate(conv.messages, 1):
         t0 = time.perf_counter()
         s.add_message(msg)
@@ -163,10 +171,16 @@ def run_consolidator(conv: Conversation, mem: Memory, budget: int, st: Stats) ->
             # The product path: the turn call consolidates first, then the builder assembles the
             # prompt under the budget (last-resort trimming only for an oversized newest group).
             live_before = [m.message for m in c.live_messages()]
-            built = s.prepare(system_prompt=conv.system or None)
-            st.seconds += time.perf_counter() - t0
             st.prompts += 1
+            try:
+                built = s.prepare(system_prompt=conv.system or None)
+            except ContextBudgetError:  # the system prompt alone does not fit: never cut
+                st.seconds += time.perf_counter() - t0
+                st.refused += 1
+                continue
+            st.seconds += time.perf_counter() - t0
             r = built.report.consolidation
+            st.backed_off += bool(r is not None and r.backed_off)
             if r is not None and r.consolidated:
                 st.consolidations += 1
                 st.entries += r.entries
@@ -179,11 +193,16 @@ def run_consolidator(conv: Conversation, mem: Memory, budget: int, st: Stats) ->
                 st.over_budget += 1
             if built.report.degradations:
                 st.over_unavoidable += 1  # needed last-resort trimming after consolidation
+            dropped = sum(int(n) for d in built.report.degradations
+                          for n in re.findall(r"^dropped (\d+) (?:oldest|more) messages", d))
+            lc = c.last_consolidated
+            unarchived_gone.update(range(lc + 1, lc + 1 + dropped))
             st.violations += len(check_pairing(built.messages))
             st.violations_before_repair += len(check_pairing(live_before))
         else:
             st.seconds += time.perf_counter() - t0
     lc = c.last_consolidated
+    st.lost += len({i for i in unarchived_gone if i > lc})  # still only in the message log
     st.left_prompt += lc
     ranges = [e.messages for e in c.history.read(session=s.scope) if e.messages]
     covered = sorted(i for a, b in ranges for i in range(a, b + 1))
@@ -258,7 +277,7 @@ def main() -> None:
                         f"conversations, τ-bench {len(datasets['τ-bench'])} runs, "
                         f"{len(datasets['τ-bench tasks'])} τ-bench tasks (all trials in one session)")
     for col in ("data", "budget", "method", "prompts", "consolidations (entries)", "peak / budget",
-                "over budget (trimmed)", "pairing violations", "lost w/o archive",
+                "over budget (trimmed)", "refused / backed off", "pairing violations", "lost w/o archive",
                 "archived coverage", "summary tok / 1k msg tok", "ms / msg"):
         table.add_column(col, justify="left" if col in ("data", "method") else "right")
     out = []
@@ -271,6 +290,7 @@ def main() -> None:
             f"{st.consolidations:,} ({st.entries:,})" if is_cons else "—",
             f"{st.peak_ratio:.2f}",
             f"{st.over_budget} ({st.over_unavoidable})" if is_cons else str(st.over_budget),
+            f"{st.refused} / {st.backed_off}" if is_cons else "—",
             str(st.violations), f"{st.lost:,}", coverage,
             f"{1000 * st.summary_tokens / max(1, st.message_tokens):.0f}" if is_cons else "0",
             f"{1000 * st.seconds / max(1, st.messages):.2f}",

@@ -134,23 +134,42 @@ class TestDegradation:
         assert built.report.total_tokens <= full.report.total_tokens - 60
         assert check_pairing(built.messages) == []
 
-    def test_the_tail_of_the_longest_block_is_truncated_last(self, mem: Memory) -> None:
+    def test_the_system_prompt_is_never_cut_a_budget_below_it_is_refused(self, mem: Memory) -> None:
         s = fresh(mem)
-        built = s.context(120, system_prompt="policy " * 400, messages=[{"role": "user", "content": "hi"}])
-        assert built.report.total_tokens <= 120
-        assert built.report.degradations[-1].startswith("truncated the tail of system prompt from")
-        assert built.messages[0]["content"].startswith("policy policy")
-        assert built.messages[0]["content"].endswith("[truncated to fit the context budget]")
+        with pytest.raises(ContextBudgetError, match=r"system prompt \d+ tokens, which are never cut"):
+            s.context(120, system_prompt="policy " * 400, messages=[{"role": "user", "content": "hi"}])
+        s.add_message({"role": "system", "content": "policy " * 400})  # a stored one, too
+        with pytest.raises(ContextBudgetError, match="system prompt"):
+            s.prepare(120)
+        built = s.context(600, system_prompt="policy " * 400,
+                          messages=[{"role": "user", "content": "hi " * 400}])
+        assert built.messages[0]["content"] == "policy " * 400  # whole; the message was cut
+        assert built.report.total_tokens <= 600
 
-    def test_the_longest_blocks_are_cut_to_a_common_level_keeping_their_heads(self, mem: Memory) -> None:
+    def test_a_cut_message_keeps_its_head_and_tail_and_names_its_reference(self, mem: Memory) -> None:
+        s = fresh(mem)
+        s.add_message({"role": "user", "content": "run the build"})
+        log = "\n".join(f"compiling module {i} ok" for i in range(3_000))
+        s.add_message({"role": "assistant", "content": log + "\nFINAL: 3 submodules failed (m7, m9, m12)"})
+        built = s.context(400)
+        text = built.messages[-1]["content"]
+        assert built.report.total_tokens <= 400
+        assert text.startswith("compiling module 0 ok")
+        assert text.endswith("FINAL: 3 submodules failed (m7, m9, m12)")
+        assert "in full as message:2" in text
+        assert s.read_records(["message:2"]).found["message:2"].body.endswith("(m7, m9, m12)")
+        assert any("message:2" in d and "head + tail" in d for d in built.report.degradations)
+
+    def test_the_longest_parts_are_cut_to_a_common_level_keeping_their_heads(self, mem: Memory) -> None:
         s = filled(mem, steps=40, turns=0)
-        full = s.context(100_000, system_prompt="policy " * 600)
+        msgs = [{"role": "user", "content": "policy " * 600}]
+        full = s.context(100_000, messages=msgs)
         sizes = dict(full.report.blocks)
-        built = s.context(full.report.total_tokens // 2, system_prompt="policy " * 600)
+        built = s.context(full.report.total_tokens // 2, messages=msgs)
         cut = dict(built.report.blocks)
         assert built.report.total_tokens <= full.report.total_tokens // 2
-        assert cut["system prompt"] < sizes["system prompt"] and cut["memory index"] < sizes["memory index"]
-        assert abs(cut["system prompt"] - cut["memory index"]) <= 8  # one level for the longest
+        assert cut["messages (1)"] < sizes["messages (1)"] and cut["memory index"] < sizes["memory index"]
+        assert abs(cut["messages (1)"] - cut["memory index"]) <= 8  # one level for the longest
         assert cut["pending steps"] == sizes["pending steps"]  # short blocks untouched
         index = next(m["content"] for m in built.messages if m["content"].startswith("Memory index"))
         assert index.splitlines()[1].startswith("- step_40 ")  # the newest entries survive
@@ -227,6 +246,11 @@ def test_the_prompt_never_exceeds_its_budget(
     for _ in range(images):
         msgs.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
     tools = TOOLS if with_tools else None
+    floor = s.memory.tokens.count_messages([{"role": "system", "content": system}] if system else [], tools)
+    if system and floor > budget:  # the system prompt is never cut (I7): refused, naming it
+        with pytest.raises(ContextBudgetError, match="system prompt"):
+            s.context_builder.build(budget, system_prompt=system, tools=tools, messages=msgs)
+        return
     built = s.context_builder.build(budget, system_prompt=system, tools=tools, messages=msgs)
     exact = s.memory.tokens.count_messages(built.messages, tools)
     assert built.report.total_tokens == exact <= budget

@@ -46,8 +46,9 @@ _ROLES: dict[Block, Role] = {block: "system" for block in Block}
 BLOCK_ROLES: Final[Mapping[Block, Role]] = MappingProxyType(_ROLES)
 """The role each block is sent with. Every block speaks as ``system`` today."""
 
-PROTECTED_BLOCKS: Final = frozenset({Block.CORRECTIONS, Block.CONSTRAINTS})
-"""Blocks that are never truncated (I7); dropped only after every other part is gone."""
+PROTECTED_BLOCKS: Final = frozenset({Block.CORRECTIONS, Block.SYSTEM_PROMPT, Block.CONSTRAINTS})
+"""Blocks that are never truncated or dropped (I7; the system prompt too): a budget they do
+not fit is refused with ContextBudgetError naming them."""
 
 
 def block_message(block: Block, text: str) -> Message:

@@ -46,7 +46,9 @@ from mindpalace.checks import require_int
 from mindpalace.errors import ContextBudgetError
 from mindpalace.session.consolidator import ConsolidationResult, Consolidator
 from mindpalace.session.messages import MessageLog, validate_messages
+from mindpalace.session.observations import MIN_SHOWN_TOKENS, govern, head_and_tail
 from mindpalace.session.pairing import PairingReport, repair_pairing, tool_groups
+from mindpalace.settings import SessionSettings
 from mindpalace.steps.checkpoint import render_checkpoint, render_summary_lines
 from mindpalace.steps.index import INDEX_HEADER
 from mindpalace.steps.memory import StepMemory
@@ -57,6 +59,7 @@ from mindpalace.tokens import TokenCounter
 IMAGE_TYPES: Final = frozenset({"image_url", "image", "input_image"})
 IMAGE_PLACEHOLDER: Final = "[image omitted to fit the context budget]"
 TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
+MESSAGE_CUT_NOTE: Final = "…[{tokens} tokens cut from the middle to fit the context budget{where}]…"
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
 
 
@@ -74,6 +77,9 @@ class ContextReport:
             dropped) in the conversation.
         consolidation: what ``Session.prepare`` archived before building (None for a pure
             build, ``Session.context``).
+        observations: tool results governance shortened on this build (cut to
+            ``session.tool_result_max_tokens`` or masked for age), each naming its
+            ``message:<N>``; nothing is lost, so these are not degradations.
     """
 
     blocks: list[tuple[str, int]]
@@ -82,6 +88,7 @@ class ContextReport:
     degradations: list[str] = field(default_factory=list)
     pairing: PairingReport = field(default_factory=PairingReport)
     consolidation: ConsolidationResult | None = None
+    observations: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -171,11 +178,15 @@ class ContextBuilder:
     Args:
         sources: the session's memory blocks and stored messages (:class:`ContextSources`).
         counter: the token counter (I9).
+        settings: ``[session]`` (tool-result governance: ``tool_result_*``); default settings.
     """
 
-    def __init__(self, sources: ContextSources, counter: TokenCounter) -> None:
+    def __init__(
+        self, sources: ContextSources, counter: TokenCounter, settings: SessionSettings | None = None
+    ) -> None:
         self.sources = sources
         self.counter = counter
+        self.settings = settings or SessionSettings()
 
     def build(
         self,
@@ -199,9 +210,15 @@ class ContextBuilder:
         Returns:
             A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
 
+        Stored tool results are governed first (:mod:`mindpalace.session.observations`: a huge
+        one shown as head + tail + its ``message:<N>`` reference, old ones masked the same way;
+        named in ``report.observations``); a message the budget still forces to be cut keeps
+        its head and tail and names its reference.
+
         Raises:
             ContextBudgetError: the budget is below the irreducible minimum: tool schemas +
-                reply priming + the protected constraints and user corrections (never cut, I7).
+                reply priming + the system prompt and the protected constraints and user
+                corrections (never cut, I7).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
                 text; `tools` is not a list of JSON objects; a given message is malformed.
         """
@@ -211,7 +228,8 @@ class ContextBuilder:
         if convo_given is None and system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks()
-        self._check_floor(budget, blocks, tool_list)
+        self._check_floor(budget, blocks, tool_list, system_prompt)
+        refs: list[str | None]
         if convo_given is None:
             # Messages are dropped before any block is cut, so only the tail that fits beside
             # the blocks can survive: read just that much (plus one chunk) from the store.
@@ -219,26 +237,32 @@ class ContextBuilder:
             if system_prompt is not None:
                 fixed.append(block_message(Block.SYSTEM_PROMPT, system_prompt))
             room = budget - self.counter.count_messages(fixed, tool_list)
-            convo, unloaded = self._load_messages(max(0, room))
+            convo, unloaded, start = self._load_messages(max(0, room))
+            refs = [f"message:{start + k}" for k in range(len(convo))]
         else:
-            convo, unloaded = convo_given, 0
+            convo, unloaded, refs = convo_given, 0, [None] * len(convo_given)
+        convo, observations = self._govern(convo, refs)
+        ref_of = {id(m): r for m, r in zip(convo, refs, strict=True) if r}
         lifted = [m for m in convo if m.get("role") == "system"]
         convo = [m for m in convo if m.get("role") != "system"]
         if system_prompt is None and lifted:
             system_prompt = _text(lifted[-1].get("content"))
+            self._check_floor(budget, blocks, tool_list, system_prompt)
         convo, pairing = repair_pairing(convo)
         if system_prompt:
             at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
             blocks.insert(at, _Part(Block.SYSTEM_PROMPT, block_message(Block.SYSTEM_PROMPT, system_prompt)))
-        degradations: list[str] = []
-        fitter = _Fitter(self.counter, blocks, convo, tool_list, budget)
+        fitter = _Fitter(self.counter, blocks, convo, tool_list, budget, ref_of)
         fitter.dropped_messages += unloaded
+        degradations: list[str] = []
         fitter.fit(degradations)
         final, check = repair_pairing(fitter.flat())
         if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
             pairing.closed_calls += check.closed_calls
             pairing.dropped_results += check.dropped_results
-        return BuiltContext(final, fitter.report(final, degradations, pairing), tool_list)
+        report = fitter.report(final, degradations, pairing)
+        report.observations = observations
+        return BuiltContext(final, report, tool_list)
 
     def fixed_tokens(
         self,
@@ -256,7 +280,7 @@ class ContextBuilder:
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks()
-        self._check_floor(budget, blocks, tool_list)
+        self._check_floor(budget, blocks, tool_list, system_prompt)
         fixed = [p.message for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
             fixed.append(block_message(Block.SYSTEM_PROMPT, system_prompt))
@@ -268,26 +292,41 @@ class ContextBuilder:
         latest = self.sources.system_message()
         return _text(latest.get("content")) if latest else None
 
-    def _check_floor(self, budget: int, blocks: list[_Part], tools: list[ToolSchema] | None) -> None:
+    def _check_floor(
+        self, budget: int, blocks: list[_Part], tools: list[ToolSchema] | None, system_prompt: str | None
+    ) -> None:
         minimum = self.counter.count_messages([], tools)
         if budget < minimum:
             raise ContextBudgetError(budget, minimum)
-        protected = [p.message for p in blocks if p.name in PROTECTED_BLOCKS]
+        parts = [p for p in blocks if p.name in PROTECTED_BLOCKS]
+        if system_prompt:
+            parts.append(_Part(Block.SYSTEM_PROMPT, block_message(Block.SYSTEM_PROMPT, system_prompt)))
+        protected = [p.message for p in parts]
         if protected and budget < (floor := self.counter.count_messages(protected, tools)):
-            raise ContextBudgetError(  # I7: constraints are never cut, so they must fit whole
-                budget, floor, "tool schemas, reply priming and the protected constraints and "
-                "user corrections, which are never cut"
+            sizes = ", ".join(f"{p.name.value} {self.counter.count_message(p.message)}" for p in parts)
+            raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
+                budget, floor, f"reply priming and tool schemas {minimum}, {sizes} tokens, which "
+                "are never cut; shorten them"
             )
+
+    def _govern(self, convo: list[Message], refs: Sequence[str | None]) -> tuple[list[Message], list[str]]:
+        """Tool-result governance (:func:`~mindpalace.session.observations.govern`) and its
+        report lines."""
+        s = self.settings
+        out, report = govern(convo, refs, self.counter, max_tokens=s.tool_result_max_tokens,
+                             mask_after_turns=s.tool_result_mask_after_turns,
+                             masked_tokens=s.tool_result_masked_tokens)
+        return out, report.lines(s.tool_result_mask_after_turns)
 
     def _blocks(self) -> list[_Part]:
         """Every memory block present, in prompt order (the system prompt is inserted later)."""
         texts = self.sources.memory_blocks()
         return [_Part(b, block_message(b, texts[b])) for b in BLOCK_ORDER if texts.get(b)]
 
-    def _load_messages(self, budget: int) -> tuple[list[Message], int]:
+    def _load_messages(self, budget: int) -> tuple[list[Message], int, int]:
         """The stored tail after the cursor: read backwards in growing chunks until the loaded
-        messages alone pass the budget (older ones would be dropped anyway). Returns
-        (messages, count of older messages not loaded)."""
+        messages alone (as governed) pass the budget (older ones would be dropped anyway).
+        Returns (messages, count of older messages not loaded, index of the first loaded)."""
         first, last = self.sources.message_range()
         end = last + 1
         loaded: list[Message] = []
@@ -296,14 +335,15 @@ class ContextBuilder:
             new_lo = max(first, lo - chunk)
             loaded = self.sources.read_messages(new_lo, lo - 1) + loaded
             lo, chunk = new_lo, chunk * 2
-            if self.counter.count_messages(_without_images(loaded)) > budget:
+            refs = [""] * len(loaded)  # sizes as governance will show them
+            if self.counter.count_messages(_without_images(self._govern(loaded, refs)[0])) > budget:
                 break
         unloaded = max(0, lo - first)
         if unloaded:  # a partial load may start inside a tool group: its results go with it
             while loaded and loaded[0].get("role") == "tool":
                 loaded.pop(0)
                 unloaded += 1
-        return loaded, unloaded
+        return loaded, unloaded, first + unloaded
 
 
 class _Fitter:
@@ -316,12 +356,14 @@ class _Fitter:
         convo: list[Message],
         tools: list[ToolSchema] | None,
         budget: int,
+        refs: Mapping[int, str] | None = None,
     ) -> None:
         self.counter = counter
         self.blocks = blocks
         self.groups = [convo[a:b] for a, b in tool_groups(convo)]
         self.tools = tools
         self.budget = budget
+        self.refs = refs or {}  # id(message) → message:<N>, for stored messages
         self.dropped_messages = 0
 
     def flat(self) -> list[Message]:
@@ -406,7 +448,15 @@ class _Fitter:
         return total
 
     def _cut(self, msg: Message, name: str, tokens: int, keep: int, mark: int, degradations: list[str]) -> None:
-        if keep > mark:
+        ref = self.refs.get(id(msg))
+        where = f"; in full as {ref}, read it with read_files" if ref else ""
+        note = MESSAGE_CUT_NOTE.format(tokens=tokens - keep, where=where)
+        if name.startswith("message") and keep >= self.counter.count(note) + 4 * MIN_SHOWN_TOKENS:
+            # a message's end matters as much as its head ("FINAL: 3 submodules failed")
+            msg["content"] = head_and_tail(msg["content"], self.counter, keep, note)
+            degradations.append(f"cut the middle of {name}{' ' + ref if ref else ''} from {tokens} "
+                                f"to {keep} tokens (head + tail kept)")
+        elif keep > mark:
             msg["content"] = self.counter.truncate(msg["content"], keep - mark) + TRUNCATION_MARK
             degradations.append(f"truncated the tail of {name} from {tokens} to {keep} tokens")
         else:

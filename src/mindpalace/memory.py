@@ -25,6 +25,7 @@ from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
+from mindpalace.refs import RefResolver
 from mindpalace.retrieval.embedding_sync import Progress, SyncReport, sync_embeddings
 from mindpalace.retrieval.hybrid import HybridRetriever
 from mindpalace.scope import ANY, Scope
@@ -384,16 +385,25 @@ class Session:
         return StepMemory(self.store, self.scope, counter=mem.tokens, summarizer=mem.summarizer,
                           settings=mem.settings.steps)
 
+    @cached_property
+    def refs(self) -> RefResolver:
+        """Resolves ``message:`` / ``history:`` / ``fact:`` references and record names."""
+        return RefResolver(self.store, self.scope, history=self.memory.history,
+                           facts=lambda key: self.facts.get(key))
+
     def read_records(self, names: Iterable[str]) -> ReadResult:
-        """Records by name (read_files protocol); unknown names are in ``.missing``, not raised."""
-        return self.steps.read_records(names)
+        """Records and references by name (read_files protocol): ``step_12``, ``message:17``,
+        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``
+        (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
+        ``.missing``, not raised."""
+        return self.refs.read(names)
 
     # -- the prompt: inspection (read-only) and the turn (makes room, then builds) -------------
     @cached_property
     def context_builder(self) -> ContextBuilder:
         """The session's :class:`~mindpalace.context.ContextBuilder` (read-only)."""
         sources = SessionSources(self.messages, self.steps, self.consolidator, self.tasks)
-        return ContextBuilder(sources, self.memory.tokens)
+        return ContextBuilder(sources, self.memory.tokens, self.memory.settings.session)
 
     def context(
         self,

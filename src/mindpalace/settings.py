@@ -141,7 +141,10 @@ class SessionSettings(_Section):
     safety_buffer_tokens: int = Field(1_024, ge=0, description="Headroom for tokenizer drift (tokens).")
     consolidation_ratio: float = Field(0.5, gt=0, le=1, description="Target prompt occupancy after consolidation.")
     idle_compact_after_minutes: float = Field(15.0, ge=0, description="Idle sessions are compacted after this; 0 = off.")
-    summary_max_tokens: int = Field(512, ge=16, description="Cap on one consolidation summary (tokens).")
+    summary_max_tokens: int = Field(
+        512, ge=16, description="Cap on the archived-context block: the summaries of every archived range "
+        "together (tokens); one new range's summary gets half of it.",
+    )
     raw_breadcrumb_max_chars: int = Field(4_000, ge=100, description="Cap on a raw archive breadcrumb (characters).")
     history_entry_max_chars: int = Field(16_000, ge=100, description="Cap on one history.jsonl entry (characters).")
     summary_share_of_target: float = Field(
@@ -155,6 +158,17 @@ class SessionSettings(_Section):
     idle_keep_recent_messages: int = Field(
         8, ge=0, description="Recent window an idle session keeps in the prompt (messages, snapped to a "
         "safe boundary; an idle session always archives all but at least its last turn).",
+    )
+    tool_result_max_tokens: int = Field(
+        2_000, ge=0, description="A tool result longer than this is shown as head + tail + its message:<N> "
+        "reference on every build (tokens; the log keeps it whole); 0 = no cap.",
+    )
+    tool_result_mask_after_turns: int = Field(
+        10, ge=0, description="A tool result followed by this many assistant turns is masked to "
+        "tool_result_masked_tokens with its message:<N> reference (observation masking); 0 = never.",
+    )
+    tool_result_masked_tokens: int = Field(
+        96, ge=32, description="What a masked tool result keeps: head + tail + reference (tokens).",
     )
     lease_ttl_seconds: float = Field(600.0, gt=0, description="A turn lease expires after this unless renewed (seconds).")
     lock_timeout_seconds: float = Field(120.0, gt=0, description="Wait for the per-session consolidation lock (seconds).")

@@ -3,7 +3,9 @@ gate (I3), idempotence and crash recovery (I5, I6), exact prompt estimates (I9).
 
 from __future__ import annotations
 
+import re
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,12 +14,14 @@ from hypothesis import strategies as st
 
 from mindpalace import Memory
 from mindpalace.blocks import Block, block_message
-from mindpalace.errors import ProviderError, StoreError
+from mindpalace.errors import ConcurrencyError, ProviderError, StoreError
 from mindpalace.history import HistoryLog
 from mindpalace.providers.llm import Completion, Usage
 from mindpalace.session.autocompact import AutoCompact
 from mindpalace.session.consolidator import (
     ARCHIVED_SUMMARY_HEADER,
+    BACKED_OFF,
+    ConsolidationResult,
     Consolidator,
     choose_boundary,
 )
@@ -364,3 +368,186 @@ def test_context_builder_injects_the_summary_and_starts_after_the_cursor(mem: Me
     convo = [t for m, t in zip(built.messages, contents, strict=True) if m["role"] != "system"]
     assert convo[0].startswith(f"m{c.last_consolidated} ")  # message index lc+1 holds m{lc}
     assert check_pairing(built.messages) == []
+
+
+# -- the archived-context block covers every archived range (issue 10, item 3) ----------------
+def fill_until(s: Any, c: Consolidator, entries: int, *, system_tokens: int = 0, start: int = 0,
+               first: str | None = None) -> int:
+    """Add user/assistant turns (the first user message = `first`) until `entries` history
+    entries exist; returns the next turn number."""
+    i = start
+    while c.state().entries < entries:
+        content = first if (first and i == start) else text(20, i)
+        s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": content})
+        c.maybe_consolidate(system_tokens=system_tokens)
+        i += 1
+        assert i < start + 400, "never consolidated"
+    return i
+
+
+PROJECT = "Project Falcon ships on 2027-03-14; owner Dana Reyes, budget 40k EUR."
+HOTELS = "Hotel shortlist: Hotel Gracery Shinjuku, 18000 JPY per night, breakfast included."
+
+
+class TestAccumulation:
+    def test_a_second_summary_does_not_replace_the_first(self, mem: Memory) -> None:
+        s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        fill_until(s, c, 2)
+        block = str(c.summary_text())
+        assert "Project Falcon" in block and "2027-03-14" in block  # main kept only HOTELS
+        assert "Hotel Gracery" in block
+        assert c.last_summary == HOTELS
+
+    def test_a_failed_second_summary_never_replaces_a_good_first_one(self, mem: Memory) -> None:
+        llm = FakeLLM([PROJECT, ProviderError("HTTP 503")], settings=LLMSettings(max_retries=0))
+        s, c = session_with(mem, llm)
+        fill_until(s, c, 2)
+        assert c.state().last_kind == "raw"
+        block = str(c.summary_text())
+        assert "Project Falcon" in block and "2027-03-14" in block  # main showed the breadcrumb only
+        assert "raw excerpt, summary failed" in block
+
+    def test_ranges_are_labelled_with_messages_and_history_refs(self, mem: Memory) -> None:
+        s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        fill_until(s, c, 2)
+        entries = c.history.read(session=s.scope)
+        block = str(c.summary_text())
+        for e in entries:
+            assert f"messages {e.messages[0]}-{e.messages[1]} · history:{e.cursor}" in block
+            got = s.read_records([f"history:{e.cursor}"]).found[f"history:{e.cursor}"]
+            assert got.body == e.content
+
+    def test_over_the_cap_older_ranges_are_merged_and_user_rules_survive_verbatim(self, mem: Memory) -> None:
+        rule = "Always answer in French and never book flights before 9 am."
+        # the first summary keeps the user's rule; every later summary and merge omits it
+        llm = FakeLLM([f"{rule} Trip to Tokyo, budget 2000 CNY."], settings=LLMSettings(max_retries=0),
+                      default=lambda _m, _n: "Planning continued: hotels in Shinjuku and flights TK001 were compared.")
+        s, c = session_with(mem, llm)
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.5})  # a 150-token block
+        fill_until(s, c, 1, first=f"{rule} " + text(15))
+        assert rule in str(c.summary_text()) and c.state().ranges[0].rules == (rule,)
+        fill_until(s, c, 8, start=200)
+        state = c.state()
+        assert any(r.kind == "merged" for r in state.ranges) and len(state.ranges) < 8
+        block = str(c.summary_text())
+        assert rule in block  # pinned: appended verbatim to the merge that dropped it
+        assert c.counter.count(block) <= c.summary_cap_tokens
+        assert block.count("messages 1-") == 1  # the merged range still names where it starts
+
+    def test_a_legacy_single_summary_state_reads_as_one_range(self, mem: Memory) -> None:
+        s, c = session_with(mem)
+        mem.store.kv_put(s.scope, "session", "consolidation", {
+            "last_consolidated": 12, "last_summary": "old summary of TK001", "last_kind": "summary",
+            "history_cursor": 3, "entries": 1})
+        assert c.summary_text() == (f"{ARCHIVED_SUMMARY_HEADER}:\n[messages 1-12 · history:3]\n"
+                                    "old summary of TK001")
+
+    def test_two_writers_cannot_lose_each_others_update(self, mem: Memory) -> None:
+        s, c = session_with(mem)
+        fill_until(s, c, 1)
+        stale = c.state()
+        c.mark_idle_compacted(5)  # another writer moves the state on
+        with pytest.raises(ConcurrencyError):
+            c._update(replace(stale, last_summary="lost update"), "archive", {})
+        assert c.state().idle_compacted_at == 5
+
+
+def covered_by_block(c: Consolidator) -> set[int]:
+    """Message indexes named by a range label in the block (shown or listed as hidden), after
+    checking that each label's history refs exist and hold that range."""
+    block = str(c.summary_text() or "")
+    out: set[int] = set()
+    cursors = {e.cursor: e for e in c.history.read(session=c.scope)}
+    for a, b, first, last in re.findall(r"messages (\d+)-(\d+) · history:(\d+)(?: … history:(\d+))?", block):
+        out.update(range(int(a), int(b) + 1))
+        assert cursors[int(first)].messages[0] == int(a)
+        assert cursors[int(last or first)].messages[1] == int(b)
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.lists(turn, min_size=4, max_size=25), fails=st.lists(st.booleans(), max_size=30),
+       seed=st.integers(0, 10_000))
+def test_every_archived_range_is_in_the_block_or_named_as_readable(
+    mem: Memory, turns: list[tuple], fails: list[bool], seed: int
+) -> None:
+    script = [ProviderError("HTTP 503") if f else text(12, k) for k, f in enumerate(fails)]
+    s, c = session_with(mem, FakeLLM(script, settings=LLMSettings(max_retries=0)))
+    for msg in expand(turns, seed):
+        if "idle" in msg:
+            continue
+        s.add_message(msg)
+        c.maybe_consolidate(system_tokens=40)
+        assert covered_by_block(c) >= set(range(1, c.last_consolidated + 1))
+        assert c.counter.count(str(c.summary_text() or "")) <= c.summary_cap_tokens
+
+
+# -- unreachable targets stop (issue 10, item 5) ----------------------------------------------
+class TestUnreachableTarget:
+    def test_the_summarizer_is_called_once_not_every_turn(
+        self, mem: Memory, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        llm = FakeLLM(settings=LLMSettings(max_retries=0))
+        s, c = session_with(mem, llm)
+        results = []
+        with caplog.at_level("WARNING", logger="mindpalace.session.consolidator"):
+            for turn_no in range(27):  # the fixed part (400) is over the target (300) by itself
+                s.add_message({"role": "user", "content": text(60, turn_no)})
+                s.add_message({"role": "assistant", "content": text(60, turn_no + 1)})
+                results.append(c.maybe_consolidate(system_tokens=400))
+        assert llm.calls == 1  # main: one summarizer call per turn
+        first = next(r for r in results if r.consolidated)
+        assert first.target_unreachable and first.fixed_tokens >= first.target_tokens == 300
+        later = [r for r in results[results.index(first) + 1:] if r.prompt_tokens_before > r.budget_tokens]
+        assert later and all(r.backed_off and r.target_unreachable for r in later)
+        # what must leave to fit the budget is archived raw (named), not dropped unnamed
+        assert all(r.prompt_tokens_after <= r.budget_tokens and r.raw_fallbacks == r.entries
+                   for r in later)
+        assert c.history.read(session=s.scope)[-1].content.startswith(f"[raw archive of messages {c.last_consolidated - 1}")
+        assert BACKED_OFF in c.history.read(session=s.scope)[-1].content
+        assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+        assert "target unreachable" in caplog.records[0].message and "300" in caplog.records[0].message
+        # a new process backs off too (durable), until the fixed part changes
+        again = wiring.consolidator(s, llm)
+
+        def turn(system_tokens: int) -> ConsolidationResult:
+            s.add_message({"role": "user", "content": text(60, 1)})
+            s.add_message({"role": "assistant", "content": text(60, 2)})
+            return again.maybe_consolidate(system_tokens=system_tokens)
+
+        assert turn(400).backed_off and llm.calls == 1
+        assert turn(450).backed_off and llm.calls == 1  # a larger fixed part: still unreachable
+        shrunk = [turn(100) for _ in range(3)]  # it shrank: summarized again once over budget
+        assert any(r.consolidated for r in shrunk) and llm.calls == 2
+        assert not any(r.backed_off for r in shrunk)
+        assert again.state().backoff is None
+
+    def test_a_budget_change_lifts_the_back_off(self, mem: Memory) -> None:
+        llm = FakeLLM(settings=LLMSettings(max_retries=0))
+        s, c = session_with(mem, llm)
+        for turn_no in range(6):
+            s.add_message({"role": "user", "content": text(60, turn_no)})
+            s.add_message({"role": "assistant", "content": text(60, turn_no + 1)})
+            c.maybe_consolidate(system_tokens=400)
+        assert llm.calls == 1
+        r = c.maybe_consolidate(system_tokens=400, budget_tokens=2_000)  # fits now: nothing to do
+        assert not r.consolidated and not r.backed_off
+
+
+# -- no summarizer request over summary_input_max_tokens (issue 10, item 6) -------------------
+def test_an_oversized_group_is_summarized_in_requests_under_the_input_cap(mem: Memory) -> None:
+    llm = FakeLLM(settings=LLMSettings(max_retries=0))
+    s, c = session_with(mem, llm)
+    c.settings = c.settings.model_copy(update={"summary_input_max_tokens": 256})
+    s.add_message({"role": "user", "content": "Build everything. " + text(120)})
+    s.add_message({"role": "assistant", "content": None, "tool_calls": [call("b1", "build")]})
+    log = "\n".join(f"module {i}: compiled TK{i:04d} in {i % 7} s" for i in range(700))
+    s.add_message({"role": "tool", "tool_call_id": "b1", "content": log + "\nFINAL: 3 submodules failed"})
+    s.add_message({"role": "user", "content": "what failed?"})
+    r = c.maybe_consolidate()
+    sizes = [c.counter.count(req["messages"][-1]["content"]) for req in llm.requests]
+    assert c.counter.count(log) > 5_000 and len(sizes) > 1
+    assert max(sizes) <= 256  # main: one request of the whole 9k-token group
+    assert r.consolidated and c.last_consolidated == 3 and r.raw_fallbacks == 0 and r.entries == 1
+    assert r.summary_calls == len(sizes)
+    assert c.history.read(session=s.scope)[-1].kind == "summary"

@@ -6,11 +6,26 @@ summary + messages after ``last_consolidated``) is over the input budget (window
 completion − safety buffer), a **safe boundary** is chosen and the older chunk is summarized
 into ``history.jsonl`` until the prompt is at ``consolidation_ratio`` of the budget.
 
+The "Archived context summary" block covers every archived range (:mod:`.archived`): each
+range keeps its own gated summary; when the block passes its cap the older ranges are merged
+through the summary gate, and what still does not fit is named (message range, ``history:``
+refs) rather than silently dropped. A failed summary (raw breadcrumb) never replaces a good one.
+
+When the fixed part of the prompt (system prompt, memory blocks, tool schemas, this block)
+alone is at or over the target, archiving cannot reach it: the consolidator archives once,
+reports ``target_unreachable`` with the numbers, logs it, and backs off (durably) until the
+fixed part shrinks or the budget changes, instead of calling the summarizer on every turn:
+while backed off, only what must leave for the prompt to fit the budget is archived, as raw
+breadcrumbs (no model call), so no message leaves the prompt unnamed.
+
 Durability order (I2, I6): an intent is written to the store, the history line is appended and
 fsync'ed under the history lock, then one store transaction indexes the entry as a ``history``
-search document, advances ``last_consolidated`` and stores the last summary. A crash between the
-line and the transaction is reconciled on the next run (:meth:`Consolidator.recover`): the line
-is found by its id and applied once, or the intent is dropped when no line was written.
+search document, advances ``last_consolidated`` and adds the range's summary to the state. The
+state is one kv value versioned by a journal stream (``consolidation``): every change appends a
+journal event with ``expected_version``, so two writers cannot lose each other's update (I6).
+A crash between the line and the transaction is reconciled on the next run
+(:meth:`Consolidator.recover`): the line is found by its id and applied once, or the intent is
+dropped when no line was written.
 """
 
 from __future__ import annotations
@@ -31,12 +46,23 @@ from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
 from mindpalace.history.log import HistoryEntry, HistoryLog, cap_text
 from mindpalace.scope import Scope
+from mindpalace.session.archived import (
+    ARCHIVED_SUMMARY_HEADER,
+    MAX_RANGES,
+    ArchivedRange,
+    chunk_text,
+    fold,
+    merge_source,
+    merged,
+    pinned_rules,
+    render_block,
+)
 from mindpalace.session.lease import STATE_NAMESPACE, hold
 from mindpalace.session.messages import MessageLog, StoredMessage, message_text
 from mindpalace.session.pairing import repair_pairing, tool_groups
 from mindpalace.settings import SessionSettings
-from mindpalace.store import Store
-from mindpalace.summary import Summarizer
+from mindpalace.store import NewEvent, Store
+from mindpalace.summary import Summarizer, SummaryOutcome
 from mindpalace.timeutil import to_iso, utcnow
 from mindpalace.tokens import TokenCounter
 
@@ -44,7 +70,8 @@ log = logging.getLogger(__name__)
 
 STATE_KEY = "consolidation"
 INTENT_KEY = "consolidation_intent"
-ARCHIVED_SUMMARY_HEADER = "Archived context summary"
+JOURNAL_STREAM = "consolidation"  # one event per state change; its version is the state's
+BACKED_OFF = "target unreachable: summarizer backed off"  # why a backed-off run archives raw
 # A preferred user-turn boundary may archive more than needed, but not below this share of
 # the target: further than that, the nearest group boundary keeps more recent context.
 USER_TURN_FLOOR = 0.5
@@ -57,11 +84,17 @@ class ConsolidationState:
     Attributes:
         last_consolidated: index of the newest archived message (0 = none); the prompt holds
             the messages after it.
-        last_summary: the archived summary injected as "Archived context summary" ("" = none).
+        last_summary: what the newest range shows (its summary or bounded raw breadcrumb).
         last_kind: ``summary`` or ``raw`` for the entry `last_summary` came from.
         history_cursor: cursor of the newest history entry of this session (0 = none).
         entries: history entries written for this session.
         idle_compacted_at: message count when idle compaction last ran (I5 for AutoCompact).
+        ranges: every archived range's summary, oldest first (the archived-context block).
+        block_cap_tokens: the block's token cap when it was last written (0 = the setting's).
+        backoff: the fixed part the target was unreachable for (``system_tokens``,
+            ``tools_tokens``, ``budget``); consolidation waits until the budget changes or
+            that fixed part shrinks (a larger one is still unreachable). None = none.
+        version: the journal version this state was written at (0 = never).
     """
 
     last_consolidated: int = 0
@@ -71,16 +104,31 @@ class ConsolidationState:
     entries: int = 0
     idle_compacted_at: int | None = None
     updated_at: str = ""
+    ranges: tuple[ArchivedRange, ...] = ()
+    block_cap_tokens: int = 0
+    backoff: dict[str, int] | None = None
+    version: int = 0
 
     @classmethod
     def from_json(cls, data: Any) -> ConsolidationState:
         if not isinstance(data, dict):
             return cls()
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**known)
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "ranges"}
+        state = cls(**known)
+        if "ranges" in data:
+            got = (ArchivedRange.from_json(r) for r in data.get("ranges") or ())
+            return replace(state, ranges=tuple(r for r in got if r is not None))
+        if state.last_summary and state.last_consolidated:  # written before ranges existed
+            legacy = ArchivedRange(1, state.last_consolidated, state.history_cursor,
+                                   state.history_cursor, state.last_summary,
+                                   state.last_kind or "summary", state.entries or 1)
+            return replace(state, ranges=(legacy,))
+        return state
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        data["ranges"] = [r.to_json() for r in self.ranges]
+        return data
 
 
 @dataclass
@@ -97,6 +145,15 @@ class ConsolidationResult:
         summary_tokens_spent: LLM (or extractive) tokens used by summaries (prompt + reply).
         raw_fallbacks: entries archived as raw breadcrumbs because the summary failed the gate.
         last_consolidated: the cursor after the run.
+        summary_calls: summarizer requests made (pieces, chunks of oversized pieces, merges).
+        merged_ranges: archived ranges merged into one summary to keep the block under its cap.
+        fixed_tokens: the fixed part after the run: system prompt and memory blocks, tool
+            schemas, the archived-context block and reply priming (tokens).
+        target_unreachable: the fixed part alone is at or over the target, so no archiving
+            can reach it (the run archived once, or backed off — see `backed_off`).
+        backed_off: the target was found unreachable before for this budget and a fixed part
+            no smaller: no summarizer call; what had to leave to fit the budget was archived
+            as raw breadcrumbs.
     """
 
     entries: int = 0
@@ -109,6 +166,11 @@ class ConsolidationResult:
     summary_tokens_spent: int = 0
     raw_fallbacks: int = 0
     last_consolidated: int = 0
+    summary_calls: int = 0
+    merged_ranges: int = 0
+    fixed_tokens: int = 0
+    target_unreachable: bool = False
+    backed_off: bool = False
     written: list[HistoryEntry] = field(default_factory=list)
 
     @property
@@ -225,8 +287,10 @@ class Consolidator:
 
     @property
     def summary_cap_tokens(self) -> int:
-        """Cap on one summary: min(summary_max_tokens, share · target), at least 16 tokens.
-        During a run with an explicit budget the target is that run's (set under the lock)."""
+        """Cap on the archived-context block (every range's summary together):
+        min(summary_max_tokens, share · target), at least 16 tokens. One new range's summary
+        gets half of it. During a run with an explicit budget the target is that run's (set
+        under the lock)."""
         s = self.settings
         target = self._run_target or self.target_tokens
         return max(16, min(s.summary_max_tokens, int(s.summary_share_of_target * target)))
@@ -243,7 +307,8 @@ class Consolidator:
 
     @property
     def last_summary(self) -> str:
-        """The last archived summary (or bounded raw breadcrumb), "" when none."""
+        """What the newest archived range shows (summary or bounded raw breadcrumb), "" when
+        none. The prompt shows every range: :meth:`summary_text`."""
         return self.state().last_summary
 
     def live_messages(self) -> list[StoredMessage]:
@@ -266,15 +331,25 @@ class Consolidator:
             return [self._live_cache[i] for i in range(cursor + 1, count + 1)]
 
     def summary_text(self, summary: str | None = None) -> str | None:
-        """The "Archived context summary" block text (None when nothing is archived yet)."""
-        text = self.last_summary if summary is None else summary
-        return f"{ARCHIVED_SUMMARY_HEADER}:\n{text}" if text else None
+        """The "Archived context summary" block text (None when nothing is archived yet).
+
+        Every archived range of the stored state, oldest first, each labelled with its message
+        range and ``history:`` refs, within the block cap (:func:`~.archived.render_block`:
+        ranges that do not fit are named, with their pinned user rules). With `summary`, the
+        block that would show just that text."""
+        if summary is not None:
+            return f"{ARCHIVED_SUMMARY_HEADER}:\n{summary}" if summary else None
+        return self._block(self.state())
+
+    def _block(self, state: ConsolidationState) -> str | None:
+        cap = state.block_cap_tokens or self.summary_cap_tokens
+        return render_block(state.ranges, self.counter, cap)
 
     def prompt_tokens(self, *, system_tokens: int = 0, tools: list[ToolSchema] | None = None) -> int:
         """The full prompt estimate now: fixed parts + tools + archived summary + repaired
         live messages + reply priming (tokens; exact for the configured tokenizer, I9)."""
         live = self.live_messages()
-        return self._fixed_tokens(system_tokens, tools, self.last_summary) + sum(
+        return self._fixed_tokens(system_tokens, tools, self.summary_text()) + sum(
             self._group_costs(live))
 
     @contextmanager
@@ -303,7 +378,11 @@ class Consolidator:
 
         Returns:
             A :class:`ConsolidationResult`; ``consolidated`` is False when the prompt fits
-            (running it again on unchanged input changes nothing, I5).
+            (running it again on unchanged input changes nothing, I5), and when an earlier run
+            found the target unreachable for this budget and a fixed part no smaller
+            (``backed_off``: no summarizer call until the fixed part shrinks or the budget
+            changes, only raw archiving down to the budget; the run that finds it archives
+            once, sets ``target_unreachable`` and logs a warning with the numbers).
 
         Raises:
             ValidationError: negative `system_tokens`.
@@ -329,25 +408,51 @@ class Consolidator:
         state = self.state()
         live = self._messages_after(state.last_consolidated)
         costs = self._group_costs(live)
-        before = self._fixed_tokens(system_tokens, tools, state.last_summary) + sum(costs)
+        fixed = self._fixed_tokens(system_tokens, tools, self._block(state))
+        before = fixed + sum(costs)
         result = ConsolidationResult(
             prompt_tokens_before=before, prompt_tokens_after=before,
             budget_tokens=budget, target_tokens=target,
-            last_consolidated=state.last_consolidated)
+            last_consolidated=state.last_consolidated, fixed_tokens=fixed)
         if before <= budget:
             return result
-        # Bound the summary block by its cap so the prompt still fits once it is replaced.
-        bound = self._fixed_tokens(system_tokens, tools, "x") + self.summary_cap_tokens
+        key = {"system_tokens": system_tokens, "budget": budget,
+               "tools_tokens": self.counter.count_messages([], tools) - self.counter.count_messages([])}
+        backed_off = _still_unreachable(state.backoff, key)
+        if backed_off:
+            # No summarizer call every turn (I4): only what must leave for the prompt to fit the
+            # budget is archived, as raw breadcrumbs — named in the block, never silently dropped.
+            result.target_unreachable = result.backed_off = True
+            log.debug("session %s: consolidation backed off (target %d unreachable, fixed part "
+                      "%d tokens); archiving raw down to the budget", self.scope, target, fixed)
+        # Bound the block by its cap so the prompt still fits once it grows.
+        empty = self.counter.count_message(block_message(Block.ARCHIVED_SUMMARY, ""))
+        bound = self._fixed_tokens(system_tokens, tools, None) + empty + self.summary_cap_tokens
         cut = choose_boundary([m.message for m in live], costs, fixed_tokens=bound,
-                              target_tokens=target)
+                              target_tokens=budget if backed_off else target)
         if cut is not None:
-            self._archive(live[:cut], result)
+            self._archive(live[:cut], result, BACKED_OFF if backed_off else "")
         after = self.state()
         rest = self._messages_after(after.last_consolidated)
-        result.prompt_tokens_after = self._fixed_tokens(
-            system_tokens, tools, after.last_summary) + sum(self._group_costs(rest))
+        result.fixed_tokens = self._fixed_tokens(system_tokens, tools, self._block(after))
+        result.prompt_tokens_after = result.fixed_tokens + sum(self._group_costs(rest))
         result.over_budget = result.prompt_tokens_after > budget
         result.last_consolidated = after.last_consolidated
+        if backed_off:
+            return result
+        if result.fixed_tokens >= target:
+            result.target_unreachable = True
+            log.warning(
+                "session %s: consolidation target unreachable: the fixed part is %d tokens "
+                "(system prompt and memory blocks %d, tool schemas %d, archived summary and "
+                "priming %d) ≥ target %d (consolidation_ratio %s × budget %d); archived %d "
+                "messages once and backing off until the fixed part shrinks or the budget changes",
+                self.scope, result.fixed_tokens, system_tokens, key["tools_tokens"],
+                result.fixed_tokens - system_tokens - key["tools_tokens"], target,
+                self.settings.consolidation_ratio, budget, result.archived_messages)
+            self._update(replace(after, backoff=key), "backoff", key)
+        elif after.backoff is not None:
+            self._update(replace(after, backoff=None), "backoff", {})
         return result
 
     def archive_before(self, cut_index: int, result: ConsolidationResult | None = None) -> ConsolidationResult:
@@ -391,7 +496,9 @@ class Consolidator:
             with store.transaction():
                 if entry is not None and entry.messages is not None and \
                         entry.messages[0] == state.last_consolidated + 1:
-                    self._commit(entry, state, str(intent.get("summary", "")))
+                    rules = tuple(str(r) for r in intent.get("rules") or ())
+                    self._commit(entry, state, str(intent.get("summary", "")), rules,
+                                 int(intent.get("cap") or 0) or self.summary_cap_tokens)
                     applied = True
                 store.kv_delete(scope, STATE_NAMESPACE, INTENT_KEY)
             if applied:
@@ -400,8 +507,8 @@ class Consolidator:
             return applied
 
     # -- internals -------------------------------------------------------------------------
-    def _fixed_tokens(self, system_tokens: int, tools: list[ToolSchema] | None, summary: str) -> int:
-        text = self.summary_text(summary) if summary else None
+    def _fixed_tokens(self, system_tokens: int, tools: list[ToolSchema] | None, text: str | None) -> int:
+        """`system_tokens` + the archived-context block `text` + tool schemas + reply priming."""
         block: list[Message] = [block_message(Block.ARCHIVED_SUMMARY, text)] if text else []
         # count_messages adds the reply priming and the tool schemas once
         return system_tokens + self.counter.count_messages(block, tools)
@@ -426,7 +533,9 @@ class Consolidator:
         return costs
 
     def _pieces(self, chunk: list[StoredMessage]) -> list[list[StoredMessage]]:
-        """Split an archive chunk at group boundaries into summarizer-sized pieces."""
+        """Split an archive chunk at group boundaries into summarizer-sized pieces (a group
+        larger than ``summary_input_max_tokens`` is a piece alone; :meth:`_summarize` cuts its
+        text further)."""
         limit = self.settings.summary_input_max_tokens
         msgs = [m.message for m in chunk]
         pieces: list[list[StoredMessage]] = []
@@ -434,44 +543,119 @@ class Consolidator:
         cur_tokens = 0
         for a, b in tool_groups(msgs):
             n = sum(self._message_tokens(m) for m in chunk[a:b])
-            if cur and cur_tokens + n > limit:
+            if cur and cur_tokens + n > limit and n <= limit:
                 pieces.append(cur)
                 cur, cur_tokens = [], 0
-            cur.extend(chunk[a:b])
+            cur.extend(chunk[a:b])  # an oversized group takes the small ones before it along
             cur_tokens += n
         if cur:
             pieces.append(cur)
         return pieces
 
-    def _archive(self, chunk: list[StoredMessage], result: ConsolidationResult) -> None:
-        degraded = ""  # set after a failed summary: stop hammering the provider this round
+    def _archive(self, chunk: list[StoredMessage], result: ConsolidationResult, degraded: str = "") -> None:
+        """Archive `chunk` piece by piece; `degraded` (or a provider failure on the way: stop
+        hammering it this round) archives raw breadcrumbs without calling the summarizer."""
         for piece in self._pieces(chunk):
-            entry, _injected, spent, why = self._archive_piece(piece, degraded)
+            entry, spent, why, calls, failed = self._archive_piece(piece, degraded)
             result.entries += 1
             result.archived_messages += len(piece)
             result.summary_tokens_spent += spent
+            result.summary_calls += calls
             result.written.append(entry)
             if entry.kind == "raw":
                 result.raw_fallbacks += 1
+            if failed:
                 degraded = degraded or why
+        if not degraded:
+            self._merge_if_over_cap(result)
 
     def _archive_piece(
         self, piece: list[StoredMessage], degraded: str
-    ) -> tuple[HistoryEntry, str, int, str]:
+    ) -> tuple[HistoryEntry, int, str, int, bool]:
+        """Summarize and archive one piece. Returns (entry, tokens spent, why it failed,
+        summarizer calls, whether the provider failed — a gate rejection is not that)."""
         first, last = piece[0].index, piece[-1].index
         source = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in piece)
-        summary, spent, why = "", 0, degraded
+        cap = self.summary_cap_tokens
+        summary, spent, why, calls, failed = "", 0, degraded, 0, False
         if not degraded:
-            out = self.summarizer.summarize(source, max_tokens=self.summary_cap_tokens)
-            summary, spent, why = out.text or "", out.tokens_spent, out.reason
+            out, calls = self._summarize(source, max(16, cap // 2))
+            summary, spent, why, failed = out.text or "", out.tokens_spent, out.reason, bool(out.error)
         if summary:
             kind, content, injected = "summary", summary, summary
-        else:
+        else:  # a breadcrumb shows little: it must never crowd a good summary out of the block
             kind = "raw"
             content = self._breadcrumb(piece, first, last, why)
-            injected = self.counter.truncate(content, self.summary_cap_tokens)
-        entry = self._write(kind, content, (first, last), injected)
-        return entry, injected, spent, why
+            injected = self.counter.truncate(content, max(16, cap // 4))
+        users = [_content(m.message) for m in piece if m.message.get("role") == "user"]
+        rules = pinned_rules(users, injected)
+        entry = self._write(kind, content, (first, last), injected, rules, cap)
+        return entry, spent, why, calls, failed
+
+    def _summarize(self, source: str, max_tokens: int) -> tuple[SummaryOutcome, int]:
+        """Summarize `source` with no request over ``summary_input_max_tokens``: a longer text
+        is cut into chunks summarized one by one, and their summaries are summarized again
+        (map-reduce) until one summary of at most `max_tokens` is left. Returns the outcome
+        (the first failure, if any) and the number of summarizer calls made."""
+        limit = self.settings.summary_input_max_tokens
+        calls, spent = 0, 0
+        text = source
+        while True:
+            if self.counter.count(text) <= limit:
+                out = self.summarizer.summarize(text, max_tokens=max_tokens)
+                return replace(out, tokens_spent=spent + out.tokens_spent), calls + 1
+            chunks = chunk_text(text, self.counter, limit)
+            # each chunk's share; a level must shrink the text, or the loop would not end
+            per = max(self.summarizer.settings.min_tokens * 2,
+                      min(max_tokens, limit // max(4, len(chunks))))
+            parts = []
+            for chunk in chunks:
+                if self.counter.count(chunk) <= per:  # already short (a tail): kept as it is
+                    parts.append(chunk.strip())
+                    continue
+                out = self.summarizer.summarize(chunk, max_tokens=per)
+                calls += 1
+                spent += out.tokens_spent
+                if not out.ok:
+                    return replace(out, tokens_spent=spent), calls
+                parts.append(str(out.text))
+            joined = "\n".join(parts)
+            if self.counter.count(joined) >= self.counter.count(text):  # no progress: stop (I4)
+                return SummaryOutcome(None, None, "summary of an oversized range did not shrink",
+                                      tokens_spent=spent), calls
+            text = joined
+
+    def _merge_if_over_cap(self, result: ConsolidationResult) -> None:
+        """When the block would hide a range, merge every range but the newest into one
+        summary through the gate. A failed merge changes nothing (the block then names the
+        oldest ranges instead of showing them)."""
+        state = self.state()
+        ranges = state.ranges
+        cap = state.block_cap_tokens or self.summary_cap_tokens
+        if len(ranges) < 2:
+            return
+        whole = "\n".join(["x", *(r.line() for r in ranges)])
+        if self.counter.count(whole) + self.counter.count(ARCHIVED_SUMMARY_HEADER) < cap:
+            return
+        older, newest = ranges[:-1], ranges[-1]
+        rules = [x for r in older for x in r.rules]
+        reserve = (self.counter.count(ARCHIVED_SUMMARY_HEADER) + self.counter.count(newest.line())
+                   + self.counter.count(older[0].label) + 24  # label, joins, the rules header
+                   + sum(self.counter.count(x) + 2 for x in rules))
+        room = cap - reserve
+        if room < 2 * self.summarizer.settings.min_tokens:
+            return
+        out, calls = self._summarize(merge_source(older), room)
+        result.summary_calls += calls
+        result.summary_tokens_spent += out.tokens_spent
+        if not out.ok:
+            log.info("session %s: merging %d archived ranges failed (%s); the block names the "
+                     "oldest instead", self.scope, len(older), out.reason)
+            return
+        one = merged(older, str(out.text))
+        new = replace(state, ranges=(one, newest))
+        self._update(new, "merge", {"ranges": [one.first, one.last], "merged": len(older)})
+        result.merged_ranges += len(older)
 
     def _breadcrumb(self, piece: list[StoredMessage], first: int, last: int, why: str) -> str:
         """A bounded raw excerpt naming the archived range (the full messages stay in the log)."""
@@ -485,35 +669,53 @@ class Consolidator:
             body = body[: keep - keep // 3] + marker + body[len(body) - keep // 3:] if keep else ""
         return cap_text(head + body, limit)
 
-    def _write(self, kind: str, content: str, rng: tuple[int, int], injected: str) -> HistoryEntry:
-        """Intent → history line (fsync'ed) → one transaction: index + cursor + summary."""
+    def _write(
+        self, kind: str, content: str, rng: tuple[int, int], injected: str,
+        rules: tuple[str, ...], cap: int,
+    ) -> HistoryEntry:
+        """Intent → history line (fsync'ed) → one transaction: index + cursor + range."""
         store, scope = self.store, self.scope
         state = self.state()
         if rng[0] != state.last_consolidated + 1:  # the lock makes this impossible; be loud
             raise ValidationError(f"archive range {rng} does not follow cursor {state.last_consolidated}")
         entry_id = uuid.uuid4().hex
         store.kv_put(scope, STATE_NAMESPACE, INTENT_KEY,
-                     {"id": entry_id, "messages": list(rng), "summary": injected})
+                     {"id": entry_id, "messages": list(rng), "summary": injected,
+                      "rules": list(rules), "cap": cap})
         entry = self.history.append(scope, content, kind=kind, messages=rng,  # type: ignore[arg-type]
                                     entry_id=entry_id)
         with store.transaction():
-            self._commit(entry, state, injected)
+            self._commit(entry, state, injected, rules, cap)
             store.kv_delete(scope, STATE_NAMESPACE, INTENT_KEY)
         return entry
 
-    def _commit(self, entry: HistoryEntry, state: ConsolidationState, injected: str) -> None:
+    def _commit(
+        self, entry: HistoryEntry, state: ConsolidationState, injected: str,
+        rules: tuple[str, ...] = (), cap: int = 0,
+    ) -> None:
         assert entry.messages is not None
         HistoryLog.index_entry(self.store, entry)
+        added = ArchivedRange(entry.messages[0], entry.messages[1], entry.cursor, entry.cursor,
+                              injected, entry.kind, 1, rules)
         new = replace(
             state, last_consolidated=entry.messages[1], last_summary=injected,
             last_kind=entry.kind, history_cursor=entry.cursor, entries=state.entries + 1,
-            updated_at=to_iso(utcnow()))
-        self.store.kv_put(self.scope, STATE_NAMESPACE, STATE_KEY, new.to_json())
+            ranges=fold((*state.ranges, added), MAX_RANGES, self.counter, max(16, cap // 2)),
+            block_cap_tokens=cap or state.block_cap_tokens)
+        self._update(new, "archive", {"cursor": entry.cursor, "messages": list(entry.messages)})
+
+    def _update(self, new: ConsolidationState, op: str, data: dict[str, Any]) -> ConsolidationState:
+        """Store `new` as the state and journal `op` with the version it was read at, in one
+        transaction: a writer that read an older state fails with ConcurrencyError (I6)."""
+        with self.store.transaction():
+            self.store.append_events(self.scope, JOURNAL_STREAM, [NewEvent(op, data)],
+                                     expected_version=new.version)
+            new = replace(new, version=new.version + 1, updated_at=to_iso(utcnow()))
+            self.store.kv_put(self.scope, STATE_NAMESPACE, STATE_KEY, new.to_json())
+        return new
 
     def mark_idle_compacted(self, count: int) -> None:
-        state = self.state()
-        self.store.kv_put(self.scope, STATE_NAMESPACE, STATE_KEY,
-                          replace(state, idle_compacted_at=count).to_json())
+        self._update(replace(self.state(), idle_compacted_at=count), "idle", {"count": count})
 
     def last_activity(self) -> datetime | None:
         """Timestamp of the newest message (None for an empty session)."""
@@ -521,3 +723,20 @@ class Consolidator:
         if n == 0:
             return None
         return self.messages.list(from_index=n)[0].timestamp
+
+
+def _content(message: dict[str, Any]) -> str:
+    """The text of a message's content (text parts joined), "" when it has none."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _still_unreachable(backoff: dict[str, int] | None, now: dict[str, int]) -> bool:
+    """True when a back-off recorded for `backoff` covers the run `now`: same budget, and a
+    fixed part (system prompt and memory blocks + tool schemas) at least as large."""
+    if not backoff or backoff.get("budget") != now["budget"]:
+        return False
+    before = int(backoff.get("system_tokens", 0)) + int(backoff.get("tools_tokens", 0))
+    return now["system_tokens"] + now["tools_tokens"] >= before

@@ -1,0 +1,260 @@
+"""References the model can read back: parse, format and resolve (seed 000's read_files protocol).
+
+Every item a prompt shows that is not the full raw text carries a reference string; the model
+asks for it with ``{"read_files": {"files": ["message:17"]}}`` and :class:`RefResolver` loads
+the full raw text. Grammar:
+
+- ``message:<N>``            message N (1-based index) of this session
+- ``message:<N>@<session>``  message N of another session of the same tenant / user / agent
+- ``history:<cursor>``       the history.jsonl entry with that cursor (raw archive of a range)
+- ``fact:<entity:attribute>`` the current value of a fact
+- anything else              a step / info / snapshot record name exactly as today (``step_12``)
+
+Unknown, malformed or out-of-scope references come back in ``ReadResult.missing`` (never
+raised), like unknown record names. A reference never reads another user's data (I10): the
+session scope fixes tenant, user and agent; ``@session`` and history entries of other sessions
+are read only within them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from mindpalace.errors import MindPalaceError, ValidationError
+from mindpalace.history.log import DOC_KIND as HISTORY_KIND
+from mindpalace.history.log import HistoryLog
+from mindpalace.scope import Scope
+from mindpalace.session.messages import MessageLog
+from mindpalace.steps.records import ReadResult, RecordBook
+from mindpalace.store import Record, Store
+
+MESSAGE: Final = "message"
+HISTORY: Final = "history"
+FACT: Final = "fact"
+_MESSAGE = re.compile(r"message:([1-9][0-9]{0,17})(?:@(.+))?\Z", re.DOTALL)
+_HISTORY = re.compile(r"history:([1-9][0-9]{0,17})\Z")
+_FACT = re.compile(r"fact:(\S+:\S+)\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRef:
+    """``message:<index>`` (this session) or ``message:<index>@<session>``."""
+
+    index: int
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRef:
+    """``history:<cursor>``: one history.jsonl entry."""
+
+    cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class FactRef:
+    """``fact:<entity:attribute>``: the current value of a fact."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRef:
+    """A step / info / snapshot record name (``step_12``)."""
+
+    name: str
+
+
+Ref = MessageRef | HistoryRef | FactRef | RecordRef
+"""A parsed reference."""
+
+
+def parse_ref(text: str) -> Ref | None:
+    """The reference `text` names, or None when it is malformed.
+
+    A string starting with ``message:``, ``history:`` or ``fact:`` must follow that kind's
+    grammar (``message:0``, ``history:x`` and ``fact:city`` are malformed); any other string is
+    a record name (whether such a record exists is the resolver's question).
+
+    Example:
+        >>> parse_ref("message:17@trip-41")
+        MessageRef(index=17, session='trip-41')
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    kind = text.split(":", 1)[0]
+    if kind == MESSAGE:
+        m = _MESSAGE.match(text)
+        if m is None or m.group(2) == "":
+            return None
+        return MessageRef(int(m.group(1)), m.group(2))
+    if kind == HISTORY:
+        h = _HISTORY.match(text)
+        return HistoryRef(int(h.group(1))) if h else None
+    if kind == FACT:
+        f = _FACT.match(text)
+        return FactRef(f.group(1)) if f else None
+    return RecordRef(text)
+
+
+def format_ref(ref: Ref) -> str:
+    """The string form of `ref` (``parse_ref(format_ref(r)) == r`` for every valid ref).
+
+    Raises:
+        ValidationError: a message index or history cursor below 1, an empty session or a
+            fact key without ``entity:attribute``.
+    """
+    if isinstance(ref, MessageRef):
+        if ref.index < 1 or ref.session == "":
+            raise ValidationError(f"a message reference needs an index ≥ 1 and a non-empty session, got {ref}")
+        return f"message:{ref.index}" + (f"@{ref.session}" if ref.session is not None else "")
+    if isinstance(ref, HistoryRef):
+        if ref.cursor < 1:
+            raise ValidationError(f"a history cursor is ≥ 1, got {ref.cursor}")
+        return f"history:{ref.cursor}"
+    if isinstance(ref, FactRef):
+        if _FACT.match(f"fact:{ref.key}") is None:
+            raise ValidationError(f"a fact reference needs an entity:attribute key, got {ref.key!r}")
+        return f"fact:{ref.key}"
+    return ref.name
+
+
+def message_ref(index: int, session: str | None = None) -> str:
+    """``message:<index>`` (``@<session>`` for another session)."""
+    return format_ref(MessageRef(index, session))
+
+
+def history_ref(cursor: int) -> str:
+    """``history:<cursor>``."""
+    return format_ref(HistoryRef(cursor))
+
+
+FactReader = Callable[[str], object | None]
+"""Returns the current fact of a key (anything with ``key``, ``content``, ``id``,
+``created_at``), None when unknown; :meth:`mindpalace.facts.FactMemory.get` is one."""
+
+
+class RefResolver:
+    """Loads the full raw text behind references, scoped to one session (I10).
+
+    Example:
+        >>> r = RefResolver(store, scope, history=history, facts=fact_memory.get)  # doctest: +SKIP
+        >>> r.read(["message:17", "history:3", "step_12", "nope"]).missing          # doctest: +SKIP
+        ['nope']
+
+    Args:
+        store: the store protocol (messages, records, the history index).
+        scope: the concrete session scope; references resolve inside its tenant / user / agent.
+        history: the history.jsonl log (read when an entry is not in the store's index).
+        facts: reads the current value of a fact key; None = ``fact:`` refs are missing.
+    """
+
+    def __init__(
+        self, store: Store, scope: Scope, *, history: HistoryLog | None = None,
+        facts: FactReader | None = None,
+    ) -> None:
+        self.store = store
+        self.scope = scope.require_concrete()
+        self.history = history
+        self.facts = facts
+        self.records = RecordBook(store, self.scope)
+
+    def read(self, names: Iterable[str]) -> ReadResult:
+        """The records behind `names`, in request order (duplicates once), as
+        :class:`~mindpalace.store.Record` s named by the asked string; everything not found,
+        malformed or out of scope is in ``missing``. A single string is one name.
+
+        Raises:
+            ValidationError: `names` is not a string or an iterable of names.
+        """
+        if isinstance(names, str):
+            names = [names]
+        elif not isinstance(names, Iterable):
+            raise ValidationError(f"record names must be a list of names, got {type(names).__name__}")
+        asked: list[str] = []
+        for name in names:
+            name = name if isinstance(name, str) else str(name)
+            if name not in asked:
+                asked.append(name)
+        found: dict[str, Record] = {}
+        plain: list[str] = []
+        for name in asked:
+            ref = parse_ref(name)
+            if isinstance(ref, RecordRef):
+                plain.append(name)
+            elif ref is not None and (record := self._resolve(name, ref)) is not None:
+                found[name] = record
+        if plain:
+            found.update(self.records.read(plain).found)
+        return ReadResult({n: found[n] for n in asked if n in found},
+                          [n for n in asked if n not in found])
+
+    def _resolve(self, name: str, ref: Ref) -> Record | None:
+        try:
+            if isinstance(ref, MessageRef):
+                return self._message(name, ref)
+            if isinstance(ref, HistoryRef):
+                return self._history(name, ref)
+            if isinstance(ref, FactRef):
+                return self._fact(name, ref)
+        except MindPalaceError:  # a session id or key the scope / fact rules refuse: not found
+            return None
+        return None
+
+    def _message(self, name: str, ref: MessageRef) -> Record | None:
+        scope = self.scope if ref.session is None else self.scope.with_(session=ref.session)
+        got = MessageLog(self.store, scope).list(from_index=ref.index, to_index=ref.index)
+        if not got:
+            return None
+        m = got[0]
+        msg = m.message
+        content = msg.get("content")
+        if isinstance(content, list):
+            content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        body = content if isinstance(content, str) else ""
+        meta = {k: msg[k] for k in ("role", "name", "tool_call_id") if msg.get(k)}
+        if msg.get("tool_calls"):
+            meta["tool_calls"] = msg["tool_calls"]
+        return Record(scope, name, MESSAGE, body,
+                      description=f"message {m.index} ({msg.get('role')}) of session {scope.session}",
+                      created_at=m.timestamp, meta=meta)
+
+    def _history(self, name: str, ref: HistoryRef) -> Record | None:
+        within = self.scope.with_(session="")  # same tenant / user / agent, any session
+        doc = self.store.get_documents_by_ref(self.scope, HISTORY_KIND, [str(ref.cursor)]).get(
+            str(ref.cursor))
+        if doc is not None:  # the common case: an entry of this session, from the store's index
+            return self._history_record(name, doc.scope, doc.text, doc.meta)
+        entries = self.history.read(ref.cursor - 1, limit=1) if self.history else []
+        entry = entries[0] if entries and entries[0].cursor == ref.cursor else None
+        if entry is None or entry.scope.values()[:3] != within.values()[:3]:
+            return None
+        meta: dict[str, object] = {"kind": entry.kind,
+                                   "messages": list(entry.messages) if entry.messages else None}
+        return self._history_record(name, entry.scope, entry.content, meta)
+
+    @staticmethod
+    def _history_record(name: str, scope: Scope, text: str, meta: dict[str, object]) -> Record:
+        rng = meta.get("messages")
+        what = f"messages {rng[0]}-{rng[1]}" if isinstance(rng, list) and len(rng) == 2 else "a range"
+        return Record(scope, name, HISTORY, text,
+                      description=f"history entry ({meta.get('kind')}) archiving {what} of session "
+                                  f"{scope.session}",
+                      meta={k: v for k, v in meta.items() if k in ("kind", "messages") and v})
+
+    def _fact(self, name: str, ref: FactRef) -> Record | None:
+        if self.facts is None:
+            return None
+        fact = self.facts(ref.key)
+        if fact is None:
+            return None
+        content = getattr(fact, "content", None)
+        if not isinstance(content, str):
+            return None
+        return Record(self.scope, name, FACT, content,
+                      description=f"current value of {getattr(fact, 'key', ref.key)}",
+                      created_at=getattr(fact, "created_at", None),
+                      meta={"id": getattr(fact, "id", "") or "working memory"})

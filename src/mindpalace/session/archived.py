@@ -1,0 +1,230 @@
+"""The archived-context block: one summary per archived range, rendered under a token cap (seed 002).
+
+Seed 002 keeps only the newest consolidation summary (``_last_summary``): what the first
+archive summarized leaves the prompt when the second one is written. Here every archived range
+keeps its own summary (:class:`ArchivedRange`) and the block lists them oldest first, so a fact
+summarized once stays until the block is over its cap. Then the consolidator merges the older
+ranges into one summary through the summary gate (I3); if that fails nothing is replaced, and
+:func:`render_block` hides the oldest ranges instead — raw breadcrumbs before real summaries —
+each hidden range named by its message range and ``history:`` refs so it can be read back.
+
+Rules the user stated in a message (sentences with must / never / always / only …) that a
+range's summary kept are pinned on that range: a merge that drops one gets it appended verbatim,
+and a hidden range's rules stay in the block while they fit. Tool output is never a source of
+pinned rules (memory is data, not instructions).
+
+Everything here is pure: no store, no model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from mindpalace.tokens import TokenCounter
+
+ARCHIVED_SUMMARY_HEADER: Final = "Archived context summary"
+HIDDEN_HEADER: Final = "Earlier ranges not shown here (read them back with read_files):"
+RULES_HEADER: Final = "Rules the user stated in those ranges (verbatim):"
+MAX_RULE_CHARS: Final = 300  # a longer "rule" is a paragraph, not a rule
+MAX_RULES_PER_RANGE: Final = 8  # pinned per range; more rules live in the range's summary only
+MAX_RANGES: Final = 16  # ranges kept in the state while merges fail; older ones are folded
+_RULE = re.compile(
+    r"\b(?:must|mustn't|never|always|do not|don't|should|shall|only|at most|at least|no more than|"
+    r"make sure|from now on|remember to|avoid|forbidden|required?)\b|必须|不要|不能|只能|至多|至少|禁止",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class ArchivedRange:
+    """The summary of one archived message range (or of several merged ones).
+
+    Attributes:
+        first / last: the 1-based message range archived (inclusive).
+        first_cursor / last_cursor: history.jsonl cursors of the entries holding the range.
+        entries: how many history entries the range covers.
+        kind: ``summary`` (gated), ``raw`` (breadcrumb after a failed summary) or ``merged``.
+        text: what the block shows for the range.
+        rules: user rule sentences pinned on the range (each contained in `text`).
+    """
+
+    first: int
+    last: int
+    first_cursor: int
+    last_cursor: int
+    text: str
+    kind: str = "summary"
+    entries: int = 1
+    rules: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def label(self) -> str:
+        """``messages 1-40 · history:3`` (``history:3 … history:9`` for several entries)."""
+        refs = (f"history:{self.first_cursor}" if self.first_cursor == self.last_cursor
+                else f"history:{self.first_cursor} … history:{self.last_cursor}, {self.entries} entries")
+        return f"messages {self.first}-{self.last} · {refs}"
+
+    def line(self) -> str:
+        tag = " · raw excerpt, summary failed" if self.kind == "raw" else ""
+        return f"[{self.label}{tag}]\n{self.text}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first, "last": self.last, "first_cursor": self.first_cursor,
+                "last_cursor": self.last_cursor, "text": self.text, "kind": self.kind,
+                "entries": self.entries, "rules": list(self.rules)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ArchivedRange | None:
+        """The range stored as `data`, None when it is not one (a damaged state is ignored)."""
+        try:
+            return cls(int(data["first"]), int(data["last"]), int(data["first_cursor"]),
+                       int(data["last_cursor"]), str(data["text"]), str(data.get("kind", "summary")),
+                       int(data.get("entries", 1)), tuple(str(r) for r in data.get("rules") or ()))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def normalize(text: str) -> str:
+    """Case-folded with runs of whitespace as one space (rule containment checks)."""
+    return _SPACE.sub(" ", text.casefold()).strip()
+
+
+def rule_sentences(text: str) -> list[str]:
+    """Sentences of `text` that state a rule (must, never, always, only, at most, 必须 …)."""
+    out = []
+    for part in _SENTENCE_END.split(text):
+        s = part.strip()
+        if s and len(s) <= MAX_RULE_CHARS and _RULE.search(s) and s not in out:
+            out.append(s)
+    return out
+
+
+def pinned_rules(user_texts: Sequence[str], summary: str) -> tuple[str, ...]:
+    """The rule sentences of the user's messages that `summary` kept verbatim (at most
+    ``MAX_RULES_PER_RANGE``, first stated first)."""
+    have = normalize(summary)
+    kept: list[str] = []
+    for text in user_texts:
+        for rule in rule_sentences(text):
+            if normalize(rule) in have and rule not in kept:
+                kept.append(rule)
+    return tuple(kept[:MAX_RULES_PER_RANGE])
+
+
+def merged(ranges: Sequence[ArchivedRange], summary: str) -> ArchivedRange:
+    """One range covering `ranges` (consecutive, oldest first) with text `summary`, plus every
+    pinned rule the summary dropped, appended verbatim."""
+    one = span(ranges)
+    have = normalize(summary)
+    missing = [r for r in one.rules if normalize(r) not in have]
+    text = summary + ("\n" + rules_text(missing) if missing else "")
+    return replace(one, text=text, kind="merged")
+
+
+def merge_source(ranges: Sequence[ArchivedRange]) -> str:
+    """The text a merge summarizes: each range's label and text."""
+    return "\n\n".join(r.line() for r in ranges)
+
+
+def rules_text(rules: Sequence[str]) -> str:
+    """The pinned rules as the block shows them (``- rule`` lines under a header)."""
+    return "\n".join([RULES_HEADER, *(f"- {r}" for r in rules)])
+
+
+def render_block(ranges: Sequence[ArchivedRange], counter: TokenCounter, cap_tokens: int) -> str | None:
+    """The archived-context block text, at most `cap_tokens` tokens (None when nothing is archived).
+
+    Every range is shown oldest first while the text fits. Over the cap, ranges are hidden —
+    raw breadcrumbs first, then summaries, oldest first, never the newest range while another
+    can go — and named on one line (message range and history refs); the rules pinned on hidden
+    ranges stay (oldest dropped first when even they do not fit). The last resort cuts the text.
+    """
+    if not ranges:
+        return None
+    order = sorted(range(len(ranges) - 1), key=lambda i: (ranges[i].kind != "raw", i))
+    order.append(len(ranges) - 1)
+    hidden: set[int] = set()
+    dropped_rules = 0
+
+    def compose() -> str:
+        shown = [r.line() for i, r in enumerate(ranges) if i not in hidden]
+        parts = [f"{ARCHIVED_SUMMARY_HEADER}:"]
+        if hidden:
+            gone = [ranges[i] for i in sorted(hidden)]
+            runs = _runs(sorted(hidden))  # adjacent hidden ranges share one label
+            labels = [span(ranges[a:b + 1]).label for a, b in runs]
+            parts.append(HIDDEN_HEADER + " " + "; ".join(labels) + ".")
+            rules = [x for r in gone for x in r.rules][dropped_rules:]
+            if rules:
+                parts.append(rules_text(rules))
+        parts.extend(shown)
+        return "\n".join(parts)
+
+    text = compose()
+    for i in order:
+        if counter.count(text) <= cap_tokens:
+            return text
+        hidden.add(i)
+        text = compose()
+    while counter.count(text) > cap_tokens and dropped_rules < sum(len(r.rules) for r in ranges):
+        dropped_rules += 1
+        text = compose()
+    return counter.truncate(text, cap_tokens) if counter.count(text) > cap_tokens else text
+
+
+def _runs(indexes: list[int]) -> list[tuple[int, int]]:
+    """Sorted `indexes` as (first, last) runs of consecutive values."""
+    runs: list[tuple[int, int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def span(ranges: Sequence[ArchivedRange], text: str = "") -> ArchivedRange:
+    """One range covering consecutive `ranges` (labels, cursors, entry count), with `text`."""
+    rules: list[str] = []
+    for r in ranges:
+        rules.extend(x for x in r.rules if x not in rules)
+    kind = "raw" if all(r.kind == "raw" for r in ranges) else "merged"
+    return ArchivedRange(ranges[0].first, ranges[-1].last, ranges[0].first_cursor,
+                         ranges[-1].last_cursor, text, kind, sum(r.entries for r in ranges),
+                         tuple(rules))
+
+
+def fold(ranges: Sequence[ArchivedRange], max_ranges: int, counter: TokenCounter,
+         max_tokens: int) -> tuple[ArchivedRange, ...]:
+    """At most `max_ranges` ranges: the oldest two are folded into one (texts joined and cut
+    to `max_tokens`, head kept; rules kept) until they fit — the bound that holds while merges
+    through the summarizer fail. Pure, no model call."""
+    out = list(ranges)
+    while len(out) > max(1, max_ranges):
+        a, b = out[0], out[1]
+        joined = "\n".join(t for t in (a.text, b.text) if t)
+        out[:2] = [span([a, b], counter.truncate(joined, max_tokens))]
+    return tuple(out)
+
+
+def chunk_text(text: str, counter: TokenCounter, max_tokens: int) -> list[str]:
+    """`text` cut into consecutive pieces of at most `max_tokens` tokens each, at a line break
+    when one falls in the second half of a piece. ``"".join(chunks) == text``."""
+    chunks: list[str] = []
+    rest = text
+    window = max(64, max_tokens * 16)  # characters looked at per piece: bounds the encode cost
+    while rest:
+        head = counter.truncate(rest[:window], max_tokens) or rest[:1]
+        if len(head) < len(rest):
+            nl = head.rfind("\n")
+            if nl >= len(head) // 2:
+                head = head[: nl + 1]
+        chunks.append(head)
+        rest = rest[len(head):]
+    return chunks
+

@@ -1,0 +1,91 @@
+"""The archived-context block: every range shown or named, under its cap; merges keep pinned rules."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mindpalace.session.archived import (
+    ArchivedRange,
+    chunk_text,
+    fold,
+    merged,
+    pinned_rules,
+    render_block,
+    rule_sentences,
+)
+from mindpalace.tokens import get_counter
+
+COUNTER = get_counter("o200k_base")
+WORDS = ["TK001", "Tokyo", "hotel", "budget", "2000", "CNY", "Senso-ji", "May", "seat", "confirmed"]
+
+
+@st.composite
+def archive(draw: st.DrawFn) -> list[ArchivedRange]:
+    n = draw(st.integers(1, 20))
+    out, first, cursor = [], 1, 1
+    for _ in range(n):
+        size, gap = draw(st.integers(1, 30)), draw(st.integers(1, 5))
+        words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=80))
+        kind = draw(st.sampled_from(["summary", "raw", "merged"]))
+        rules = tuple(draw(st.lists(st.sampled_from(["Never book before 9 am.", "Always pay by card."]),
+                                    max_size=2, unique=True)))
+        out.append(ArchivedRange(first, first + size - 1, cursor, cursor + gap - 1,
+                                 " ".join(words) + " " + " ".join(rules), kind, gap, rules))
+        first, cursor = first + size, cursor + gap
+    return out
+
+
+@given(ranges=archive(), cap=st.integers(120, 1_000))
+def test_every_range_is_shown_or_named_and_the_block_is_under_its_cap(
+    ranges: list[ArchivedRange], cap: int
+) -> None:
+    block = render_block(ranges, COUNTER, cap)
+    assert block is not None and COUNTER.count(block) <= cap
+    named: set[int] = set()
+    for a, b in re.findall(r"messages (\d+)-(\d+) · history:", block):
+        named.update(range(int(a), int(b) + 1))
+    assert named == set(range(1, ranges[-1].last + 1))
+    if "not shown" in block and COUNTER.count(block) < cap - 40:  # room left: rules were kept
+        assert "Never book" in block or not any(r.rules for r in ranges)
+
+
+def test_a_raw_breadcrumb_is_hidden_before_a_good_summary() -> None:
+    good = ArchivedRange(1, 10, 1, 1, "Project Falcon ships 2027-03-14. " * 4)
+    raw = ArchivedRange(11, 20, 2, 2, "[raw archive] " + "noise " * 60, "raw")
+    new = ArchivedRange(21, 30, 3, 3, "Hotel Gracery, 18000 JPY.")
+    block = str(render_block([good, raw, new], COUNTER, 110))
+    assert "Project Falcon" in block and "Hotel Gracery" in block and "noise" not in block
+    assert "messages 11-20 · history:2" in block
+
+
+def test_a_merge_appends_the_rules_it_dropped() -> None:
+    a = ArchivedRange(1, 5, 1, 1, "Never book before 9 am. Tokyo.", rules=("Never book before 9 am.",))
+    b = ArchivedRange(6, 9, 4, 4, "Hotel chosen.")
+    m = merged([a, b], "Tokyo trip, hotel chosen.")
+    assert m.text.endswith("- Never book before 9 am.") and m.rules == a.rules
+    assert (m.first, m.last, m.first_cursor, m.last_cursor, m.entries, m.kind) == (1, 9, 1, 4, 2, "merged")
+    assert m.label == "messages 1-9 · history:1 … history:4, 2 entries"
+
+
+def test_only_user_rules_the_summary_kept_are_pinned() -> None:
+    user = ["Please always answer in French. I like trains.", "You must never book red-eye flights!"]
+    assert rule_sentences(user[0]) == ["Please always answer in French."]
+    assert pinned_rules(user, "User: please ALWAYS answer in  French. Trip to Lyon.") == (
+        "Please always answer in French.",)
+
+
+def test_folding_bounds_the_number_of_ranges() -> None:
+    ranges = [ArchivedRange(i, i, i, i, f"r{i} " * 20, "raw") for i in range(1, 30)]
+    out = fold(ranges, 16, COUNTER, 40)
+    assert len(out) == 16 and out[0].first == 1 and out[0].last == 14 and out[0].entries == 14
+    assert all(COUNTER.count(r.text) <= 40 for r in out[:1])
+
+
+@given(st.text(max_size=3_000), st.integers(1, 200))
+def test_chunks_rebuild_the_text_and_stay_under_the_limit(text: str, limit: int) -> None:
+    chunks = chunk_text(text, COUNTER, limit)
+    assert "".join(chunks) == text
+    assert all(COUNTER.count(c) <= limit or len(c) == 1 for c in chunks)
