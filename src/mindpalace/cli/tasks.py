@@ -179,7 +179,7 @@ def ledger(
     for col in ("key", "tool", "status", "attempt", "result"):
         table.add_column(col, no_wrap=col != "result", overflow="ellipsis")
     for e in entries:
-        shown = e.error if e.status == "failed" else json.dumps(e.result, ensure_ascii=False)
+        shown = e.error if e.status in ("failed", "unknown") else json.dumps(e.result, ensure_ascii=False)
         status = f"{e.status} (reconciled)" if e.reconciled else e.status
         table.add_row(e.key, e.tool, status, str(e.attempt),
                       " ".join((shown or "").split())[:80])
