@@ -130,7 +130,7 @@ class TestAmbiguousFailure:
 
     def test_the_retry_names_the_error_and_how_to_settle_it(self, session: Session) -> None:
         self.send_email_three_times(session)
-        with pytest.raises(OutcomeUnknownError, match="raised after it was dispatched .*ConnectionResetError.*task resolve"), \
+        with pytest.raises(OutcomeUnknownError, match=r"raised after it was dispatched .*ConnectionResetError.*task resolve"), \
                 session.tool_call("send_email", {"to": "a@b.c", "body": "hi"}):
             pass
 
