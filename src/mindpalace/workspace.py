@@ -20,6 +20,7 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from mindpalace.errors import WorkspaceError
+from mindpalace.history import HistoryLog
 from mindpalace.settings import CONFIG_FILENAME, Settings, default_toml, load_settings
 
 DB_FILENAME = "memory.db"
@@ -79,6 +80,8 @@ class Workspace:
                 for sub in ("archive", "history", "knowledge"):
                     (root / sub).mkdir(exist_ok=True)
                 config = root / CONFIG_FILENAME
+                for stray in root.glob(f".{CONFIG_FILENAME}.*"):  # a killed init's temp file
+                    stray.unlink(missing_ok=True)
                 if not config.exists():
                     _write_atomic(config, default_toml())
                 ws = cls(root, load_settings(config, **overrides))
@@ -112,7 +115,9 @@ class Workspace:
                     f"{root} is not a mindpalace workspace; run `mindpalace init {root}` first"
                 )
             return cls.init(root, **overrides)
-        return cls(root, load_settings(config, **overrides))
+        ws = cls(root, load_settings(config, **overrides))
+        HistoryLog(ws.history_dir).remove_stray_files()  # left by a kill during a rewrite
+        return ws
 
     def _init_knowledge_repo(self) -> None:
         import git
