@@ -21,6 +21,7 @@ from typing import Any
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources
 from mindpalace.facts import Fact, FactMemory, Recall, RecallHit
+from mindpalace.facts.dual import WORKING_NAMESPACE
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.providers.embed import Embedder, make_embedder
@@ -34,6 +35,8 @@ from mindpalace.session.lease import LOCKS_DIRNAME, Lease, current_lease, sessio
 from mindpalace.session.messages import MessageLog, StoredMessage
 from mindpalace.settings import Settings
 from mindpalace.steps import ReadResult, StepMemory
+from mindpalace.steps.tiers import KV_KEY as STEPS_KEY
+from mindpalace.steps.tiers import KV_NAMESPACE as STEPS_NAMESPACE
 from mindpalace.store import Store, StoreStats, open_store
 from mindpalace.summary import Summarizer
 from mindpalace.tasks import Constraints, EventRegistry, Task, Tasks, ToolCall, find_task
@@ -483,6 +486,38 @@ class Session:
     def tool_call(self, name: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None) -> ToolCall:
         """Exactly-once tool call of the default task (see :meth:`mindpalace.tasks.Task.tool_call`)."""
         return self.task.tool_call(name, args, idempotent=idempotent, key=key)
+
+    def clear_task(self, task_id: str | None = None) -> dict[str, int]:
+        """End of a task: drop its short-term memory, keep the logs and long-term memory (seed
+        004 checklist items 7 and 10 — session memory is cleared at task end so the store does
+        not grow across finished tasks).
+
+        Removed, in one transaction: the task's snapshot, ledger rows and working kv
+        (:meth:`mindpalace.tasks.Task.clear`); the session's step memory — tier state, the
+        step / info / snapshot records and the search documents they were indexed as; the
+        session's working-memory facts. Kept: every event log (the task's events, the chat
+        messages and their search documents, ``<summary>`` lines), history.jsonl, long-term
+        facts, the consolidation state. Call it once the task is finished; the session can go
+        on with a new task.
+
+        Args:
+            task_id: the task to end; None = the session's default task.
+        Returns:
+            Counts of what was removed, by kind.
+        """
+        task = self.task if task_id is None else self.tasks(task_id)
+        store = self.store
+        with store.transaction():
+            removed = task.clear()
+            names = [r.name for r in store.list_records(self.scope)]
+            removed["records"] = store.delete_records(self.scope, names)
+            removed["step_state"] = int(store.kv_delete(self.scope, STEPS_NAMESPACE, STEPS_KEY))
+            removed["working_facts"] = sum(
+                int(store.kv_delete(self.scope, WORKING_NAMESPACE, key))
+                for _, key, _ in store.kv_list(self.scope, WORKING_NAMESPACE))
+        for cached in ("steps", "facts", "context_builder"):  # rebuilt from the cleared store
+            self.__dict__.pop(cached, None)
+        return removed
 
     def checkpoint(
         self,
