@@ -219,3 +219,14 @@ def test_sigkill_between_started_and_completed_is_never_rerun(tmp_path: Path) ->
             book(s, tool)
         assert tool.calls == 0 and world.read_text().splitlines() == ["Senso-ji"]
         assert s.task.state().in_flight  # still visible as unknown, for a human or a hook
+
+
+class TestTwoProcessesOneCall:
+    def test_a_call_completed_by_another_process_after_enter_returns_its_result(self, session: Session) -> None:
+        tool = Booker()
+        with session.tool_call("book_ticket", ARGS) as call:
+            assert not call.done
+            other = session.tasks.ledger.start(session.task.id, "book_ticket", ARGS)  # the other process
+            session.tasks.ledger.finish(other, result={"booking_id": "TK-other"})
+            assert call.run(tool) == {"booking_id": "TK-other"}
+        assert tool.calls == 0

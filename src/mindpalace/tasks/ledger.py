@@ -167,13 +167,28 @@ class Ledger:
             ValidationError: the call is already ``completed`` (use :meth:`prepare` / the result).
             OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
         """
+        entry = self.begin(task, tool, args, idempotent=idempotent, key=key)
+        if entry.status == "completed":
+            raise ValidationError(f"tool call {entry.key!r} of task {task!r} already completed; use its recorded result")
+        return entry
+
+    def begin(
+        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None
+    ) -> LedgerEntry:
+        """:meth:`start`, except that a call another process completed since this one looked
+        (:meth:`prepare`) returns that ``completed`` entry instead of raising: the read and the
+        ``started`` row are one write transaction, so two processes never both run it.
+
+        Raises:
+            OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
+        """
         k = ledger_key(tool, args, key)
         clean_args = json.loads(canonical_json(args))
         safe = idempotent or self.is_safe(tool)
         with self.store.transaction():
             prev = self.get(task, k)
             if prev is not None and prev.status == "completed":
-                raise ValidationError(f"tool call {k!r} of task {task!r} already completed; use its recorded result")
+                return prev
             if prev is not None and prev.status in UNSETTLED and not safe:
                 raise OutcomeUnknownError(task, k, tool, prev.attempt, prev.error or "")
             attempt = 1 if prev is None else prev.attempt + 1
@@ -311,7 +326,10 @@ class ToolCall:
             return self.result
         if self.before_run is not None:
             self.before_run(self.tool, self.args)
-        started = self.ledger.start(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        started = self.ledger.begin(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        if started.status == "completed":  # another process ran it since __enter__ looked
+            self.entry = started
+            return started.result
         try:
             value = fn(**self.args)
         except EffectNotApplied as exc:
