@@ -32,7 +32,7 @@ from mindpalace.errors import ValidationError
 from mindpalace.session.messages import validate_message
 from mindpalace.steps.checkpoint import compact_args
 from mindpalace.steps.tiers import one_line
-from mindpalace.textsafe import clean_json
+from mindpalace.textsafe import MAX_JSON_DEPTH, clean_json
 
 if TYPE_CHECKING:
     from mindpalace.memory import Session
@@ -42,7 +42,7 @@ _ERROR = re.compile(r"^\s*(error\b|traceback|exception\b)|command not found|no s
 _SUMMARY_TAG = re.compile(r"<summary>.*?</summary>", re.DOTALL | re.I)
 _KEEP = ("role", "content", "name", "tool_calls", "tool_call_id")
 MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024  # the whole τ-bench result file is 4 MB
-MAX_DEPTH = 64  # an OpenAI message nests < 10 deep (tool-call arguments included)
+MAX_DEPTH = MAX_JSON_DEPTH  # an OpenAI message nests < 10 deep (tool-call arguments included)
 
 
 class _NonFinite:
@@ -230,8 +230,12 @@ def _clean(message: Any) -> Message:
         if message.get("action") and not out.get("tool_calls"):
             out["_action"] = str(message["action"])
     # Recorded tool output is untrusted bulk text: NUL / lone surrogates are escaped here, so
-    # the step record gets the same text as the stored message (not refused halfway).
-    return clean_json(out)
+    # the step record gets the same text as the stored message (not refused halfway). A message
+    # too deep to clean is kept as it is: validate_transcripts refuses it, naming it.
+    try:
+        return clean_json(out)
+    except ValidationError:
+        return out
 
 
 # -- replay ----------------------------------------------------------------------------------------

@@ -211,3 +211,49 @@ class TestErrorMapping:
     def test_disk_full_says_what_to_do(self) -> None:
         assert "free some space" in str(store_error("db", sqlite3.OperationalError("database or disk is full")))
 
+
+
+def deep_list(depth: int) -> list[Any]:
+    root: list[Any] = []
+    cur = root
+    for _ in range(depth):
+        nxt: list[Any] = []
+        cur.append(nxt)
+        cur = nxt
+    return root
+
+
+class TestHostileNesting:
+    """100,000-deep JSON through the API is a ValidationError before anything is written, and a
+    hostile value already in the database reads as damage — never a raw RecursionError."""
+
+    DEEP = deep_list(100_000)
+    CALLS: ClassVar[list[tuple[str, Callable[[Any, Any], Any]]]] = [
+        ("add_message", lambda s, d: s.add_message({"role": "user", "content": [{"type": "text", "text": "x", "d": d}]})),
+        ("checkpoint", lambda s, d: s.checkpoint(artifacts={"d": d})),
+        ("tool_call", lambda s, d: s.tool_call("t", {"d": d})),
+        ("kv_put", lambda s, d: s.store.kv_put(s.scope, "ns", "k", d)),
+        ("context", lambda s, d: s.context(messages=[{"role": "user", "content": [{"type": "text", "text": "x", "d": d}]}])),
+    ]
+
+    @pytest.mark.parametrize("name,call", CALLS, ids=[c[0] for c in CALLS])
+    def test_deep_input_is_refused_before_anything_is_stored(self, tmp_path: Path, name: str,
+                                                             call: Callable[[Any, Any], Any]) -> None:
+        from mindpalace.errors import ValidationError
+
+        with Memory.open(tmp_path / "ws", **OPTS) as mem:
+            s = mem.session("a")
+            with pytest.raises(ValidationError, match="nested"):
+                call(s, self.DEEP)
+            assert mem.stats().store.events == 0 and mem.stats().store.kv_entries == 0
+
+    def test_a_hostile_stored_value_reads_as_damage(self, tmp_path: Path) -> None:
+        Memory.open(tmp_path / "ws", **OPTS).close()
+        conn = sqlite3.connect(tmp_path / "ws" / "memory.db")
+        conn.execute("INSERT INTO kv VALUES ('default', '', '', 'a', 'ns', 'bad', ?, '2026-01-01T00:00:00+00:00')",
+                     ("[" * 100_000 + "]" * 100_000,))
+        conn.commit()
+        conn.close()
+        with Memory.open(tmp_path / "ws", **OPTS) as mem, \
+                pytest.raises(DatabaseCorruptError, match="nested too deep to parse"):
+            mem.store.kv_get(mem.session("a").scope, "ns", "bad")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -96,6 +97,8 @@ def _guard(fn: F) -> F:
                 yield from fn(self, *args, **kwargs)
             except sqlite3.Error as exc:
                 raise store_error(self.path, exc) from exc
+            except (RecursionError, json.JSONDecodeError) as exc:
+                raise _unreadable(self.path, exc) from exc
 
         return gen  # type: ignore[return-value]
 
@@ -105,8 +108,17 @@ def _guard(fn: F) -> F:
             return fn(self, *args, **kwargs)
         except sqlite3.Error as exc:
             raise store_error(self.path, exc) from exc
+        except (RecursionError, json.JSONDecodeError) as exc:
+            raise _unreadable(self.path, exc) from exc
 
     return method  # type: ignore[return-value]
+
+
+def _unreadable(path: str | Path, exc: BaseException) -> DatabaseCorruptError:
+    """A stored JSON value that cannot be parsed (written by another tool or damaged): the
+    rows are reported as damage, never as a raw RecursionError / JSONDecodeError."""
+    what = "nested too deep to parse" if isinstance(exc, RecursionError) else f"not valid JSON ({exc})"
+    return DatabaseCorruptError(str(path), f"a stored value is {what}")
 
 
 C = TypeVar("C", bound=type)
