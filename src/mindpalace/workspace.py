@@ -183,7 +183,8 @@ def doctor(root: str | Path, *, export: str | Path | None = None) -> DoctorRepor
     root = _root(root)
     db = root / DB_FILENAME
     if not db.exists():
-        raise WorkspaceError(f"{root} is not a mindpalace workspace (no {DB_FILENAME})")
+        raise WorkspaceError(
+            f"{root} is not a mindpalace workspace; run `mindpalace init {root}` first")
     out = Path(export).expanduser().resolve() if export is not None else None
     if out is not None and out.exists() and not out.is_dir():
         raise WorkspaceError(f"--export {out}: exists and is not a folder")

@@ -257,3 +257,35 @@ class TestHostileNesting:
         with Memory.open(tmp_path / "ws", **OPTS) as mem, \
                 pytest.raises(DatabaseCorruptError, match="nested too deep to parse"):
             mem.store.kv_get(mem.session("a").scope, "ns", "bad")
+
+
+class TestDiskFullAndLocked:
+    def test_a_full_database_is_disk_full_and_nothing_half_written(self, tmp_path: Path) -> None:
+        with Memory.open(tmp_path / "ws", **OPTS) as mem:
+            s = mem.session("a")
+            s.add_message({"role": "user", "content": "before the disk filled up"})
+            conn = mem.store._conn()  # type: ignore[attr-defined]
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count = {pages + 2}")  # SQLite's own SQLITE_FULL
+            added = 1
+            with pytest.raises(DiskFullError, match="free some space"):
+                for i in range(200):
+                    s.add_message({"role": "user", "content": f"message {i} " * 400})
+                    added += 1
+            stored = s.messages.list()  # the refused message is not half-written (no event, no doc)
+            assert len(stored) == added == mem.store.stats().documents
+            assert stored[0].message["content"] == "before the disk filled up"
+
+    def test_a_lock_held_past_the_retry_budget_is_store_busy(self, tmp_path: Path) -> None:
+        with Memory.open(tmp_path / "ws", store={"busy_timeout_ms": 10, "busy_retries": 2}, **OPTS) as mem:
+            s = mem.session("a")
+            s.add_message({"role": "user", "content": "x"})
+            other = sqlite3.connect(tmp_path / "ws" / "memory.db", isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+                with pytest.raises(StoreBusyError, match="locked"):
+                    s.add_message({"role": "user", "content": "y"})
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            assert s.messages.count() == 1
