@@ -446,14 +446,14 @@ def concurrent_scenario(root: Path, writers: int, seconds: float) -> Outcome:
                   for name in sessions}
         msg_ids = Counter((a[2], int(a[3])) for a in acks if a[1] == "msg")
         duplicates = sum(c - 1 for c in msg_ids.values() if c > 1)
-        lost = 0
+        lost_by: Counter[str] = Counter()
         for a in acks:
             kind, name = a[1], a[2]
             if kind == "msg":
                 tag = a[4].rsplit(":", 1)[0]
                 msg = stored[name].get(int(a[3]), {})
                 content = msg.get("content") or json.dumps(msg.get("tool_calls") or "")
-                lost += tag not in str(content) and tag not in str(msg.get("tool_call_id", ""))
+                lost_by["message"] += tag not in str(content) and tag not in str(msg.get("tool_call_id", ""))
         final_fact: dict[tuple[str, str], str | None] = {}
         for a in acks:
             if a[1] == "fact":
@@ -467,11 +467,15 @@ def concurrent_scenario(root: Path, writers: int, seconds: float) -> Outcome:
             if value is None and got is not None:
                 resurrected += 1
             elif value is not None and got != value:
-                lost += 1
+                lost_by["fact" if got is None else "fact (older value)"] += 1
         artifacts = {name: mem.session(name, user="u1", agent="a").task.state().artifacts for name in sessions}
-        lost += sum(1 for a in acks if a[1] == "ckpt" and a[3] not in artifacts[a[2]])
+        lost_by["checkpoint"] += sum(1 for a in acks if a[1] == "ckpt" and a[3] not in artifacts[a[2]])
         effects = Counter(_effects(ws).read_text(encoding="utf-8").split()) if _effects(ws).exists() else Counter()
-        lost += sum(1 for a in acks if a[1] == "tool" and effects[a[3]] == 0)
+        lost_by["tool call"] += sum(1 for a in acks if a[1] == "tool" and effects[a[3]] == 0)
+        lost = sum(lost_by.values())
+        if lost:
+            out.notes.append("acked writes lost by kind: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(lost_by.items()) if v))
         pairing = 0
         for name in sessions:
             pairing += len(check_pairing(list(stored[name].values())))
