@@ -16,6 +16,7 @@ def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 
@@ -48,3 +49,19 @@ class TestBenchTokens:
         rows = json.loads(out.read_text())
         assert code == 0 and len(rows) == 6
         assert all(r["lines_below_exact"] == 0 and r["estimate_error"] >= 0 for r in rows)
+
+
+class TestBenchFaults:
+    def test_fast_run_kills_from_outside_and_loses_nothing(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_faults").main(["--fast", "--json", str(out)]) == 0
+        demo, writer, concurrent = json.loads(out.read_text())
+        assert demo["kills"] >= 2 and writer["kills"] >= 2 and concurrent["acked"] > 0
+        for row in (demo, writer):
+            assert (row["lost"], row["repeated_effects"], row["resurrected"], row["state_differs"]) == (0, 0, 0, 0)
+        for row in (demo, writer, concurrent):
+            assert (row["raw_exceptions"], row["integrity_failures"], row["history_damaged"]) == (0, 0, 0)
+        assert (concurrent["repeated_effects"], concurrent["duplicate_ids"], concurrent["pairing_violations"],
+                concurrent["lock_errors"]) == (0, 0, 0, 0)
+        # concurrent["lost"] / ["resurrected"] are not asserted here: working memory shared by two
+        # processes still loses writes until the facts/ fix (issue 11, item 1) is merged.

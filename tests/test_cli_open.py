@@ -40,6 +40,7 @@ COMMANDS: dict[str, list[str]] = {
     "task resolve": ["task", "resolve", "trip", "k1", "--error", "never ran", "-w", W],
     "ledger": ["ledger", "trip", "-w", W],
     "status": ["status", W],
+    "doctor": ["doctor", W],
     "embed sync": ["embed", "sync", W],
     "llm check": ["llm", "check", W],
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -122,3 +123,84 @@ def test_nul_and_lone_surrogates_in_a_tool_result_are_escaped_not_refused_halfwa
     assert (stats.messages, stats.steps) == (4, 1) and s.messages.count() == 4
     body = s.read_records(["step_1"]).found["step_1"].body
     assert "bin \\x00 out \\ud800 end" in body
+
+
+class TestValidateWholeThenStore:
+    """Issue 11: NaN / Infinity in message 2 or 3, deep nesting, or ``--budget -5`` stored the
+    earlier messages before refusing, and a corrected re-run duplicated them."""
+
+    GOOD: ClassVar[list[dict[str, Any]]] = [{"role": "user", "content": "5 days in Tokyo"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "search", "arguments": {"q": 1}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "found"},
+            {"role": "assistant", "content": "done"}]
+
+    @pytest.mark.parametrize("index,path,token", [
+        (2, ("tool_calls", 0, "function", "arguments", "q"), "NaN"),
+        (3, ("content",), "[{\"type\": \"text\", \"text\": \"x\", \"score\": Infinity}]"),
+        (4, ("content",), "[{\"type\": \"text\", \"text\": \"x\", \"p\": -Infinity}]"),
+        (2, ("tool_calls", 0, "function", "arguments", "q"), "1e999"),
+    ])
+    def test_a_non_finite_number_is_refused_naming_file_and_message(
+        self, mem: Memory, tmp_path: Path, index: int, path: tuple, token: str
+    ) -> None:
+        msgs = json.loads(json.dumps(self.GOOD))
+        target = msgs[index - 1]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = "@@"
+        file = tmp_path / "run.json"
+        file.write_text(json.dumps(msgs).replace('"@@"', token))
+        with pytest.raises(ValidationError, match=rf"run\.json: transcript 'run', message {index}: .*not a finite number"):
+            load_transcripts(file)
+        file.write_text(json.dumps(self.GOOD))  # corrected: the re-run stores each message once
+        s = mem.session("run")
+        replay(s, load_transcripts(file))
+        assert s.messages.count() == len(self.GOOD)
+
+    @pytest.mark.parametrize("name,text", [
+        ("deep.json", "[" * 100_000 + "]" * 100_000),
+        ("deep.jsonl", '{"role": "user", "content": "hi"}\n' + '{"x": ' * 100_000 + "1" + "}" * 100_000),
+    ])
+    def test_deeply_nested_json_is_a_validation_error(self, tmp_path: Path, name: str, text: str) -> None:
+        file = tmp_path / name
+        file.write_text(text)
+        with pytest.raises(ValidationError, match="nested too deep"):
+            load_transcripts(file)
+
+    def test_moderately_deep_content_is_refused_by_depth(self, tmp_path: Path) -> None:
+        file = tmp_path / "d.json"
+        part = {"type": "text", "text": "x", "meta": json.loads("[" * 100 + "]" * 100)}
+        file.write_text(json.dumps([{"role": "user", "content": "a"}, {"role": "user", "content": [part]}]))
+        with pytest.raises(ValidationError, match=r"message 2: .*nested deeper than 64"):
+            load_transcripts(file)
+
+    def test_the_api_validates_every_transcript_before_the_first_write(self, mem: Memory) -> None:
+        from mindpalace.replay import Transcript
+
+        bad = [*self.GOOD[:2], {"role": "wizard", "content": "?"}]
+        s = mem.session("api")
+        with pytest.raises(ValidationError, match="transcript 'b', message 3"):
+            replay(s, [Transcript("a", self.GOOD), Transcript("b", bad)])
+        assert s.messages.count() == 0
+
+    def test_a_negative_budget_is_refused_before_anything_is_stored(self, mem: Memory, tmp_path: Path) -> None:
+        from typer.testing import CliRunner
+
+        from mindpalace.cli import app
+
+        s = mem.session("budget")
+        with pytest.raises(ValidationError, match="budget_tokens must be an int >= 1"):
+            replay(s, [load_transcripts_from(self.GOOD, tmp_path)], budget_tokens=-5)
+        assert s.messages.count() == 0
+        file = tmp_path / "b.json"
+        file.write_text(json.dumps(self.GOOD))
+        result = CliRunner().invoke(app, ["replay", str(file), "--budget", "-5", "-w", str(mem.workspace.root)])
+        assert result.exit_code == 2
+        assert mem.session("b").messages.count() == 0
+
+
+def load_transcripts_from(messages: list, tmp_path: Path):
+    file = tmp_path / "t.json"
+    file.write_text(json.dumps(messages))
+    return load_transcripts(file)[0]

@@ -12,20 +12,25 @@
     ├── NotFoundError (KeyError)            unknown record / session / task / fact key
     ├── StoreError                          persistence failure (sqlite3, psycopg …)
     │   ├── ConcurrencyError                optimistic append lost: expected version moved
-    │   └── StoreBusyError                  lock not acquired after bounded retries
+    │   ├── StoreBusyError                  lock not acquired after bounded retries
+    │   ├── DatabaseCorruptError            damaged, empty or truncated database file
+    │   ├── ReadOnlyWorkspaceError          the database or its folder cannot be written
+    │   └── DiskFullError                   no space left for the write
     ├── ProviderError                       LLM / embedding provider failure
     │   ├── ProviderTimeoutError
     │   ├── ProviderResponseError           HTML error page, empty / malformed reply
     │   ├── CircuitOpenError                breaker open: provider failing, not called
     │   └── TokenBudgetExceededError        the job's token budget is spent
     ├── ConstraintError                     protected-constraint refusal or guard violation
-    └── OutcomeUnknownError                 a side effect started but its outcome was never recorded
+    ├── OutcomeUnknownError                 a side effect started but its outcome is unknown
+    └── EffectNotApplied                    raised BY a tool: its side effect did not happen
 
 Constructors take structured arguments and build a message that says what to do next.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -140,6 +145,49 @@ class StoreBusyError(StoreError):
     """The database stayed locked through every bounded retry."""
 
 
+DOCTOR_HINT = "run `mindpalace doctor {root}` to check it and export what is readable"
+
+
+class DatabaseCorruptError(StoreError):
+    """The database file is damaged (a bad page, an empty or truncated file); nothing was written.
+
+    Args:
+        path: the database file.
+        problem: what SQLite (or the open-time check) found, e.g. ``database disk image is
+            malformed`` or ``the file is empty (0 bytes)``.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        hint = DOCTOR_HINT.format(root=Path(path).parent)
+        super().__init__(
+            f"{path}: the database is damaged ({problem}); it was not replaced or changed — "
+            f"{hint}, then restore it from a backup"
+        )
+
+
+class ReadOnlyWorkspaceError(StoreError):
+    """A write was refused because the database (or its folder) is read-only; nothing changed."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(
+            f"{path}: cannot write ({problem}); the workspace is read-only — give this user "
+            "write permission on the folder and its memory.db*, or open a writable copy"
+        )
+
+
+class DiskFullError(StoreError):
+    """The disk (or quota) is full; the transaction was rolled back, nothing was written."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(
+            f"{path}: the disk is full ({problem}); the write was rolled back — free some space "
+            "and retry"
+        )
+
+
 class ProviderError(MindPalaceError):
     """An LLM or embedding provider failed.
 
@@ -181,17 +229,35 @@ class ConstraintError(MindPalaceError):
 
 
 class OutcomeUnknownError(MindPalaceError):
-    """A non-idempotent tool call was recorded as started but never finished (the process died
-    mid-call): it may or may not have happened, so it is never re-run automatically (I8).
+    """A non-idempotent tool call may or may not have happened: it was recorded as started and
+    the process died mid-call, or the tool raised after it was dispatched (a reset connection
+    does not prove the e-mail was not sent). It is never re-run automatically (I8).
 
     Resolve it with a reconcile hook (``Ledger.reconciler``) or by hand
-    (``Ledger.resolve`` / ``mindpalace ledger``), after checking the external system.
+    (``Task.resolve`` / ``mindpalace task resolve``), after checking the external system.
     """
 
-    def __init__(self, task: str, key: str, tool: str, attempt: int) -> None:
-        self.task, self.key, self.tool, self.attempt = task, key, tool, attempt
+    def __init__(self, task: str, key: str, tool: str, attempt: int, why: str = "") -> None:
+        self.task, self.key, self.tool, self.attempt, self.why = task, key, tool, attempt, why
+        what = f"raised after it was dispatched ({why})" if why else "started but its outcome was never recorded"
         super().__init__(
-            f"task {task!r}: tool call {tool!r} (ledger key {key!r}, attempt {attempt}) started "
-            "but its outcome was never recorded; it is not re-run automatically — check the "
-            "external system, then resolve it with a reconcile hook or Ledger.resolve()"
+            f"task {task!r}: tool call {tool!r} (ledger key {key!r}, attempt {attempt}) {what}; "
+            "it is not re-run automatically — check the external system, then resolve it with a "
+            f"reconcile hook or `mindpalace task resolve {task} {key}`"
         )
+
+
+class EffectNotApplied(MindPalaceError):
+    """Raised by a tool (not by mindpalace) to say its side effect did NOT happen — the API
+    refused the request, the card was declined, validation failed before anything changed.
+
+    The ledger then records the call ``failed`` and it may run again. Any other exception from
+    a side-effecting tool is an unknown outcome (see :class:`OutcomeUnknownError`), because an
+    error after dispatch does not prove the effect did not happen.
+
+    Example:
+        >>> def send_email(to: str, body: str) -> dict:            # doctest: +SKIP
+        ...     if not valid(to):
+        ...         raise EffectNotApplied(f"invalid recipient {to!r}")
+        ...     return smtp.send(to, body)
+    """

@@ -497,6 +497,31 @@ class Session:
         """Exactly-once tool call of the default task (see :meth:`mindpalace.tasks.Task.tool_call`)."""
         return self.task.tool_call(name, args, idempotent=idempotent, key=key)
 
+    def clear_task(self, task_id: str | None = None) -> dict[str, int]:
+        """End of a task: drop its short-term memory, keep the logs and long-term memory (seed
+        004 checklist items 7 and 10 — session memory is cleared at task end so the store does
+        not grow across finished tasks).
+
+        Removed, in one transaction: the task's snapshot, ledger rows and working kv
+        (:meth:`mindpalace.tasks.Task.clear`); the session's step memory — tier state, the
+        step / info / snapshot records and the search documents they were indexed as; the
+        session's working-memory facts. Kept: every event log (the task's events, the chat
+        messages and their search documents, ``<summary>`` lines), history.jsonl, long-term
+        facts, the consolidation state. Call it once the task is finished; the session can go
+        on with a new task.
+
+        Args:
+            task_id: the task to end; None = the session's default task.
+        Returns:
+            Counts of what was removed, by kind.
+        """
+        task = self.task if task_id is None else self.tasks(task_id)
+        with self.store.transaction():
+            removed = task.clear()
+            removed.update(self.steps.clear())
+            removed["working_facts"] = self.facts.clear_working()
+        return removed
+
     def checkpoint(
         self,
         *,

@@ -19,6 +19,7 @@ as an orphan (``Eval: unknown``).
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -26,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
 from mindpalace.session.messages import validate_message
 from mindpalace.steps.checkpoint import compact_args
 from mindpalace.steps.tiers import one_line
-from mindpalace.textsafe import clean_json
+from mindpalace.textsafe import MAX_JSON_DEPTH, clean_json
 
 if TYPE_CHECKING:
     from mindpalace.memory import Session
@@ -39,6 +41,47 @@ Message = dict[str, Any]
 _ERROR = re.compile(r"^\s*(error\b|traceback|exception\b)|command not found|no such file", re.I)
 _SUMMARY_TAG = re.compile(r"<summary>.*?</summary>", re.DOTALL | re.I)
 _KEEP = ("role", "content", "name", "tool_calls", "tool_call_id")
+MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024  # the whole τ-bench result file is 4 MB
+MAX_DEPTH = MAX_JSON_DEPTH  # an OpenAI message nests < 10 deep (tool-call arguments included)
+
+
+class _NonFinite:
+    """What ``NaN`` / ``Infinity`` / an overflowing number parse to: refused by validation with
+    the file and message named, instead of reaching the store halfway through a replay."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _parse_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(text)
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_NonFinite, parse_float=_parse_float)
+
+
+def _problem(value: Any, where: str = "", depth: int = 0) -> str | None:
+    """The first non-finite number or over-deep nesting in a parsed message, as ``field: why``."""
+    if depth > MAX_DEPTH:
+        return f"{where or 'message'}: nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, _NonFinite) or (isinstance(value, float) and not math.isfinite(value)):
+        return f"{where or 'value'}: {value!r} is not a finite number (NaN and Infinity are not JSON)"
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for k, v in items:
+        found = _problem(v, f"{where}[{k!r}]" if isinstance(k, int) else f"{where}.{k}".lstrip("."), depth + 1)
+        if found:
+            return found
+    return None
 
 
 @dataclass(frozen=True)
@@ -86,26 +129,63 @@ def load_transcripts(path: str | Path) -> list[Transcript]:
             which shapes are accepted).
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8", errors="replace")
     try:
-        data: Any = json.loads(text)
+        size = path.stat().st_size
+        if size > MAX_TRANSCRIPT_BYTES:
+            raise ValidationError(f"{path}: {size} bytes, over the {MAX_TRANSCRIPT_BYTES}-byte "
+                                  "transcript limit; split it into several files")
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ValidationError(f"{path}: cannot read the transcript ({exc})") from exc
+    try:
+        data: Any = _loads(text)
+    except RecursionError as exc:
+        raise ValidationError(f"{path}: JSON nested too deep to be a transcript") from exc
     except ValueError:
-        try:
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as exc:
-            raise ValidationError(f"{path}: neither JSON nor JSONL ({exc})") from exc
+        data = []
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                data.append(_loads(line))
+            except RecursionError as exc:
+                raise ValidationError(f"{path}: line {lineno}: JSON nested too deep") from exc
+            except ValueError as exc:
+                raise ValidationError(f"{path}: neither JSON nor JSONL (line {lineno}: {exc})") from exc
     transcripts = _shape(path, data)
     # Check every message before anything is replayed: a bad message halfway through a file
     # must not leave the first half stored (a fixed re-run would then duplicate it).
-    for t in transcripts:
-        for i, m in enumerate(t.messages, start=1):
-            try:
-                validate_message({k: v for k, v in m.items() if not k.startswith("_")})
-            except ValidationError as exc:
-                raise ValidationError(f"{path}: transcript {t.name!r}, message {i}: {exc}") from exc
+    validate_transcripts(transcripts, source=str(path))
     if not any(t.messages for t in transcripts):
         raise ValidationError(f"{path}: the transcript has no messages; nothing to replay")
     return transcripts
+
+
+def validate_transcripts(transcripts: Iterable[Transcript], *, source: str = "") -> list[Transcript]:
+    """Validate every message of every transcript — OpenAI shape, JSON only, finite numbers,
+    nesting depth — before anything is stored; returns them as a list.
+
+    Raises:
+        ValidationError: ``<source>: transcript 'name', message i: why`` for the first bad one
+            (i is 1-based); nothing was written.
+    """
+    out = list(transcripts)
+    prefix = f"{source}: " if source else ""
+    for t in out:
+        if not isinstance(t, Transcript) or not isinstance(t.messages, list):
+            raise ValidationError(f"{prefix}expected Transcript objects with a list of messages, got {t!r:.80}")
+        for i, m in enumerate(t.messages, start=1):
+            where = f"{prefix}transcript {t.name!r}, message {i}"
+            if not isinstance(m, dict):
+                raise ValidationError(f"{where}: a message must be an object, got {type(m).__name__}")
+            found = _problem(m)
+            if found:
+                raise ValidationError(f"{where}: {found}")
+            try:
+                validate_message({k: v for k, v in m.items() if not k.startswith("_")})
+            except ValidationError as exc:
+                raise ValidationError(f"{where}: {exc}") from exc
+    return out
 
 
 def _shape(path: Path, data: Any) -> list[Transcript]:
@@ -150,8 +230,12 @@ def _clean(message: Any) -> Message:
         if message.get("action") and not out.get("tool_calls"):
             out["_action"] = str(message["action"])
     # Recorded tool output is untrusted bulk text: NUL / lone surrogates are escaped here, so
-    # the step record gets the same text as the stored message (not refused halfway).
-    return clean_json(out)
+    # the step record gets the same text as the stored message (not refused halfway). A message
+    # too deep to clean is kept as it is: validate_transcripts refuses it, naming it.
+    try:
+        return clean_json(out)
+    except ValidationError:
+        return out
 
 
 # -- replay ----------------------------------------------------------------------------------------
@@ -184,7 +268,14 @@ def replay(
 
     Returns:
         :class:`ReplayStats` with per-step and per-build timings.
+
+    Raises:
+        ValidationError: a bad message anywhere in `transcripts` (see
+            :func:`validate_transcripts`) or a budget below 1 token — before anything is stored.
     """
+    if budget_tokens is not None:
+        require_int("budget_tokens", budget_tokens)
+    transcripts = validate_transcripts(transcripts)
     stats = ReplayStats()
     steps = session.steps
     for transcript in transcripts:

@@ -45,14 +45,24 @@ def clean_text(value: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
 
 
-def clean_json(value: Any) -> Any:
-    """`clean_text` applied to every string (keys included) of a JSON-like structure."""
+MAX_JSON_DEPTH = 64  # an OpenAI message or a tool result nests < 20 deep; deeper is hostile
+
+
+def clean_json(value: Any, _depth: int = 0) -> Any:
+    """`clean_text` applied to every string (keys included) of a JSON-like structure.
+
+    Raises:
+        InvalidTextError: the structure nests deeper than MAX_JSON_DEPTH (64) levels — refused
+            up front instead of a RecursionError halfway through a write.
+    """
     if isinstance(value, str):
         return clean_text(value)
+    if isinstance(value, dict | list | tuple) and _depth >= MAX_JSON_DEPTH:
+        raise InvalidTextError("JSON value", f"nested deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, dict):
-        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+        return {clean_text(str(k)): clean_json(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [clean_json(v) for v in value]
+        return [clean_json(v, _depth + 1) for v in value]
     return value
 
 

@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
 from mindpalace.errors import WorkspaceError
+from mindpalace.history import HistoryLog
+from mindpalace.history.log import DamagedLine
 from mindpalace.settings import CONFIG_FILENAME, Settings, default_toml, load_settings
+from mindpalace.store.sqlite.doctor import DatabaseCheck, check_database
 
 DB_FILENAME = "memory.db"
 INIT_LOCK_FILENAME = ".mindpalace-init.lock"  # serialises concurrent inits of one folder
@@ -79,6 +83,8 @@ class Workspace:
                 for sub in ("archive", "history", "knowledge"):
                     (root / sub).mkdir(exist_ok=True)
                 config = root / CONFIG_FILENAME
+                for stray in root.glob(f".{CONFIG_FILENAME}.*"):  # a killed init's temp file
+                    stray.unlink(missing_ok=True)
                 if not config.exists():
                     _write_atomic(config, default_toml())
                 ws = cls(root, load_settings(config, **overrides))
@@ -112,7 +118,9 @@ class Workspace:
                     f"{root} is not a mindpalace workspace; run `mindpalace init {root}` first"
                 )
             return cls.init(root, **overrides)
-        return cls(root, load_settings(config, **overrides))
+        ws = cls(root, load_settings(config, **overrides))
+        HistoryLog(ws.history_dir).remove_stray_files()  # left by a kill during a rewrite
+        return ws
 
     def _init_knowledge_repo(self) -> None:
         import git
@@ -130,6 +138,70 @@ class Workspace:
             repo.index.commit("init knowledge repository", author=actor, committer=actor)
         finally:
             repo.close()  # else its object-database file handles leak (ResourceWarning → error)
+
+
+@dataclass
+class DoctorReport:
+    """What ``mindpalace doctor`` found in a workspace (see :func:`doctor`).
+
+    Attributes:
+        database: the integrity check (and export) of memory.db.
+        history_entries / history_damaged: valid and skipped lines of history.jsonl.
+        stray_files: temp files a killed write left (removed the next time the workspace opens).
+    """
+
+    workspace: Path
+    database: DatabaseCheck
+    history_entries: int = 0
+    history_damaged: list[DamagedLine] = field(default_factory=list)
+    stray_files: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """memory.db passed integrity_check and every history line is readable."""
+        return self.database.ok and not self.history_damaged
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workspace": str(self.workspace), "ok": self.ok, "database": self.database.to_json(),
+                "history_entries": self.history_entries,
+                "history_damaged": [{"line": d.lineno, "bytes": d.size, "problem": d.problem}
+                                    for d in self.history_damaged],
+                "stray_files": self.stray_files}
+
+
+def doctor(root: str | Path, *, export: str | Path | None = None) -> DoctorReport:
+    """Check a workspace without changing it: ``PRAGMA integrity_check`` on memory.db (opened
+    read-only), every history.jsonl line, stray temp files. With `export`, write what is
+    readable into that folder: ``events.jsonl``, ``records.jsonl``, ``kv.jsonl``,
+    ``docs.jsonl``, ``messages.jsonl`` (every session's messages) and ``history.jsonl`` (the
+    valid entries) — the way out when a :class:`~mindpalace.errors.DatabaseCorruptError` says
+    the database is damaged.
+
+    Raises:
+        WorkspaceError: `root` is not a workspace (no memory.db).
+    """
+    root = _root(root)
+    db = root / DB_FILENAME
+    if not db.exists():
+        raise WorkspaceError(
+            f"{root} is not a mindpalace workspace; run `mindpalace init {root}` first")
+    out = Path(export).expanduser().resolve() if export is not None else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise WorkspaceError(f"--export {out}: exists and is not a folder")
+    report = DoctorReport(root, check_database(db, export=out))
+    history = HistoryLog(root / "history")
+    scan = history.scan()
+    report.history_entries, report.history_damaged = len(scan.entries), scan.damaged
+    report.stray_files = sorted(
+        str(p.relative_to(root)) for pattern in ("history/.*.tmp", f".{DB_FILENAME}.*.creating*",
+                                                 f".{CONFIG_FILENAME}.*")
+        for p in root.glob(pattern))
+    if out is not None:
+        with open(out / "history.jsonl", "w", encoding="utf-8") as fh:
+            for e in scan.entries:
+                fh.write(json.dumps(e.to_json(), ensure_ascii=False) + "\n")
+        report.database.exported["history.jsonl"] = len(scan.entries)
+    return report
 
 
 def _root(root: str | Path) -> Path:

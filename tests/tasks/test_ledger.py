@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mindpalace import Memory
-from mindpalace.errors import OutcomeUnknownError, ValidationError
+from mindpalace.errors import EffectNotApplied, OutcomeUnknownError, ValidationError
 from mindpalace.memory import Session
 from mindpalace.tasks import NOT_RUN, ledger_key
 
@@ -71,18 +71,25 @@ class TestExactlyOnce:
             assert call.done and call.result["booking_id"] == "TK001"
         assert tool.calls == 1
 
-    def test_failed_call_may_run_again(self, session: Session) -> None:
-        def broken(place: str, date: str) -> dict:
-            raise TimeoutError("gateway")
+    def test_a_call_the_tool_says_did_not_happen_is_failed_and_may_run_again(self, session: Session) -> None:
+        def refused(place: str, date: str) -> dict:
+            raise EffectNotApplied("gateway refused the request before booking")
 
-        with pytest.raises(TimeoutError):
-            book(session, broken)  # type: ignore[arg-type]
+        with pytest.raises(EffectNotApplied):
+            book(session, refused)  # type: ignore[arg-type]
         entry = session.tasks.ledger.get(session.task.id, ledger_key("book_ticket", ARGS))
         assert entry.status == "failed" and "gateway" in entry.error
         tool = Booker()
         book(session, tool)
         assert tool.calls == 1
         assert session.tasks.ledger.get(session.task.id, entry.key).attempt == 2
+
+    def test_a_tool_returning_not_run_is_failed_and_may_run_again(self, session: Session) -> None:
+        with session.tool_call("book_ticket", ARGS) as call:
+            assert call.run(lambda place, date: NOT_RUN) is NOT_RUN
+        assert session.tasks.ledger.get(session.task.id, ledger_key("book_ticket", ARGS)).status == "failed"
+        tool = Booker()
+        assert book(session, tool)["booking_id"] == "TK001" and tool.calls == 1
 
     def test_result_is_json_normalized_on_first_run_too(self, session: Session) -> None:
         with session.tool_call("t", {}) as call:
@@ -91,6 +98,57 @@ class TestExactlyOnce:
     def test_result_before_completion_is_an_error(self, session: Session) -> None:
         with session.tool_call("t", {}) as call, pytest.raises(ValidationError, match="run"):
             _ = call.result
+
+
+class TestAmbiguousFailure:
+    """Issue 11: send_email sent, then raised ConnectionResetError; the call was recorded
+    `failed` and re-run on every retry — 3 e-mails. An error after dispatch is `unknown`."""
+
+    def send_email_three_times(self, session: Session, **kw: object) -> list[str]:
+        outbox: list[str] = []
+
+        def send_email(to: str, body: str) -> dict:
+            outbox.append(to)  # the mail server accepted it …
+            raise ConnectionResetError("connection reset by peer")  # … and the reply was lost
+
+        for _ in range(3):
+            try:
+                with session.tool_call("send_email", {"to": "a@b.c", "body": "hi"}, **kw) as call:  # type: ignore[arg-type]
+                    if not call.done:
+                        call.run(send_email)
+            except (ConnectionResetError, OutcomeUnknownError):
+                pass
+        return outbox
+
+    def test_a_non_idempotent_call_that_raised_after_dispatch_runs_once(self, session: Session) -> None:
+        assert self.send_email_three_times(session) == ["a@b.c"]
+        key = ledger_key("send_email", {"to": "a@b.c", "body": "hi"})
+        entry = session.tasks.ledger.get(session.task.id, key)
+        assert entry.status == "unknown" and "ConnectionResetError" in entry.error
+        assert session.task.resume().unknown_calls == [key]
+        assert session.task.state().calls["unknown"] == 1
+
+    def test_the_retry_names_the_error_and_how_to_settle_it(self, session: Session) -> None:
+        self.send_email_three_times(session)
+        with pytest.raises(OutcomeUnknownError, match=r"raised after it was dispatched .*ConnectionResetError.*task resolve"), \
+                session.tool_call("send_email", {"to": "a@b.c", "body": "hi"}):
+            pass
+
+    def test_resolving_it_settles_the_call(self, session: Session) -> None:
+        self.send_email_three_times(session)
+        key = ledger_key("send_email", {"to": "a@b.c", "body": "hi"})
+        session.task.resolve(key, result={"sent": True})
+        with session.tool_call("send_email", {"to": "a@b.c", "body": "hi"}) as call:
+            assert call.done and call.result == {"sent": True}
+        assert session.task.resume().unknown_calls == []
+
+    def test_a_reconcile_hook_is_asked_before_anything_runs_again(self, session: Session) -> None:
+        session.tasks.ledger.reconciler("send_email", lambda entry: NOT_RUN)
+        outbox = self.send_email_three_times(session)
+        assert len(outbox) == 3  # the hook said "not sent" each time: running again is right
+
+    def test_an_idempotent_tool_may_retry(self, session: Session) -> None:
+        assert len(self.send_email_three_times(session, idempotent=True)) == 3
 
 
 class TestUnknownOutcome:
@@ -161,3 +219,14 @@ def test_sigkill_between_started_and_completed_is_never_rerun(tmp_path: Path) ->
             book(s, tool)
         assert tool.calls == 0 and world.read_text().splitlines() == ["Senso-ji"]
         assert s.task.state().in_flight  # still visible as unknown, for a human or a hook
+
+
+class TestTwoProcessesOneCall:
+    def test_a_call_completed_by_another_process_after_enter_returns_its_result(self, session: Session) -> None:
+        tool = Booker()
+        with session.tool_call("book_ticket", ARGS) as call:
+            assert not call.done
+            other = session.tasks.ledger.start(session.task.id, "book_ticket", ARGS)  # the other process
+            session.tasks.ledger.finish(other, result={"booking_id": "TK-other"})
+            assert call.run(tool) == {"booking_id": "TK-other"}
+        assert tool.calls == 0

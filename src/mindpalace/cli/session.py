@@ -17,6 +17,7 @@ from mindpalace.cli.app import (
     WorkspaceOpt,
     app,
     console,
+    err_console,
     open_memory,
     print_json,
 )
@@ -82,9 +83,18 @@ def history_tail(
     n: int = typer.Option(10, "-n", "--lines", min=1, help="How many newest entries (≥ 1)."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Show the newest history.jsonl entries (cursor, time, session, kind, message range, text)."""
+    """Show the newest history.jsonl entries (cursor, time, session, kind, message range, text).
+
+    Damaged lines (not JSON, not UTF-8, nested too deep, over the line cap) are skipped, each
+    with a warning on stderr naming its line number."""
     with open_memory(workspace) as mem:
-        entries = mem.history.tail(n)
+        scan = mem.history.scan()
+        entries = scan.entries[-n:]
+        path = mem.history.path
+    for bad in scan.damaged:
+        err_console.print(Text.assemble(("warning:", "yellow"),
+                                        f" {path}:{bad.lineno}: skipped a damaged line ({bad.problem})"),
+                          soft_wrap=True)
     if as_json:
         print_json([e.to_json() for e in entries])
         return

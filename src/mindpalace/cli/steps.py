@@ -228,15 +228,19 @@ def replay_cmd(
         None, "--session", help="Session id (default: the file name)."
     ),
     budget: int | None = typer.Option(
-        None, "--budget",
-        help="Build the prompt under this budget (tokens) before every model call.",
+        None, "--budget", min=1,
+        help="Build the prompt under this budget (tokens, ≥ 1) before every model call.",
     ),
     workspace: Path = WorkspaceOpt,
     user: str = UserOpt,
     agent: str = AgentOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Replay an agent transcript through a session (messages, steps, <summary> lines)."""
+    """Replay an agent transcript through a session (messages, steps, <summary> lines).
+
+    The whole file is validated (shape, JSON only, finite numbers, nesting, size) before the
+    first message is stored: a refused file stores nothing, so a corrected re-run never
+    duplicates."""
     import statistics
 
     from mindpalace.replay import load_transcripts, replay

@@ -179,7 +179,7 @@ def ledger(
     for col in ("key", "tool", "status", "attempt", "result"):
         table.add_column(col, no_wrap=col != "result", overflow="ellipsis")
     for e in entries:
-        shown = e.error if e.status == "failed" else json.dumps(e.result, ensure_ascii=False)
+        shown = e.error if e.status in ("failed", "unknown") else json.dumps(e.result, ensure_ascii=False)
         status = f"{e.status} (reconciled)" if e.reconciled else e.status
         table.add_row(e.key, e.tool, status, str(e.attempt),
                       " ".join((shown or "").split())[:80])
@@ -205,9 +205,17 @@ def demo(
     baseline: bool = typer.Option(
         True, "--baseline/--no-baseline", help="Also run seed 004's sliding-window agent."
     ),
+    resume: bool = typer.Option(
+        False, "--resume",
+        help="Continue the newest demo of --workspace (e.g. one killed from outside) from its "
+             "checkpoint, with its own --steps/--seed/--budget-tokens; a new one if it has none.",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Run a long-horizon travel agent (seed 004) on mindpalace — optionally under SIGKILLs."""
+    """Run a long-horizon travel agent (seed 004) on mindpalace — optionally under SIGKILLs.
+
+    With --resume the newest run of the workspace continues to the same final state an
+    uninterrupted run reaches (a finished run just reports again)."""
     import logging
     import tempfile
 
@@ -220,12 +228,16 @@ def demo(
         TimeElapsedColumn,
     )
 
-    from mindpalace.demo import fresh_config, run_baseline, run_demo
+    from mindpalace.demo import fresh_config, resume_config, run_baseline, run_demo
+    from mindpalace.errors import ValidationError
 
     # The step tiers warn at 0.7·B on every step of a long run; the report counts compactions.
     logging.getLogger("mindpalace.steps").setLevel(logging.ERROR)
+    if resume and workspace is None:
+        raise ValidationError("--resume needs the --workspace/-w folder of the run to continue")
     root = workspace or Path(tempfile.mkdtemp(prefix="mindpalace-demo-"))
-    config = fresh_config(root, steps=steps, seed=seed, budget_tokens=budget_tokens)
+    config = (resume_config(root) if resume else None) or fresh_config(
+        root, steps=steps, seed=seed, budget_tokens=budget_tokens)
     # the note is the agent's last action (model text): task fields, never markup
     progress = Progress(
         TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
@@ -248,8 +260,8 @@ def demo(
         console.line()  # off a terminal the last progress line has no newline of its own
     reports = [report]
     if baseline:
-        reports.append(run_baseline(fresh_config(root, steps=steps, seed=seed,
-                                                 budget_tokens=budget_tokens, name="baseline")))
+        reports.append(run_baseline(fresh_config(root, steps=config.steps, seed=config.seed,
+                                                 budget_tokens=config.budget_tokens, name="baseline")))
     if as_json:
         print_json({"workspace": str(root), "session": config.session,
                     "reports": [r.to_json() for r in reports]})

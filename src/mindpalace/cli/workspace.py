@@ -1,4 +1,4 @@
-"""CLI: `mindpalace init` and `mindpalace status`."""
+"""CLI: `mindpalace init`, `mindpalace status` and `mindpalace doctor`."""
 
 from __future__ import annotations
 
@@ -47,3 +47,41 @@ def status(
         if key != "workspace":
             table.add_row(key, str(value))
     console.print(table)
+
+
+@app.command()
+def doctor(
+    directory: Path = typer.Argument(
+        Path("."), help="Workspace folder.", envvar="MINDPALACE_WORKSPACE"
+    ),
+    export: Path | None = typer.Option(
+        None, "--export", help="Write every readable row and message as JSONL into this folder."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Check a workspace read-only: integrity_check on memory.db, history.jsonl lines, stray temp
+    files; --export saves what is readable. Exits 1 when something is damaged."""
+    from mindpalace.workspace import doctor as run_doctor
+
+    report = run_doctor(directory, export=export)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        db = report.database
+        verdict = ("ok", "green") if db.ok else ("DAMAGED", "red")
+        console.print(Text.assemble("memory.db: ", verdict,
+                                    f"  ({db.size_bytes} bytes, schema {db.schema_version})"))
+        for line in db.problems[:20]:
+            console.print(f"  {line}")
+        console.print(f"history.jsonl: {report.history_entries} entries, "
+                      f"{len(report.history_damaged)} damaged lines")
+        for d in report.history_damaged[:20]:
+            console.print(f"  line {d.lineno}: {d.problem}")
+        if report.stray_files:
+            console.print(f"stray temp files (removed on the next open): {', '.join(report.stray_files)}")
+        if export is not None:
+            rows = ", ".join(f"{name} {n}" for name, n in db.exported.items())
+            skipped = sum(db.unreadable.values())
+            console.print(f"exported to {export}: {rows}; {skipped} unreadable rows")
+    if not report.ok:
+        raise typer.Exit(1)

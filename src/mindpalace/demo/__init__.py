@@ -6,6 +6,8 @@ runs the same scripted policy with seed 004's sliding-window memory; both return
 """
 
 from mindpalace.demo.engine import DemoConfig, run_engine
-from mindpalace.demo.runner import DemoReport, fresh_config, run_baseline, run_demo
+from mindpalace.demo.runner import DemoReport, fresh_config, resume_config, run_baseline, run_demo
 
-__all__ = ["DemoConfig", "DemoReport", "fresh_config", "run_baseline", "run_demo", "run_engine"]
+__all__ = [
+    "DemoConfig", "DemoReport", "fresh_config", "resume_config", "run_baseline", "run_demo", "run_engine",
+]

@@ -69,6 +69,15 @@ class DemoConfig:
     def ack_path(self) -> Path:
         return self.workspace / "demo" / f"{self.session}-acks.log"
 
+    @property
+    def config_path(self) -> Path:
+        """Where the run's parameters are kept, so ``mindpalace demo --resume`` can continue it."""
+        return self.workspace / "demo" / f"{self.session}.json"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"session": self.session, "steps": self.steps, "seed": self.seed,
+                "budget_tokens": self.budget_tokens}
+
 
 class EngineMind:
     """The policy's memory on mindpalace (see module docstring of :mod:`mindpalace.demo.agent`)."""

@@ -284,4 +284,36 @@ def fresh_config(workspace: Path, *, steps: int, seed: int, budget_tokens: int, 
         except FileExistsError:
             n += 1
             continue
+        _write_atomic(config.config_path, json.dumps(config.to_json()))
         return config
+
+
+def resume_config(workspace: Path, *, name: str = "demo") -> DemoConfig | None:
+    """The newest demo run of `workspace` (its parameters as :func:`fresh_config` stored them),
+    to continue after the process was killed; None when the workspace has none.
+
+    A run killed before its parameters were stored had done nothing durable: it is skipped
+    (a new run is the right continuation).
+    """
+    folder = workspace / "demo"
+    found: list[tuple[float, DemoConfig]] = []
+    for path in folder.glob(f"{name}-s*-r*.json") if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            config = DemoConfig(workspace, str(data["session"]), int(data["steps"]), int(data["seed"]),
+                                int(data["budget_tokens"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged parameter file is not a run we can continue
+        if config.session == path.stem:
+            found.append((path.stat().st_mtime, config))
+    return max(found, key=lambda f: (f[0], f[1].session))[1] if found else None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all (temp file + fsync + rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

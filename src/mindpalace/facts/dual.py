@@ -184,6 +184,16 @@ class FactMemory:
         with self._writing():
             return [self._hit(normalize_key(key), promote_long_term=False) for key in keys]
 
+    def clear_working(self) -> int:
+        """End of a task (seed 004 checklist item 10): drop every working-memory item of the
+        session; long-term facts stay. Returns how many items were removed."""
+        with self._lock, self.store.transaction():
+            keys = [key for _, key, _ in self.store.kv_list(self.scope, WORKING_NAMESPACE)]
+            removed = sum(int(self.store.kv_delete(self.scope, WORKING_NAMESPACE, k)) for k in keys)
+            self.working.load([], shrink=False)
+            self._parsed = {}
+        return removed
+
     def forget(self, key: str) -> bool:
         """Forget `key` everywhere: dropped from working memory, tombstoned long-term (it
         never comes back; remembering the key again creates a new version). True when

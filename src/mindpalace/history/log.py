@@ -14,9 +14,14 @@ raw messages stay recallable by name); ``id`` is the writer's idempotency key (c
 
 Appends are serialized across threads and processes by a file lock and fsync'ed; reasoning
 text (``<think>…</think>`` and similar) is stripped from summaries (raw archives are kept
-verbatim) and every entry is capped; the folder is created by the first write; a corrupt line is
-skipped with a warning and never blocks later appends; rewrites of the whole file are atomic
-(temp file + fsync + rename). Entries are also indexed in the store as search documents of kind
+verbatim) and every entry is capped; the folder is created by the first write; rewrites of the
+whole file are atomic (temp file + fsync + rename; temp files a kill left behind are removed by
+:meth:`HistoryLog.remove_stray_files`, which opening a workspace calls).
+
+Hostile content never blocks the workspace: a line that is not JSON, not UTF-8, nested too
+deep for the JSON parser, longer than the line cap, or not an entry is skipped and reported
+(:meth:`HistoryLog.scan` lists them with their line numbers) — reading, appending and the
+cursor all go on with the valid lines. Entries are also indexed in the store as search documents of kind
 ``history`` in the session's scope, so recall finds them.
 """
 
@@ -51,6 +56,8 @@ DOC_KIND = "history"
 KINDS = ("summary", "raw")
 LOCK_TIMEOUT_SECONDS = 60.0  # an append holds the lock for one fsync; a minute means a dead holder
 _TAIL_BLOCK_BYTES = 65_536  # read the file backwards in blocks this size to find the last cursor
+MAX_LINE_BYTES = 4 * 1024 * 1024  # a capped entry is < 200 KB of JSON; anything longer is damage
+_CURSOR_MAX_BYTES = 64  # .cursor holds one integer
 
 EntryKind = Literal["summary", "raw"]
 
@@ -120,6 +127,23 @@ class HistoryEntry:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class DamagedLine:
+    """A line of history.jsonl that was skipped: its 1-based number, size (bytes) and why."""
+
+    lineno: int
+    size: int
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryScan:
+    """Every valid entry (oldest first) and every skipped line of one pass over the file."""
+
+    entries: list[HistoryEntry]
+    damaged: list[DamagedLine]
+
+
 class HistoryLog:
     """The workspace's ``history.jsonl`` with its ``.cursor`` (seed 002's append_history).
 
@@ -149,6 +173,8 @@ class HistoryLog:
         self.cursor_path = self.directory / CURSOR_FILENAME
         self.entry_max_chars = entry_max_chars
         self.lock_timeout_seconds = lock_timeout_seconds
+        # the line cap grows with the entry cap: ≤ 6 bytes of JSON per character, plus fields
+        self.max_line_bytes = max(MAX_LINE_BYTES, 6 * entry_max_chars + 65_536)
         # One lock object per path in this process (re-entrant per thread); the OS lock under
         # it excludes other threads and processes.
         self._lock = FileLock(str(self.path) + ".lock", is_singleton=True)
@@ -233,6 +259,32 @@ class HistoryLog:
             self._write_cursor(cursor)
         return len(kept)
 
+    def remove_stray_files(self) -> int:
+        """Delete temp files a killed rewrite or ``.cursor`` write left in the folder; returns
+        how many. Runs under the writers' lock (a live writer's temp file is never touched) and
+        only when there is something to remove, so it is cheap and writes nothing otherwise;
+        skipped (0) when another process holds the lock or the folder is read-only."""
+        patterns = (f".{HISTORY_FILENAME}.*.tmp", f".{CURSOR_FILENAME}.*.tmp")
+        if not self.directory.is_dir() or not any(
+                any(self.directory.glob(p)) for p in patterns):
+            return 0
+        removed = 0
+        try:
+            self._lock.acquire(timeout=0)
+        except (Timeout, OSError):
+            return 0
+        try:
+            for pattern in patterns:
+                for stray in self.directory.glob(pattern):
+                    try:
+                        stray.unlink()
+                        removed += 1
+                    except OSError:
+                        pass
+        finally:
+            self._lock.release()
+        return removed
+
     # -- reading ---------------------------------------------------------------------------
     def read(
         self, after_cursor: int = 0, *, session: Scope | None = None, limit: int | None = None
@@ -248,6 +300,20 @@ class HistoryLog:
             if limit is not None and len(out) >= limit:
                 break
         return out
+
+    def scan(self) -> HistoryScan:
+        """One pass over the file: the valid entries and the damaged lines it skipped (a line
+        that is not JSON / UTF-8, nested too deep to parse, longer than the line cap, or
+        not an entry). Never raises for content; a missing file is an empty scan."""
+        entries: list[HistoryEntry] = []
+        damaged: list[DamagedLine] = []
+        for lineno, raw, size in self._lines():
+            entry, problem = _decode_line(raw, size, self.max_line_bytes)
+            if entry is not None:
+                entries.append(entry)
+            elif problem:
+                damaged.append(DamagedLine(lineno, size, problem))
+        return HistoryScan(entries, damaged)
 
     def tail(self, n: int = 10, *, session: Scope | None = None) -> list[HistoryEntry]:
         """The newest `n` entries (of `session` when given), oldest first."""
@@ -300,35 +366,68 @@ class HistoryLog:
             self._lock.release()
 
     def _iter_entries(self) -> Iterator[HistoryEntry]:
-        if not self.path.exists():
+        for lineno, raw, size in self._lines():
+            entry, problem = _decode_line(raw, size, self.max_line_bytes)
+            if entry is not None:
+                yield entry
+            elif problem:
+                log.warning("%s:%d: skipping a corrupt history line (%s)", self.path, lineno, problem)
+
+    def _lines(self) -> Iterator[tuple[int, bytes, int]]:
+        """(line number, bytes, size) of every line; a line over the cap is not held in memory
+        (its bytes come back empty with its true size)."""
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115 - closed below; a generator holds it
+        except FileNotFoundError:
             return
-        with open(self.path, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                entry = _parse_line(raw, self.path, lineno)
-                if entry is not None:
-                    yield entry
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        with fh:
+            lineno = 0
+            while True:
+                raw = fh.readline(self.max_line_bytes + 1)
+                if not raw:
+                    return
+                lineno += 1
+                size = len(raw)
+                if size > self.max_line_bytes and not raw.endswith(b"\n"):
+                    while True:  # skip the rest of the oversized line in bounded chunks
+                        more = fh.readline(_TAIL_BLOCK_BYTES)
+                        size += len(more)
+                        if not more or more.endswith(b"\n"):
+                            break
+                    raw = b""
+                yield lineno, raw, size
 
     def _current_cursor(self) -> int:
         """max(.cursor, last valid line's cursor): a crash between the line and ``.cursor``
-        must never hand out a cursor twice."""
+        must never hand out a cursor twice. A damaged ``.cursor`` is ignored (logged)."""
         stored = 0
         try:
-            stored = int(self.cursor_path.read_text(encoding="utf-8").strip() or 0)
+            with open(self.cursor_path, "rb") as fh:
+                text = fh.read(_CURSOR_MAX_BYTES + 1)
+            if len(text) > _CURSOR_MAX_BYTES:
+                raise ValueError("longer than one integer")
+            stored = max(0, int(text.decode("ascii").strip() or 0))
         except FileNotFoundError:
             pass
-        except (OSError, ValueError):
-            log.warning("history cursor file %s is unreadable; recomputing from the file",
-                        self.cursor_path)
+        except (OSError, ValueError) as exc:
+            log.warning("history cursor file %s is damaged (%s); recomputing from the file",
+                        self.cursor_path, exc)
         return max(stored, self._last_line_cursor())
 
     def _last_line_cursor(self) -> int:
-        if not self.path.exists():
+        """The cursor of the last valid line, reading backwards in blocks; damaged lines
+        (including an oversized one, never held whole in memory) are passed over."""
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
             return 0
-        with open(self.path, "rb") as fh:
+        with fh:
             fh.seek(0, os.SEEK_END)
-            end = fh.tell()
+            pos = fh.tell()
             buf = b""
-            pos = end
+            oversized = False  # inside a line longer than the cap: drop bytes until its start
             while pos > 0:
                 step = min(_TAIL_BLOCK_BYTES, pos)
                 pos -= step
@@ -336,14 +435,19 @@ class HistoryLog:
                 buf = fh.read(step) + buf
                 lines = buf.split(b"\n")
                 # lines[0] may be partial unless we reached the start of the file
-                candidates = lines if pos == 0 else lines[1:]
-                for raw in reversed(candidates):
+                complete = lines if pos == 0 else lines[1:]
+                if oversized and complete:
+                    complete = complete[:-1]  # the tail of the oversized line
+                    oversized = False
+                for raw in reversed(complete):
                     if not raw.strip():
                         continue
-                    entry = _parse_line(raw, self.path, None)
+                    entry, _ = _decode_line(raw, len(raw), self.max_line_bytes)
                     if entry is not None:
                         return entry.cursor
                 buf = lines[0] if pos > 0 else b""
+                if len(buf) > self.max_line_bytes:
+                    buf, oversized = b"", True
         return 0
 
     def _write_cursor(self, cursor: int) -> None:
@@ -358,15 +462,22 @@ def _same_session(entry: HistoryEntry, scope: Scope) -> bool:
     )
 
 
-def _parse_line(raw: bytes, path: Path, lineno: int | None) -> HistoryEntry | None:
+def _decode_line(raw: bytes, size: int, max_bytes: int) -> tuple[HistoryEntry | None, str]:
+    """(entry, "") for a valid line; (None, why) for a damaged one; (None, "") for a blank one."""
+    if size > max_bytes:
+        return None, f"{size} bytes, over the {max_bytes}-byte line cap"
     if not raw.strip():
-        return None
+        return None, ""
     try:
-        return HistoryEntry.from_json(json.loads(raw.decode("utf-8")))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    try:  # json.loads raises RecursionError on hostile nesting (100,000 deep): damage, skipped
+        return HistoryEntry.from_json(json.loads(text)), ""
+    except RecursionError:
+        return None, "JSON nested too deep"
     except (ValueError, KeyError, TypeError, IndexError) as exc:
-        if lineno is not None:
-            log.warning("%s:%d: skipping corrupt history line (%s)", path, lineno, exc)
-        return None
+        return None, f"not a history entry ({type(exc).__name__}: {str(exc)[:120]})"
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -108,6 +108,21 @@ class StepMemory:
         with self._lock:
             return self.tiers.reload()
 
+    def clear(self) -> dict[str, int]:
+        """End of a task (seed 004 checklist items 7 and 10): delete the tier state and every
+        step / info / snapshot record of the session with the search documents they were
+        indexed as, in one store transaction. ``<summary>`` lines are an event log and stay.
+
+        Returns:
+            ``{"records": n, "step_state": 0 or 1}`` — what was removed.
+        """
+        with self._lock, self.store.transaction():
+            names = [r.name for r in self.store.list_records(self.scope)]
+            removed = {"records": self.store.delete_records(self.scope, names),
+                       "step_state": int(self.tiers.delete())}
+        self.tiers.reload()
+        return removed
+
     def refresh(self) -> TierState:
         """The latest committed state: reloaded only when another writer (thread or process)
         committed a transition since this object last saw the state."""

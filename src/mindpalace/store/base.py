@@ -208,6 +208,12 @@ class Store(abc.ABC):
     ) -> list[Record]:
         """Records newest first (by creation order), optionally of one type."""
 
+    @abc.abstractmethod
+    def delete_records(self, scope: Scope, names: Sequence[str]) -> int:
+        """Delete records by name in a concrete `scope`, with the search documents their bodies
+        were indexed as; returns how many records were removed (unknown names are ignored).
+        Used when a task ends (seed 004: short-term memory is cleared, the logs are kept)."""
+
     # -- key/value -------------------------------------------------------------------------
     @abc.abstractmethod
     def kv_get(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:

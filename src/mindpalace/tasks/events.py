@@ -85,7 +85,7 @@ class ToolCallCompleted(TaskEvent):
     type: Literal["tool_call_completed"] = "tool_call_completed"
     key: str
     tool: str
-    status: Literal["completed", "failed"]
+    status: Literal["completed", "failed", "unknown"]
     result: Any = None
     error: str | None = None
     reconciled: bool = Field(False, description="Outcome found by a reconcile hook, not by running.")

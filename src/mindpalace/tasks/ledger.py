@@ -1,16 +1,20 @@
 """Idempotency ledger: exactly-once side effects across crashes (seed 004's triple booking).
 
-A side-effecting tool call is written to the ledger as ``started`` **before** it runs and as
-``completed`` (with its result) or ``failed`` after (I8). Each row is a kv entry
+A side-effecting tool call is written to the ledger as ``started`` **before** it runs and, after
+it, as ``completed`` (with its result), ``failed`` (the tool said the effect did NOT happen: it
+raised :class:`~mindpalace.errors.EffectNotApplied` or returned :data:`NOT_RUN`) or ``unknown``
+(it raised anything else after dispatch — a reset connection does not prove the e-mail was not
+sent) (I8). Each row is a kv entry
 (namespace ``task_ledger``, key ``<task>/<ledger key>``) written in the same transaction as the
 matching task event (``tool_call_recorded`` / ``tool_call_completed``), so ledger and task log
 never disagree. On a repeat of the same call:
 
 * ``completed`` → the recorded result is returned; the tool is not run again;
 * ``failed`` → the tool may run again (a new attempt);
-* ``started`` with no outcome (the process died mid-call) → for a non-idempotent tool it is
-  **never** re-run automatically: a registered reconcile hook is asked, else
-  :class:`~mindpalace.errors.OutcomeUnknownError` is raised; idempotent / read-only tools
+* ``unknown``, or ``started`` with no outcome (the process died mid-call) → for a
+  non-idempotent tool it is **never** re-run automatically: a registered reconcile hook is
+  asked, else :class:`~mindpalace.errors.OutcomeUnknownError` is raised (settle it with
+  :meth:`Ledger.resolve` / ``mindpalace task resolve``); idempotent / read-only tools
   (``idempotent=True`` or :meth:`Ledger.mark_safe`) simply run again.
 
 The ledger key is the tool name + a hash of the canonical JSON of the arguments (sorted keys,
@@ -26,16 +30,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mindpalace.errors import NotFoundError, OutcomeUnknownError, ValidationError
+from mindpalace.errors import EffectNotApplied, NotFoundError, OutcomeUnknownError, ValidationError
 from mindpalace.tasks.events import ToolCallCompleted, ToolCallRecorded
 from mindpalace.tasks.eventstore import LEDGER_NS, TaskEventStore
 from mindpalace.textsafe import clean_json, require_name, require_text
 
-Status = Literal["started", "completed", "failed"]
+Status = Literal["started", "completed", "failed", "unknown"]
+UNSETTLED: tuple[Status, ...] = ("started", "unknown")
+"""Statuses whose side effect may or may not have happened (never re-run blindly, I8)."""
 
 
 class _NotRun:
-    """Sentinel a reconcile hook returns when it confirmed the side effect did NOT happen."""
+    """Sentinel a reconcile hook — or the tool itself — returns to say the side effect did NOT
+    happen (the call is then recorded ``failed`` and may run again)."""
 
     def __repr__(self) -> str:
         return "NOT_RUN"
@@ -160,15 +167,30 @@ class Ledger:
             ValidationError: the call is already ``completed`` (use :meth:`prepare` / the result).
             OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
         """
+        entry = self.begin(task, tool, args, idempotent=idempotent, key=key)
+        if entry.status == "completed":
+            raise ValidationError(f"tool call {entry.key!r} of task {task!r} already completed; use its recorded result")
+        return entry
+
+    def begin(
+        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None
+    ) -> LedgerEntry:
+        """:meth:`start`, except that a call another process completed since this one looked
+        (:meth:`prepare`) returns that ``completed`` entry instead of raising: the read and the
+        ``started`` row are one write transaction, so two processes never both run it.
+
+        Raises:
+            OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
+        """
         k = ledger_key(tool, args, key)
         clean_args = json.loads(canonical_json(args))
         safe = idempotent or self.is_safe(tool)
         with self.store.transaction():
             prev = self.get(task, k)
             if prev is not None and prev.status == "completed":
-                raise ValidationError(f"tool call {k!r} of task {task!r} already completed; use its recorded result")
-            if prev is not None and prev.status == "started" and not safe:
-                raise OutcomeUnknownError(task, k, tool, prev.attempt)
+                return prev
+            if prev is not None and prev.status in UNSETTLED and not safe:
+                raise OutcomeUnknownError(task, k, tool, prev.attempt, prev.error or "")
             attempt = 1 if prev is None else prev.attempt + 1
             [rec] = self.events.append(
                 task, [ToolCallRecorded(key=k, tool=tool, args=clean_args, idempotent=safe, attempt=attempt)]
@@ -178,11 +200,19 @@ class Ledger:
         return entry
 
     def finish(
-        self, entry: LedgerEntry, *, result: Any = None, error: str | None = None, reconciled: bool = False
+        self,
+        entry: LedgerEntry,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        unknown: bool = False,
+        reconciled: bool = False,
     ) -> LedgerEntry:
-        """Record the outcome of a started call: ``failed`` when `error` is given, else ``completed``."""
-        status: Status = "failed" if error is not None else "completed"
-        value = None if error is not None else _normalize_result(result)
+        """Record the outcome of a started call: ``completed`` with `result`; ``failed`` when
+        `error` is given (the effect did not happen); ``unknown`` when `unknown` (the call raised
+        `error` after dispatch: it may have happened)."""
+        status: Status = "unknown" if unknown else "failed" if error is not None else "completed"
+        value = None if error is not None or unknown else _normalize_result(result)
         with self.store.transaction():
             [rec] = self.events.append(
                 entry.task,
@@ -196,15 +226,17 @@ class Ledger:
         return done
 
     def resolve(self, task: str, key: str, *, result: Any = None, error: str | None = None) -> LedgerEntry:
-        """Settle an unknown outcome by hand (after checking the external system).
+        """Settle an unknown outcome by hand (after checking the external system): `result` if
+        it happened, `error` if it did not (the call may then run again).
 
         Raises:
-            NotFoundError: no such ledger row. ValidationError: the row is not ``started``.
+            NotFoundError: no such ledger row. ValidationError: the row is not ``started`` or
+                ``unknown``.
         """
         entry = self.get(task, key)
         if entry is None:
             raise NotFoundError("ledger entry", key, self.scope)
-        if entry.status != "started":
+        if entry.status not in UNSETTLED:
             raise ValidationError(f"ledger entry {key!r} is already {entry.status}; nothing to resolve")
         return self.finish(entry, result=result, error=error, reconciled=True)
 
@@ -230,7 +262,7 @@ class Ledger:
         hook = self._reconcilers.get(tool)
         verdict = hook(entry) if hook is not None else None
         if verdict is None:
-            raise OutcomeUnknownError(task, entry.key, tool, entry.attempt)
+            raise OutcomeUnknownError(task, entry.key, tool, entry.attempt, entry.error or "")
         if verdict is NOT_RUN:
             self.finish(entry, error="reconciled: the side effect did not happen", reconciled=True)
             return None
@@ -241,8 +273,12 @@ class Ledger:
 class ToolCall:
     """One keyed tool call, exactly once: ``result = call.result if call.done else call.run(fn)``.
 
-    ``run(fn)`` calls ``fn(**args)`` between the ``started`` and ``completed``/``failed`` rows;
-    an exception from `fn` is recorded as ``failed`` and re-raised. `before_run` (guards) runs
+    ``run(fn)`` calls ``fn(**args)`` between the ``started`` row and its outcome: its result is
+    recorded ``completed``; :class:`~mindpalace.errors.EffectNotApplied` raised by `fn` (or
+    :data:`NOT_RUN` returned) is recorded ``failed`` (the call may run again); any other
+    exception is recorded ``unknown`` — it was raised after dispatch, so the effect may have
+    happened and a non-idempotent call is not re-run until a reconcile hook or
+    ``Task.resolve`` settles it. The tool's exception is re-raised either way. `before_run` (guards) runs
     before ``started`` is written and may refuse; `after_run` sees the result (constraint
     screening). Both are optional hooks the task facade supplies.
 
@@ -290,12 +326,21 @@ class ToolCall:
             return self.result
         if self.before_run is not None:
             self.before_run(self.tool, self.args)
-        started = self.ledger.start(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        started = self.ledger.begin(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        if started.status == "completed":  # another process ran it since __enter__ looked
+            self.entry = started
+            return started.result
         try:
             value = fn(**self.args)
-        except Exception as exc:
+        except EffectNotApplied as exc:
             self.entry = self.ledger.finish(started, error=f"{type(exc).__name__}: {exc}")
             raise
+        except Exception as exc:
+            self.entry = self.ledger.finish(started, error=f"{type(exc).__name__}: {exc}", unknown=True)
+            raise
+        if value is NOT_RUN:
+            self.entry = self.ledger.finish(started, error="the tool returned NOT_RUN: the side effect did not happen")
+            return NOT_RUN
         self.entry = self.ledger.finish(started, result=value)
         if self.after_run is not None:
             self.notes.extend(self.after_run(self.tool, self.entry.result) or [])

@@ -67,7 +67,8 @@ class Feedback(_Frozen):
 
 
 class InFlight(_Frozen):
-    """A ledger ``started`` row without outcome: the side effect may or may not have happened."""
+    """A ledger row without a known outcome (``started`` and the process died, or ``unknown``:
+    the tool raised after dispatch): the side effect may or may not have happened."""
 
     tool: str
     attempt: int
@@ -160,7 +161,8 @@ def apply(state: TaskState, event: TaskEvent, registry: EventRegistry = DEFAULT_
             }
             upd["calls"] = {**state.calls, "started": state.calls.get("started", 0) + 1}
         case ToolCallCompleted():
-            upd["in_flight"] = {k: f for k, f in state.in_flight.items() if k != event.key}
+            if event.status != "unknown":  # an unknown outcome stays in flight until settled (I8)
+                upd["in_flight"] = {k: f for k, f in state.in_flight.items() if k != event.key}
             upd["calls"] = {**state.calls, event.status: state.calls.get(event.status, 0) + 1}
         case ConstraintSet():
             if event.removed:

@@ -278,6 +278,18 @@ class TestRecords:
         with pytest.raises(NotFoundError, match="'b'"):
             store.get_record(scope, "b")
 
+    def test_deleted_records_and_their_search_documents_are_gone(self, store: Store) -> None:
+        scope = fresh_scope()
+        other = scope.with_(session="other")
+        for sc in (scope, other):
+            store.put_record(Record(sc, "step_1", "step", "booked the zebra hotel"))
+        store.put_record(Record(scope, "snap_1", "snapshot", "zebra snapshot"))
+        assert store.delete_records(scope, ["step_1", "snap_1", "missing"]) == 2
+        assert store.get_records(scope, ["step_1", "snap_1"]) == {}
+        assert store.keyword_search(scope, "zebra") == []
+        assert set(store.get_records(other, ["step_1"])) == {"step_1"}  # scoped (I10)
+        assert store.delete_records(scope, []) == 0
+
     def test_records_are_scoped(self, store: Store) -> None:
         a = fresh_scope(user="alice")
         b = a.with_(user="bob")

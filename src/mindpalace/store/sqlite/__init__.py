@@ -14,8 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from mindpalace.settings import StoreSettings
+from mindpalace.store.base import Store
 from mindpalace.store.sqlite.documents import DocumentsMixin
 from mindpalace.store.sqlite.embeddings import EmbeddingsMixin
+from mindpalace.store.sqlite.errmap import translate_sqlite_errors
 from mindpalace.store.sqlite.events import EventsMixin
 from mindpalace.store.sqlite.fulltext import KeywordSearchMixin
 from mindpalace.store.sqlite.records import RecordsMixin
@@ -25,6 +27,7 @@ from mindpalace.store.vectors import ExactCosineIndex, VectorIndexFactory
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
 
 
+@translate_sqlite_errors(Store)  # no raw sqlite3 error leaves the backend
 class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin, EmbeddingsMixin):
     """The embedded default backend: one SQLite file in WAL mode.
 
@@ -40,6 +43,10 @@ class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin,
     Raises:
         SchemaVersionError: the file's schema is newer than this code (checked read-only first,
             so nothing is written).
+        DatabaseCorruptError: the file is damaged, empty (0 bytes) or truncated — it is never
+            replaced by a new empty database (``mindpalace doctor`` checks and exports it).
+        ReadOnlyWorkspaceError / DiskFullError / StoreBusyError / StoreError: every sqlite3
+            error of every method is raised as one of these (see ``errmap``).
         StoreError: the file is not a SQLite database.
     """
 

@@ -1,27 +1,35 @@
-"""Connection base of the SQLite store: per-thread connections, busy retries, transactions."""
+"""Connection base of the SQLite store: per-thread connections, busy retries, transactions,
+and the open-time checks (a new file is created whole; an empty or truncated one is refused)."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+from filelock import Timeout as LockTimeout
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from mindpalace.errors import StoreBusyError, StoreError
+from mindpalace.errors import DatabaseCorruptError, StoreBusyError, StoreError
 from mindpalace.settings import StoreSettings
 from mindpalace.store.base import Store, StoreStats
+from mindpalace.store.sqlite.errmap import is_busy, store_error
 from mindpalace.store.sqlite.schema import SCHEMA_VERSION, migrate, refuse_newer_schema
 
+__all__ = ["SQLiteBase", "check_file", "create_database", "is_busy"]
 
-def is_busy(exc: BaseException) -> bool:
-    """Whether `exc` is SQLite's "database is locked/busy" (worth retrying)."""
-    return isinstance(exc, sqlite3.OperationalError) and (
-        "locked" in str(exc) or "busy" in str(exc)
-    )
+_CURRENT_VERSION = (
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'schema_version') "
+    "THEN (SELECT max(version) FROM schema_version) END"
+)
+CREATING_SUFFIX = ".creating"  # a database being created under a temporary name
+_HEADER = b"SQLite format 3\x00"
 
 
 class SQLiteBase(Store):
@@ -41,8 +49,11 @@ class SQLiteBase(Store):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
+        remove_stale_creations(self.path)
+        if not self.path.exists():
+            create_database(self.path, self.settings.fts_tokenizer)
+        check_file(self.path)
         refuse_newer_schema(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._migrate()
         self.schema_version = SCHEMA_VERSION
 
@@ -70,9 +81,9 @@ class SQLiteBase(Store):
         """Run `fn`, retrying SQLITE_BUSY with bounded exponential backoff."""
         try:  # fast path: building a tenacity loop costs more than an uncontended commit
             return fn()
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             if not is_busy(exc):
-                raise StoreError(f"{self.path}: {exc}") from exc
+                raise store_error(self.path, exc) from exc
             if self.settings.busy_retries == 0:
                 raise StoreBusyError(f"{self.path}: database is locked (busy_retries = 0)") from exc
         try:
@@ -84,13 +95,8 @@ class SQLiteBase(Store):
             ):
                 with attempt:
                     return fn()
-        except sqlite3.OperationalError as exc:
-            if is_busy(exc):
-                raise StoreBusyError(
-                    f"{self.path}: database stayed locked through {self.settings.busy_retries} "
-                    "retries; another process holds a long write transaction"
-                ) from exc
-            raise StoreError(f"{self.path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise store_error(self.path, exc, retries=self.settings.busy_retries) from exc
         return None  # pragma: no cover - Retrying always returns or raises
 
     @contextmanager
@@ -99,16 +105,17 @@ class SQLiteBase(Store):
         depth = self._local.depth
         if depth:  # nested: a savepoint, so an inner failure rolls back only the inner block
             name = f"sp{depth}"
-            conn.execute(f"SAVEPOINT {name}")
+            self._retry(lambda: conn.execute(f"SAVEPOINT {name}"))
             self._local.depth = depth + 1
             try:
                 yield
             except BaseException:
-                conn.execute(f"ROLLBACK TO {name}")
-                conn.execute(f"RELEASE {name}")
+                with suppress(sqlite3.Error):  # the outer transaction rolls back in any case
+                    conn.execute(f"ROLLBACK TO {name}")
+                    conn.execute(f"RELEASE {name}")
                 raise
             else:
-                conn.execute(f"RELEASE {name}")
+                self._retry(lambda: conn.execute(f"RELEASE {name}"))
             finally:
                 self._local.depth = depth
             return
@@ -118,26 +125,28 @@ class SQLiteBase(Store):
         try:
             yield
         except BaseException:
-            conn.rollback()
+            with suppress(sqlite3.Error):  # a failed rollback leaves the error being raised
+                conn.rollback()
             raise
         else:
             try:
                 self._retry(lambda: conn.execute("COMMIT"))
             except BaseException:
                 if conn.in_transaction:
-                    conn.rollback()
+                    with suppress(sqlite3.Error):
+                        conn.rollback()
                 raise
         finally:
             self._local.depth = 0
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        try:
-            return self._retry(lambda: self._conn().execute(sql, params))
-        except sqlite3.IntegrityError as exc:
-            raise StoreError(f"{self.path}: integrity error: {exc}") from exc
+        return self._retry(lambda: self._conn().execute(sql, params))
 
     def _migrate(self) -> None:
         conn = self._conn()
+        # Up to date (the common open): read only, so a read-only workspace still opens for reading.
+        if self._retry(lambda: conn.execute(_CURRENT_VERSION).fetchone()[0]) == SCHEMA_VERSION:
+            return
         with self.transaction():
             migrate(conn, self.path, self.settings.fts_tokenizer)
 
@@ -190,3 +199,100 @@ class SQLiteBase(Store):
             embeddings=models,
             size_bytes=size,
         )
+
+
+# -- open-time checks and creation ---------------------------------------------------------------
+def check_file(path: Path) -> None:
+    """Refuse a database file that is empty or shorter than its own header says — never start a
+    new empty memory over it, never let SQLite "repair" it silently.
+
+    The header check runs only when no write-ahead log is pending (a ``-wal`` file with data may
+    legitimately hold pages the main file does not have yet).
+
+    Raises:
+        DatabaseCorruptError: 0 bytes, a damaged header, or a truncated file.
+    """
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return
+    size = path.stat().st_size
+    if size == 0:
+        raise DatabaseCorruptError(
+            str(path), "the file is empty (0 bytes): it was truncated, or replaced by an empty "
+            "file; if this workspace never held anything, delete memory.db to start afresh")
+    with open(path, "rb") as fh:
+        header = fh.read(100)
+    if len(header) < 100 or not header.startswith(_HEADER):
+        return  # not SQLite at all: refuse_newer_schema names it
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65_536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[24:28] == header[92:96]  # the in-header page count is trustworthy
+    if valid and pages and size < pages * page_size:
+        raise DatabaseCorruptError(
+            str(path), f"the file is truncated: {size} bytes, its header says {pages} pages of "
+            f"{page_size} bytes")
+
+
+def create_database(path: Path, fts_tokenizer: str) -> None:
+    """Create a migrated database at `path` whole: it is built under a temporary name and
+    renamed into place, so a kill during creation never leaves an empty ``memory.db`` (which
+    :func:`check_file` would rightly refuse). Two processes creating it at once: one builds it,
+    the other finds it made.
+
+    Raises:
+        StoreError (and subclasses): the folder cannot be written.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(_creation_lock(path))):
+            if path.exists():
+                return
+            _remove_creations(path)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}{CREATING_SUFFIX}")
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("BEGIN IMMEDIATE")
+                migrate(conn, tmp, fts_tokenizer)
+                conn.execute("COMMIT")
+            finally:
+                conn.close()  # checkpoints and removes the -wal: the file is whole
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+    except sqlite3.Error as exc:
+        raise store_error(path, exc) from exc
+    except OSError as exc:
+        raise StoreError(f"cannot create the database {path}: {exc}") from exc
+
+
+def remove_stale_creations(path: Path) -> None:
+    """Delete temporary files of a creation that was killed (cheap when there are none)."""
+    if not any(path.parent.glob(f".{path.name}.*{CREATING_SUFFIX}*")):
+        return
+    try:
+        with FileLock(str(_creation_lock(path)), timeout=0):  # a live creator holds it: skip
+            _remove_creations(path)
+    except (LockTimeout, OSError):
+        pass
+
+
+def _remove_creations(path: Path) -> None:
+    for stale in path.parent.glob(f".{path.name}.*{CREATING_SUFFIX}*"):
+        with suppress(OSError):
+            stale.unlink()
+
+
+def _creation_lock(path: Path) -> Path:
+    return path.with_name(f".{path.name}.create.lock")
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

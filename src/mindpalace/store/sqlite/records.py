@@ -81,6 +81,29 @@ class RecordsMixin(SQLiteBase):
             params.append(limit)
         return [_record_of(r) for r in self._execute(sql, params)]
 
+    def delete_records(self, scope: Scope, names: Sequence[str]) -> int:
+        scope.require_concrete()
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return 0
+        removed = 0
+        with self.transaction():
+            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                where = (f"tenant = ? AND user = ? AND agent = ? AND session = ? "
+                         f"AND name IN ({marks})")
+                rows = self._execute(f"SELECT name, type FROM records WHERE {where}",
+                                     (*scope.values(), *chunk)).fetchall()
+                by_type: dict[str, list[str]] = {}
+                for r in rows:
+                    by_type.setdefault(r["type"], []).append(r["name"])
+                for rtype, refs in by_type.items():  # the body's search document (kind = type)
+                    self.delete_documents(scope, rtype, refs)
+                removed += self._execute(f"DELETE FROM records WHERE {where}",
+                                         (*scope.values(), *chunk)).rowcount
+        return removed
+
     # -- key/value -------------------------------------------------------------------------
     def kv_get(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:
         scope.require_concrete()

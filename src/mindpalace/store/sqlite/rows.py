@@ -19,6 +19,8 @@ def dumps(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"value is not JSON-serialisable: {exc}") from exc
+    except RecursionError as exc:  # hostile nesting: refused before anything is written
+        raise ValidationError("value is nested too deep to store as JSON") from exc
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

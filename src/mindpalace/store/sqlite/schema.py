@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from mindpalace.errors import SchemaVersionError, StoreError
+from mindpalace.store.sqlite.errmap import store_error
 
 SCOPE_COLS = "tenant, user, agent, session"
 
@@ -107,6 +108,10 @@ def refuse_newer_schema(path: Path) -> None:
         finally:
             ro.close()
     except sqlite3.DatabaseError as exc:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+        if head == b"SQLite format 3\x00" or head == bytes(len(head)):  # ours, damaged / zeroed
+            raise store_error(path, exc) from exc  # our format, damaged inside: corrupt
         raise StoreError(f"{path}: not a mindpalace SQLite database ({exc})") from exc
     if names and "schema_version" not in names:  # another application's database: never migrate it
         raise StoreError(

@@ -1,0 +1,83 @@
+"""`mindpalace doctor`: integrity_check read-only, damaged history lines, and an export of what
+is readable — the way out a DatabaseCorruptError points to (issue 11)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mindpalace import Memory
+from mindpalace.cli import app
+from mindpalace.workspace import doctor
+
+PAGE = 4096
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    with Memory.open(root, embed={"provider": "none"}) as mem:
+        s = mem.session("trip", user="u1")
+        for i in range(150):
+            s.add_message({"role": "user", "content": f"message {i} " + "about the hotel budget " * 10})
+        mem.history.append(s.scope, "- the user keeps a 2000 CNY budget per night")
+    return root
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run(*args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(app, ["doctor", *args, "--json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_a_healthy_workspace_is_ok_and_unchanged(workspace: Path) -> None:
+    before = digest(workspace / "memory.db")
+    code, data = run(str(workspace))
+    assert code == 0 and data["ok"] and data["database"]["problems"] == []
+    assert data["history_entries"] == 1 and data["database"]["schema_version"] >= 1
+    assert digest(workspace / "memory.db") == before
+
+
+def test_a_damaged_page_is_reported_and_the_readable_messages_exported(workspace: Path, tmp_path: Path) -> None:
+    db = workspace / "memory.db"
+    pages = db.stat().st_size // PAGE
+    with open(db, "r+b") as fh:  # damage a page in the middle of the messages
+        fh.seek((pages // 2) * PAGE)
+        fh.write(bytes(PAGE))
+    before = digest(db)
+    code, data = run(str(workspace), "--export", str(tmp_path / "out"))
+    assert code == 1 and not data["ok"] and data["database"]["problems"]
+    assert digest(db) == before  # read-only: nothing written
+    exported = data["database"]["exported"]
+    messages = [json.loads(line) for line in (tmp_path / "out" / "messages.jsonl").read_text().splitlines()]
+    assert exported["messages.jsonl"] == len(messages) > 0
+    assert all(m["session"] == "trip" and m["message"]["role"] == "user" for m in messages)
+    assert exported["history.jsonl"] == 1
+
+
+def test_an_empty_database_is_reported(workspace: Path) -> None:
+    (workspace / "memory.db").write_bytes(b"")
+    report = doctor(workspace)
+    assert not report.ok and "empty" in report.database.problems[0]
+
+
+def test_damaged_history_lines_and_stray_files_are_listed(workspace: Path) -> None:
+    with open(workspace / "history" / "history.jsonl", "ab") as fh:
+        fh.write(b"[" * 100_000 + b"\n")
+    (workspace / "history" / ".history.jsonl.abc.tmp").write_text("x")
+    result = CliRunner().invoke(app, ["doctor", str(workspace)])
+    assert result.exit_code == 1
+    assert "1 damaged lines" in result.stdout and "line 2: JSON nested too deep" in result.stdout
+    assert "history/.history.jsonl.abc.tmp" in result.stdout
+
+
+def test_a_folder_that_is_not_a_workspace_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["doctor", str(tmp_path)])
+    assert result.exit_code == 1 and "not a mindpalace workspace" in str(result.exception or result.output)
