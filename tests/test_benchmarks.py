@@ -61,7 +61,6 @@ class TestBenchFaults:
             assert (row["lost"], row["repeated_effects"], row["resurrected"], row["state_differs"]) == (0, 0, 0, 0)
         for row in (demo, writer, concurrent):
             assert (row["raw_exceptions"], row["integrity_failures"], row["history_damaged"]) == (0, 0, 0)
-        assert (concurrent["repeated_effects"], concurrent["duplicate_ids"], concurrent["pairing_violations"],
-                concurrent["lock_errors"]) == (0, 0, 0, 0)
-        # concurrent["lost"] / ["resurrected"] are not asserted here: working memory shared by two
-        # processes still loses writes until the facts/ fix (issue 11, item 1) is merged.
+        assert (concurrent["lost"], concurrent["resurrected"], concurrent["repeated_effects"],
+                concurrent["duplicate_ids"], concurrent["pairing_violations"],
+                concurrent["lock_errors"]) == (0, 0, 0, 0, 0, 0)
