@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
-from mindpalace.blocks import Block, block_message
+from mindpalace.blocks import Block, block_messages, is_memory_message
 from mindpalace.errors import ProviderError, StoreError
 from mindpalace.history import HistoryLog
 from mindpalace.providers.llm import Completion, Usage
@@ -54,9 +54,9 @@ def session_with(mem: Memory, llm: Any = None) -> tuple[Any, Consolidator]:
 
 def prompt_of(c: Consolidator) -> list[dict[str, Any]]:
     text = c.summary_text()
-    block = block_message(Block.ARCHIVED_SUMMARY, text) if text else None
+    block = block_messages(Block.ARCHIVED_SUMMARY, text) if text else []
     live = [m.message for m in c.live_messages()]
-    return ([block] if block else []) + repair_pairing(live)[0]
+    return block + repair_pairing(live)[0]
 
 
 # -- invariants checked on every prompt ------------------------------------------------------
@@ -358,9 +358,11 @@ def test_context_builder_injects_the_summary_and_starts_after_the_cursor(mem: Me
     for i in range(40):
         s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i} " + text(20, i)})
     c.maybe_consolidate(system_tokens=20)
-    built = s.context(budget_tokens=c.budget_tokens, system_prompt="You are a travel agent.")
+    # no recalled block (query=[]): it takes its share from the oldest live messages
+    built = s.context(budget_tokens=c.budget_tokens, system_prompt="You are a travel agent.", query=[])
     contents = [str(m.get("content")) for m in built.messages]
-    assert any(t.startswith(f"{ARCHIVED_SUMMARY_HEADER}:\n") for t in contents)
-    convo = [t for m, t in zip(built.messages, contents, strict=True) if m["role"] != "system"]
+    assert any(t.startswith(f'<memory source="archived summary">{ARCHIVED_SUMMARY_HEADER}:\n') for t in contents)
+    convo = [t for m, t in zip(built.messages, contents, strict=True)
+             if m["role"] != "system" and not is_memory_message(m)]
     assert convo[0].startswith(f"m{c.last_consolidated} ")  # message index lc+1 holds m{lc}
     assert check_pairing(built.messages) == []

@@ -26,7 +26,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from mindpalace.blocks import Block, Message, ToolSchema, block_message
+from mindpalace.blocks import Block, Message, ToolSchema, block_messages
 from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
 from mindpalace.history.log import HistoryEntry, HistoryLog, cap_text
@@ -402,7 +402,7 @@ class Consolidator:
     # -- internals -------------------------------------------------------------------------
     def _fixed_tokens(self, system_tokens: int, tools: list[ToolSchema] | None, summary: str) -> int:
         text = self.summary_text(summary) if summary else None
-        block: list[Message] = [block_message(Block.ARCHIVED_SUMMARY, text)] if text else []
+        block: list[Message] = block_messages(Block.ARCHIVED_SUMMARY, text) if text else []
         # count_messages adds the reply priming and the tool schemas once
         return system_tokens + self.counter.count_messages(block, tools)
 
