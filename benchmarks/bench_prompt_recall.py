@@ -23,8 +23,8 @@ question included):
 - ``newest messages``: the newest turns (then the question) that fit the budget;
 - ``BM25 turns``: turns ranked by Okapi BM25 for the question (``mindpalace.eval.locomo.BM25``,
   k1 1.2, b 0.75, over ``speaker: text``) packed best first into one message until the budget;
-- ``recall packed``: this engine's ``Session.recall(question, k=50)`` hits (any tier) packed
-  best first the same way;
+- ``recall packed``: this engine's ``Session.recall(question, k=50)`` hits packed best first
+  the same way (recalled once per question in a session holding just the conversation);
 - ``whole conversation``: every turn with its session date, no budget (the ceiling).
 
 Dev conversations (conv-26, conv-30, where the defaults were tuned) and the held-out eight are
@@ -65,6 +65,7 @@ from mindpalace.eval.locomo import (
     split_evidence,
     turn_content,
 )
+from mindpalace.providers.embed.base import Embedder
 from mindpalace.recalled import human_date
 from mindpalace.tokens import TokenCounter
 
@@ -106,6 +107,44 @@ class Results:
 
     def add(self, method: str, budget: int, conv: str, category: int, score: Score) -> None:
         self.scores[(method, budget)][conv][category].append(score)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every question's scores, so runs over parts of the data can be merged (--merge)."""
+        flat = [[m, b, c, cat, s.evidence, s.all_evidence, s.answer, s.tokens]
+                for (m, b), convs in self.scores.items() for c, cats in convs.items()
+                for cat, ss in cats.items() for s in ss]
+        return {"scores": flat, "seconds": dict(self.seconds), "prepare_ms": self.prepare_ms}
+
+    def merge(self, data: dict[str, Any]) -> None:
+        for m, b, c, cat, ev, all_ev, ans, tokens in data["scores"]:
+            self.add(m, b, c, cat, Score(ev, all_ev, ans, tokens))
+        for k, v in data["seconds"].items():
+            self.seconds[k] += v
+        self.prepare_ms += data["prepare_ms"]
+
+
+class CachingEmbedder(Embedder):
+    """The configured embedder with a per-run cache by (text, query): the conversation is
+    ingested once per budget, and a deterministic embedder gives the same vector for the same
+    text, so each text is embedded once per run (timings exclude repeated embedding)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.batch_size = inner.batch_size
+        self.cache: dict[tuple[str, bool], np.ndarray] = {}
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if (t, query) not in self.cache))
+        if missing:
+            vectors = self.inner._embed_batch(missing, query=query)
+            for t, v in zip(missing, np.asarray(vectors, dtype=np.float32), strict=True):
+                self.cache[(t, query)] = v
+        return np.stack([self.cache[(t, query)] for t in texts])
 
 
 def questions(raw: dict[str, Any], conv: Conversation) -> list[QA]:
@@ -173,16 +212,22 @@ def run_conversation(
             f"{t.speaker}: {turn_content(t, captions=True)}" for t in ts) for _, ts in sorted(by_session.items()))
         whole_tokens = counter.count(whole)
         bm = BM25([f"{t.speaker}: {t.text}" for t in conv.turns])
-        for qa in qas:
+        plain = memory.session("chat", user=f"{name}-recall", agent="locomo")
+        plain.messages.add_many(msgs, timestamps=stamps)
+        recalled: list[list[str]] = []
+        t0 = time.perf_counter()
+        for qa in qas:  # the hits do not depend on the budget: recalled once, packed per budget
             results.add("whole conversation", 0, name, qa.category, score(whole, qa, turns, whole_tokens))
+            recalled.append([h.text for h in plain.recall(qa.question, k=RECALL_K)])
+        results.seconds["recall packed"] += time.perf_counter() - t0
     for budget in budgets:
         session = memory.session("chat", user=f"{name}-{budget}", agent="locomo")
         t0 = time.perf_counter()
         session.messages.add_many(msgs, timestamps=stamps)
         results.seconds["ingest"] += time.perf_counter() - t0
         asked: list[dict[str, Any]] = []
-        for qa in qas:
-            index = session.add_message({"role": "user", "content": qa.question}, timestamp=asked_at)
+        for n, qa in enumerate(qas):
+            session.add_message({"role": "user", "content": qa.question}, timestamp=asked_at)
             t0 = time.perf_counter()
             built = session.prepare(budget)
             ms = (time.perf_counter() - t0) * 1000
@@ -211,9 +256,7 @@ def run_conversation(
             results.add("BM25 turns", budget, name, qa.category, score(text, qa, turns, tokens))
             results.seconds["BM25 turns"] += time.perf_counter() - t0
             t0 = time.perf_counter()
-            hits = [h for h in session.recall(qa.question, k=RECALL_K)
-                    if not (h.tier == "message" and h.ref == str(index) and h.scope == session.scope)]
-            text, tokens = pack(counter, [h.text for h in hits], qa.question, budget)
+            text, tokens = pack(counter, recalled[n], qa.question, budget)
             results.add("recall packed", budget, name, qa.category, score(text, qa, turns, tokens))
             results.seconds["recall packed"] += time.perf_counter() - t0
 
@@ -274,11 +317,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--fast", action="store_true", help="conv-26, 12 questions, 2,000 tokens, hashing embedder")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    ap.add_argument("--scores", type=Path, default=None, help="write every question's scores here")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="print the tables of several --scores files (runs over parts of the data)")
     args = ap.parse_args(argv)
     file = args.data / "locomo" / "locomo10.json"
     if not file.exists():
         print(f"LoCoMo data not found at {file}", file=sys.stderr)
         return 2
+    results = Results()
+    started = time.perf_counter()
+    if args.merge:
+        for part in args.merge:
+            data = json.loads(part.read_text(encoding="utf-8"))
+            results.merge(data)
+            setting = data["setting"]
+        return report(results, args, setting, started)
     if args.fast:
         args.conversations, args.questions, args.budgets = ["conv-26"], 12, [2_000]
         args.embed = args.embed or "hashing"
@@ -289,10 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         overrides["embed"] = {"provider": args.embed}
     if args.context:
         overrides["context"] = json.loads(args.context)
-    results = Results()
-    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mindpalace-prompt-recall-") as tmp, \
             Memory.open(Path(tmp) / "ws", **overrides) as memory:
+        if memory.embedder is not None:
+            memory.__dict__["embedder"] = CachingEmbedder(memory.embedder)
         for conv in convs:
             t0 = time.perf_counter()
             run_conversation(memory, raw[conv.sample_id], conv, args.budgets, args.questions, results,
@@ -300,10 +354,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{conv.sample_id}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         embedder = memory.embedder.model_id if memory.embedder else "none"
         ctx = memory.settings.context
-    out = rows(results, args.budgets)
-    console = Console(width=200)
     setting = (f"embedder {embedder}; recall_share {ctx.recall_share}, recall_candidates "
                f"{ctx.recall_candidates}, item ≤ {ctx.recall_item_max_tokens} tokens, memory_role {ctx.memory_role}")
+    if args.scores:
+        args.scores.write_text(json.dumps({"setting": setting, **results.to_json()}), encoding="utf-8")
+    return report(results, args, setting, started)
+
+
+def report(results: Results, args: argparse.Namespace, setting: str, started: float) -> int:
+    budgets = sorted({b for _, b in results.scores if b})
+    out = rows(results, budgets)
+    console = Console(width=200)
     for split, title in (("all", "all conversations"), ("dev", "dev (conv-26, conv-30)"),
                          ("held-out", "held-out (the other eight)")):
         if any(r["split"] == split for r in out):

@@ -16,6 +16,7 @@ def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -48,3 +49,22 @@ class TestBenchTokens:
         rows = json.loads(out.read_text())
         assert code == 0 and len(rows) == 6
         assert all(r["lines_below_exact"] == 0 and r["estimate_error"] >= 0 for r in rows)
+
+
+class TestBenchPromptRecall:
+    def test_fast_run_scores_every_method_under_its_budget(self, tmp_path: Path, shared_data: Path) -> None:
+        data = shared_data
+        out, scores = tmp_path / "rows.json", tmp_path / "scores.json"
+        code = load("bench_prompt_recall").main(["--fast", "--data", str(data), "--json", str(out),
+                                                 "--scores", str(scores)])
+        rows = json.loads(out.read_text())["rows"]
+        assert code == 0
+        methods = {r["method"] for r in rows if r["split"] == "all"}
+        assert methods == {"mindpalace prepare", "newest messages", "BM25 turns", "recall packed",
+                           "whole conversation"}
+        assert all(r["mean_tokens"] <= 2_000 for r in rows if r["budget"])
+        ours = next(r for r in rows if r["method"] == "mindpalace prepare" and r["split"] == "all")
+        newest = next(r for r in rows if r["method"] == "newest messages" and r["split"] == "all")
+        assert ours["evidence"] > newest["evidence"]
+        merged = load("bench_prompt_recall").main(["--merge", str(scores)])
+        assert merged == 0
