@@ -72,8 +72,9 @@ class TestRecalledBlock:
         assert s.consolidator.last_consolidated > 8  # message 8 (topic3's answer) left the prompt
         text = recalled_text(built)
         assert "topic3 is settled: code K0003" in text
-        assert 'date="11 May 2023, 13:56"' in text and 'ref="message:8"' in text
-        assert 'source="user" speaker="Mia"' in text
+        # the hit and the question before it: one quoted excerpt, each line with who said it
+        assert ('<memory date="11 May 2023, 13:56" ref="message:7–8">Mia (user): day 3: what about '
+                "topic3 and the weather\nassistant: topic3 is settled: code K0003") in text
         item = next(i for i in built.report.recalled if i.ref == "message:8")
         assert item.tier == "message" and item.score > 0 and item.tokens > 0 and "topic3" in item.why
         assert dict(built.report.blocks)["recalled memory"] > 0

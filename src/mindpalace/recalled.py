@@ -238,58 +238,105 @@ class MemoryRecaller:
         self, items: Sequence[RecalledItem], cap_tokens: int, *, exclude_messages: frozenset[int] = frozenset()
     ) -> tuple[str, list[RecalledItem]]:
         """The block text holding the best `items` under `cap_tokens` (tokens of the text),
-        and the items shown (with their ``tokens``), best first.
+        and the items shown (with their ``tokens``: what each added), best first.
 
         Items are taken best first; one that does not fit is skipped and smaller ones after it
         may still fill the room. Messages of this session whose index is in `exclude_messages`
         (shown verbatim in the prompt) and items with the same text as one already taken are
-        left out. Returns ``("", [])`` when nothing fits.
+        left out. Consecutive messages of one session and day share one envelope (a quoted
+        excerpt of the conversation, ``ref="message:12–14"``, one ``Speaker (role): text`` line
+        each), so a hit and the turns around it cost little more than their text. Returns
+        ``("", [])`` when nothing fits.
         """
         header = self.counter.count(RECALLED_HEADER) + 1
         if cap_tokens <= header:
             return "", []
-        used, chosen, seen = header, [], set()
+        used, seen = header, set()
+        chosen: list[tuple[RecalledItem, str]] = []
+        taken: dict[tuple[str, int], datetime | None] = {}  # (session, index) of messages taken
         session = str(self.scope.session)
+        item_cap = self.settings.recall_item_max_tokens
         for item in items:
+            if used >= cap_tokens:
+                break
             if item.tier == MESSAGE_KIND and item.session == session and item.index in exclude_messages:
                 continue
             norm = " ".join(item.text.split()).lower()
             if norm in seen:
                 continue
-            envelope = self._envelope(item, min(self.settings.recall_item_max_tokens, cap_tokens - used))
-            if envelope is None:
-                continue
-            tokens = self.counter.count(envelope) + 1  # + the newline joining it
-            if used + tokens > cap_tokens:
+            if item.tier == MESSAGE_KIND:
+                joins = any(_same_day(taken.get((item.session, item.index + d), _NONE), item.date)
+                            for d in (-1, 1))
+                shell = 0 if joins else self.counter.count(self._message_envelope([]))
+                body = self._fit_text(_line(item), item, min(item_cap, cap_tokens - used) - shell)
+                tokens = (self.counter.count(body) + 1 + shell) if body else 0
+            else:
+                body = self._envelope(item, min(item_cap, cap_tokens - used)) or ""
+                tokens = self.counter.count(body) + 1 if body else 0
+            if not body or used + tokens > cap_tokens:
                 continue
             seen.add(norm)
             used += tokens
-            chosen.append((replace(item, tokens=tokens), envelope))
+            chosen.append((replace(item, tokens=tokens), body))
+            if item.tier == MESSAGE_KIND:
+                taken[(item.session, item.index)] = item.date
         while chosen:
             text = self._render(chosen)
-            if self.counter.count(text) <= cap_tokens:  # tokenizer seams at the joins
+            if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
                 return text, [i for i, _ in chosen]
             chosen.pop()
         return "", []
 
     def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
-        ordered = sorted(chosen, key=lambda c: (c[0].date is None, c[0].date or datetime.min,
-                                                c[0].session, c[0].index, c[0].ref))
-        return "\n".join([RECALLED_HEADER, *(env for _, env in ordered)])
+        """Oldest first; runs of consecutive messages of one session and day in one envelope."""
+        ordered = sorted(chosen, key=_chronological)
+        blocks: list[str] = []
+        run: list[tuple[RecalledItem, str]] = []
+
+        def flush() -> None:
+            if run:
+                blocks.append(self._message_envelope(run))
+                run.clear()
+
+        for item, body in ordered:
+            if item.tier != MESSAGE_KIND:
+                flush()
+                blocks.append(body)
+                continue
+            if run:
+                last = run[-1][0]
+                if not (last.session == item.session and last.index + 1 == item.index
+                        and _same_day(last.date, item.date)):
+                    flush()
+            run.append((item, body))
+        flush()
+        return "\n".join([RECALLED_HEADER, *blocks])
+
+    def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]]) -> str:
+        """One envelope for consecutive messages: date (first – last time), ref (index range)."""
+        if not run:  # the shell alone, for estimates
+            return memory_envelope("", date="8 May 2023, 13:56", ref="message:100")
+        first, last = run[0][0], run[-1][0]
+        at = f"@{first.session}" if first.session != str(self.scope.session) else ""
+        ref = f"message:{first.index}{at}" if first is last else f"message:{first.index}–{last.index}{at}"
+        date = ""
+        if first.date is not None:
+            date = human_date(first.date)
+            if last.date is not None and last.date.strftime("%H:%M") != first.date.strftime("%H:%M"):
+                date += f" – {last.date:%H:%M}"
+        return memory_envelope("\n".join(body for _, body in run), date=date, ref=ref)
+
+    def _fit_text(self, text: str, item: RecalledItem, room: int) -> str:
+        if room < 8:
+            return ""
+        return text if self.counter.count(text) <= room else self._excerpt(text, item, room)
 
     def _envelope(self, item: RecalledItem, max_tokens: int) -> str | None:
         attrs = {"source": item.source, "speaker": item.speaker,
                  "date": human_date(item.date) if item.date else "", "ref": item.ref}
         shell = self.counter.count(memory_envelope("", **attrs))
-        room = max_tokens - shell
-        if room < 8:
-            return None
-        text = item.text
-        if self.counter.count(text) > room:
-            text = self._excerpt(text, item, room)
-            if not text:
-                return None
-        return memory_envelope(text, **attrs)
+        text = self._fit_text(item.text, item, max_tokens - shell)
+        return memory_envelope(text, **attrs) if text else None
 
     def _excerpt(self, text: str, item: RecalledItem, room: int) -> str:
         """The part of a long text that best matches (the sentence with most matched query
@@ -342,6 +389,32 @@ class MemoryRecaller:
             span = human_date(t0) if same else f"{human_date(t0)} – {t1:%H:%M}"
             lines.append(f"{where}: {span}")
         return "\n".join(lines)
+
+
+_NONE = object()  # "no message taken at this index"
+
+
+def _same_day(a: object, b: datetime | None) -> bool:
+    """Both are datetimes of the same calendar day (or both unknown): one envelope can hold them."""
+    if a is _NONE:
+        return False
+    if isinstance(a, datetime) and b is not None:
+        return a.date() == b.date()
+    return a is None and b is None
+
+
+def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
+    """Day first; within a day a session's messages in their order, then other items by time."""
+    item = entry[0]
+    day = item.date.date() if item.date else None
+    return (day is None, day or datetime.min.date(), item.tier != MESSAGE_KIND, item.session, item.index,
+            item.date or datetime.min, item.ref)
+
+
+def _line(item: RecalledItem) -> str:
+    """``Caroline (user): text`` — who said it and in which role; ``user: text`` without a name."""
+    who = f"{item.speaker} ({item.source})" if item.speaker else item.source
+    return f"{who}: {item.text}"
 
 
 def _date(value: object) -> datetime | None:
