@@ -93,7 +93,7 @@ class TestRecalledBlock:
         chat(s, 2)
         built = s.context(100_000)
         dates = next(m["content"] for m in built.messages
-                     if m["role"] == "tool" and "conversation messages below" in (m["content"] or ""))
+                     if m["role"] == "tool" and "Message dates (UTC)" in (m["content"] or ""))
         assert "#1–2 = message:1–2: 8 May 2023, 13:56" in dates
         assert "#3–4 = message:3–4: 9 May 2023, 13:56" in dates
         assert next(m["content"] for m in convo(built)) == "day 0: what about topic0 and the weather"

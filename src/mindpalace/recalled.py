@@ -49,8 +49,9 @@ from mindpalace.tokens import TokenCounter
 
 HISTORY_KIND = "history"
 MESSAGE_STREAM = "messages"
-RECALLED_HEADER = "Recalled memory (quoted records, oldest first; dates UTC; read one whole with read_files(ref)):"
-DATES_HEADER = "Dates (UTC) of the conversation messages below, #1 = the first shown:"
+RECALLED_HEADER = ("Recalled memory (quoted records, oldest first; dates UTC; … = messages left out; "
+                   "read one whole with read_files(ref)):")
+DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 _RRF_K = 60.0  # merging the ranked lists of several queries
 
@@ -253,7 +254,7 @@ class MemoryRecaller:
             return "", []
         used, seen = header, set()
         chosen: list[tuple[RecalledItem, str]] = []
-        taken: dict[tuple[str, int], datetime | None] = {}  # (session, index) of messages taken
+        days: set[tuple[str, object]] = set()  # (session, day) envelopes opened
         session = str(self.scope.session)
         item_cap = self.settings.recall_item_max_tokens
         for item in items:
@@ -265,9 +266,8 @@ class MemoryRecaller:
             if norm in seen:
                 continue
             if item.tier == MESSAGE_KIND:
-                joins = any(_same_day(taken.get((item.session, item.index + d), _NONE), item.date)
-                            for d in (-1, 1))
-                shell = 0 if joins else self.counter.count(self._message_envelope([]))
+                # a message joins its session's envelope of that day: a line, a gap mark, a ref
+                shell = _JOIN_TOKENS if _day(item) in days else self.counter.count(self._message_envelope([]))
                 body = self._fit_text(_line(item), item, min(item_cap, cap_tokens - used) - shell)
                 tokens = (self.counter.count(body) + 1 + shell) if body else 0
             else:
@@ -279,7 +279,7 @@ class MemoryRecaller:
             used += tokens
             chosen.append((replace(item, tokens=tokens), body))
             if item.tier == MESSAGE_KIND:
-                taken[(item.session, item.index)] = item.date
+                days.add(_day(item))
         while chosen:
             text = self._render(chosen)
             if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
@@ -288,7 +288,8 @@ class MemoryRecaller:
         return "", []
 
     def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
-        """Oldest first; runs of consecutive messages of one session and day in one envelope."""
+        """Oldest first; a session's messages of one day in one envelope, in their order, with
+        ``…`` where messages in between were left out."""
         ordered = sorted(chosen, key=_chronological)
         blocks: list[str] = []
         run: list[tuple[RecalledItem, str]] = []
@@ -303,28 +304,36 @@ class MemoryRecaller:
                 flush()
                 blocks.append(body)
                 continue
-            if run:
-                last = run[-1][0]
-                if not (last.session == item.session and last.index + 1 == item.index
-                        and _same_day(last.date, item.date)):
-                    flush()
+            if run and _day(run[-1][0]) != _day(item):
+                flush()
             run.append((item, body))
         flush()
         return "\n".join([RECALLED_HEADER, *blocks])
 
     def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]]) -> str:
-        """One envelope for consecutive messages: date (first – last time), ref (index range)."""
+        """One envelope for a session's messages of one day: date (first – last time), ref
+        (``message:7–8,12``, ``@session`` for another session), ``…`` marking gaps."""
         if not run:  # the shell alone, for estimates
             return memory_envelope("", date="8 May 2023, 13:56", ref="message:100")
         first, last = run[0][0], run[-1][0]
         at = f"@{first.session}" if first.session != str(self.scope.session) else ""
-        ref = f"message:{first.index}{at}" if first is last else f"message:{first.index}–{last.index}{at}"
+        spans: list[list[int]] = []
+        lines: list[str] = []
+        for item, body in run:
+            if spans and item.index == spans[-1][1] + 1:
+                spans[-1][1] = item.index
+            else:
+                if spans:
+                    lines.append("…")
+                spans.append([item.index, item.index])
+            lines.append(body)
+        ref = "message:" + ",".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans) + at
         date = ""
         if first.date is not None:
             date = human_date(first.date)
             if last.date is not None and last.date.strftime("%H:%M") != first.date.strftime("%H:%M"):
                 date += f" – {last.date:%H:%M}"
-        return memory_envelope("\n".join(body for _, body in run), date=date, ref=ref)
+        return memory_envelope("\n".join(lines), date=date, ref=ref)
 
     def _fit_text(self, text: str, item: RecalledItem, room: int) -> str:
         if room < 8:
@@ -391,16 +400,12 @@ class MemoryRecaller:
         return "\n".join(lines)
 
 
-_NONE = object()  # "no message taken at this index"
+_JOIN_TOKENS = 4  # a message joining an open envelope: its "…" gap line and its ref number
 
 
-def _same_day(a: object, b: datetime | None) -> bool:
-    """Both are datetimes of the same calendar day (or both unknown): one envelope can hold them."""
-    if a is _NONE:
-        return False
-    if isinstance(a, datetime) and b is not None:
-        return a.date() == b.date()
-    return a is None and b is None
+def _day(item: RecalledItem) -> tuple[str, object]:
+    """(session, calendar day): the messages one envelope holds."""
+    return item.session, item.date.date() if item.date else None
 
 
 def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
