@@ -285,4 +285,4 @@ def test_the_prompt_with_recalled_memory_never_exceeds_its_budget_and_keeps_pair
         assert calls == results == [f"{MEMORY_CALL_PREFIX}{i}" for i in range(1, len(calls) + 1)]
         assert all(m["role"] == "system" for m in built.messages[:1] if system)
     finally:
-        ctx.memory_role, ctx.recall_share = "tool", 0.5
+        ctx.memory_role, ctx.recall_share = "tool", 0.85

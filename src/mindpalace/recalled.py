@@ -15,13 +15,19 @@ build the context builder asks :class:`MemoryRecaller` for
 2. :meth:`~MemoryRecaller.pack` — the best items that are not in the prompt verbatim (messages
    of this session shown in the conversation are left out), packed greedily by score under a
    token cap (a long item shows its best-matching excerpt), then listed oldest first so a
-   question and its reply read in order. Each item is an attributed envelope::
+   question and its reply read in order. Items are attributed envelopes; a session's messages
+   of one day share one (a quoted excerpt of the conversation, ``…`` where messages were left
+   out, each line saying who spoke in which role)::
 
-       <memory source="user" speaker="Caroline" date="8 May 2023, 13:56" ref="message:12">…</memory>
+       <memory date="8 May 2023, 13:56" ref="message:11–12,15">Caroline (user): …
+       Melanie (assistant): …
+       …
+       Caroline (user): …</memory>
+       <memory source="fact" date="9 May 2023, 10:02" ref="fact:user:hotel">Hotel Hoshino</memory>
 
-   with its reference in the grammar of read_files (``message:<N>``, ``message:<N>@<session>``,
-   ``history:<cursor>``, ``fact:<entity:attribute>``, record names) so the model can read it
-   whole.
+   with references in the grammar of read_files (``message:<N>``, ``message:<N>@<session>``
+   — an envelope lists its numbers, ``message:11–12,15@older`` —, ``history:<cursor>``,
+   ``fact:<entity:attribute>``, record names) so the model can read an item whole.
 3. :meth:`~MemoryRecaller.message_dates` — when the conversation messages shown were written,
    as a short note (the messages' own content is never rewritten).
 """

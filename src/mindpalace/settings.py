@@ -231,11 +231,11 @@ class ContextSettings(_Section):
         "memory record (for providers that reject tool messages without tool schemas).",
     )
     recall_share: float = Field(
-        0.5, ge=0, le=1, description="Share of the prompt budget the recalled-memory block may fill "
+        0.85, ge=0, le=1, description="Share of the prompt budget the recalled-memory block may fill "
         "(tokens = share × budget); older conversation messages give way to it; 0 = no block.",
     )
     recall_candidates: int = Field(
-        40, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query).",
+        80, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query); they bound the block at large budgets (~40 tokens a LoCoMo turn).",
     )
     recall_item_max_tokens: int = Field(
         300, ge=16, description="Cap on one recalled item (tokens); a longer one shows its best-matching "
