@@ -139,6 +139,8 @@ class MemoryRecaller:
         self.settings = settings or ContextSettings()
         self.fact_settings = fact_settings or retriever.settings
         self.search = _ReadOnlyRetriever(retriever.store, retriever.embedder, retriever.settings)
+        self._memo: dict[tuple[object, ...], tuple[str, int]] = {}  # item → (shown text, tokens)
+        self._shell: int | None = None
 
     def scopes(self) -> list[Scope]:
         """The scopes searched (I10): every session of this user and agent
@@ -160,7 +162,8 @@ class MemoryRecaller:
         k = self.settings.recall_candidates
         for query in [q for q in queries if q.strip()]:
             hits = self.search.search(self.scopes(), query, k=k)
-            entries = [e for e in (self._from_hit(h) for h in hits) if e is not None]
+            created = self._record_dates(hits)
+            entries = [e for e in (self._from_hit(h, created) for h in hits) if e is not None]
             top = max((e.score for e in entries), default=0.0)  # working memory ranks first
             entries = [replace(w, score=top + w.score) for w in self._working(query)] + entries
             for rank, entry in enumerate(entries, start=1):
@@ -175,7 +178,19 @@ class MemoryRecaller:
         order = sorted(ranked.values(), key=lambda x: -x[0])
         return [replace(entry, score=score) for score, entry in order]
 
-    def _from_hit(self, hit: RetrievalHit) -> RecalledItem | None:
+    def _record_dates(self, hits: Sequence[RetrievalHit]) -> dict[tuple[Scope, str], datetime | None]:
+        """created_at of the record hits (step / info / snapshot …), one read per scope."""
+        names: dict[Scope, list[str]] = {}
+        for h in hits:
+            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND):
+                names.setdefault(h.scope, []).append(h.ref)
+        out: dict[tuple[Scope, str], datetime | None] = {}
+        for scope, refs in names.items():
+            for name, record in self.store.get_records(scope, refs).items():
+                out[(scope, name)] = record.created_at
+        return out
+
+    def _from_hit(self, hit: RetrievalHit, created: dict[tuple[Scope, str], datetime | None]) -> RecalledItem | None:
         meta = hit.meta
         session = str(hit.scope.session)
         why = str(hit.why)
@@ -204,10 +219,8 @@ class MemoryRecaller:
                                 _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
                                 terms=hit.why.terms)
         else:  # step / info / snapshot records (any record type a component indexes)
-            record = self.store.get_records(hit.scope, [hit.ref]).get(hit.ref)
-            created = record.created_at if record is not None else None
-            item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created, hit.text, hit.score, why,
-                                session=session, terms=hit.why.terms)
+            item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
+                                hit.score, why, session=session, terms=hit.why.terms)
         return item
 
     def _working(self, query: str) -> list[RecalledItem]:
@@ -264,21 +277,18 @@ class MemoryRecaller:
         session = str(self.scope.session)
         item_cap = self.settings.recall_item_max_tokens
         for item in items:
-            if used >= cap_tokens:
+            if cap_tokens - used < _MIN_ITEM_TOKENS:
                 break
             if item.tier == MESSAGE_KIND and item.session == session and item.index in exclude_messages:
                 continue
             norm = " ".join(item.text.split()).lower()
             if norm in seen:
                 continue
+            # each item as shown at most item_cap tokens (an excerpt when longer), made once
+            body, tokens = self._shown(item, item_cap)
             if item.tier == MESSAGE_KIND:
                 # a message joins its session's envelope of that day: a line, a gap mark, a ref
-                shell = _JOIN_TOKENS if _day(item) in days else self.counter.count(self._message_envelope([]))
-                body = self._fit_text(_line(item), item, min(item_cap, cap_tokens - used) - shell)
-                tokens = (self.counter.count(body) + 1 + shell) if body else 0
-            else:
-                body = self._envelope(item, min(item_cap, cap_tokens - used)) or ""
-                tokens = self.counter.count(body) + 1 if body else 0
+                tokens += _JOIN_TOKENS if _day(item) in days else self._shell_tokens()
             if not body or used + tokens > cap_tokens:
                 continue
             seen.add(norm)
@@ -340,6 +350,27 @@ class MemoryRecaller:
             if last.date is not None and last.date.strftime("%H:%M") != first.date.strftime("%H:%M"):
                 date += f" – {last.date:%H:%M}"
         return memory_envelope("\n".join(lines), date=date, ref=ref)
+
+    def _shown(self, item: RecalledItem, item_cap: int) -> tuple[str, int]:
+        """(text shown, its tokens + 1 for the newline): a message's line, or another item's
+        whole envelope, cut to an excerpt when over `item_cap`; memoised per item."""
+        key = (item.tier, item.session, item.ref, item.text, item.date, item_cap)
+        found = self._memo.get(key)
+        if found is None:
+            if item.tier == MESSAGE_KIND:
+                body = self._fit_text(_line(item), item, item_cap - self._shell_tokens())
+            else:
+                body = self._envelope(item, item_cap) or ""
+            found = (body, self.counter.count(body) + 1 if body else 0)
+            if len(self._memo) >= _MEMO_ITEMS:
+                self._memo.clear()
+            self._memo[key] = found
+        return found
+
+    def _shell_tokens(self) -> int:
+        if self._shell is None:
+            self._shell = self.counter.count(self._message_envelope([]))
+        return self._shell
 
     def _fit_text(self, text: str, item: RecalledItem, room: int) -> str:
         if room < 8:
@@ -406,6 +437,8 @@ class MemoryRecaller:
         return "\n".join(lines)
 
 
+_MEMO_ITEMS = 4_096  # shown texts remembered across builds (cleared when full)
+_MIN_ITEM_TOKENS = 12  # below this much room no item fits (an envelope alone is more)
 _JOIN_TOKENS = 4  # a message joining an open envelope: its "…" gap line and its ref number
 
 
