@@ -64,3 +64,20 @@ class TestBenchFaults:
         assert (concurrent["lost"], concurrent["resurrected"], concurrent["repeated_effects"],
                 concurrent["duplicate_ids"], concurrent["pairing_violations"],
                 concurrent["lock_errors"]) == (0, 0, 0, 0, 0, 0)
+class TestBenchPromptRecall:
+    def test_fast_run_scores_every_method_under_its_budget(self, tmp_path: Path, shared_data: Path) -> None:
+        data = shared_data
+        out, scores = tmp_path / "rows.json", tmp_path / "scores.json"
+        code = load("bench_prompt_recall").main(["--fast", "--data", str(data), "--json", str(out),
+                                                 "--scores", str(scores)])
+        rows = json.loads(out.read_text())["rows"]
+        assert code == 0
+        methods = {r["method"] for r in rows if r["split"] == "all"}
+        assert methods == {"mindpalace prepare", "newest messages", "BM25 turns", "recall packed",
+                           "whole conversation"}
+        assert all(r["mean_tokens"] <= 2_000 for r in rows if r["budget"])
+        ours = next(r for r in rows if r["method"] == "mindpalace prepare" and r["split"] == "all")
+        newest = next(r for r in rows if r["method"] == "newest messages" and r["split"] == "all")
+        assert ours["evidence"] > newest["evidence"]
+        merged = load("bench_prompt_recall").main(["--merge", str(scores)])
+        assert merged == 0

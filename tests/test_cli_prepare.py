@@ -55,7 +55,7 @@ def test_context_on_an_over_budget_session_writes_nothing(workspace: Path) -> No
     out = invoke("context", "trip", "-u", "u1", "-w", str(workspace))
     assert "turn 39" in out and "total" in out
     data = json.loads(invoke("context", "trip", "-u", "u1", "-w", str(workspace), "--json"))
-    assert set(data) == {"messages", "blocks", "total_tokens", "budget_tokens", "degradations"}
+    assert set(data) == {"messages", "blocks", "total_tokens", "budget_tokens", "degradations", "recalled"}
     assert data["budget_tokens"] == 600 and data["total_tokens"] <= 600 and data["degradations"]
     invoke("context", "trip", "-u", "u1", "-w", str(workspace), "--budget", "300")
     assert session_state(workspace) == before_state

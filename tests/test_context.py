@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
+from mindpalace.blocks import Block, block_messages
 from mindpalace.context import IMAGE_PLACEHOLDER
 from mindpalace.errors import ContextBudgetError, ValidationError
 from mindpalace.memory import Session
@@ -65,15 +66,18 @@ class TestAssembly:
         built = filled(mem).context(100_000, system_prompt="You are an airline agent.", tools=TOOLS)
         names = [n for n, _ in built.report.blocks]
         assert names == ["system prompt", "working checkpoint", "memory index", "recent steps",
-                         "pending steps", "summary lines", "messages (18)", "tool schemas", "reply priming"]
+                         "pending steps", "summary lines", "recalled memory", "message dates",
+                         "messages (18)", "tool schemas", "reply priming"]
         assert built.messages[0] == {"role": "system", "content": "You are an airline agent."}
         assert built.report.degradations == []
 
     def test_summarized_memory_block_has_the_seed_heading(self, mem: Memory) -> None:
         s = filled(mem, steps=30)
         built = s.context(100_000)
-        summary = next(m["content"] for m in built.messages if m["content"].startswith("Summarized memory"))
-        assert summary.startswith("Summarized memory (compressed from earlier steps):\n[steps 1-")
+        summary = next(m["content"] for m in built.messages
+                       if (m["content"] or "").startswith('<memory source="summarized memory">'))
+        assert summary.removeprefix('<memory source="summarized memory">').startswith(
+            "Summarized memory (compressed from earlier steps):\n[steps 1-")
 
     def test_counts_are_exact_and_blocks_sum_to_the_total(self, mem: Memory) -> None:
         s = filled(mem)
@@ -120,17 +124,17 @@ class TestDegradation:
     def test_prepare_consolidates_over_budget_messages_into_history_first(self, mem: Memory) -> None:
         s = filled(mem)
         total = s.messages.count()
-        full = s.prepare(100_000)
+        full = s.prepare(100_000, query=[])  # no recalled block: it is not a fixed part
         assert full.report.consolidation is not None and not full.report.consolidation.consolidated
-        built = s.prepare(full.report.total_tokens - 60)
+        built = s.prepare(full.report.total_tokens - 60, query=[])
         assert built.report.consolidation is not None and built.report.consolidation.consolidated
         archived = s.consolidator.last_consolidated
         assert 0 < archived < total
         covered = {i for e in s.consolidator.history.read(0, session=s.scope) if e.messages
                    for i in range(e.messages[0], e.messages[1] + 1)}
         assert covered >= set(range(1, archived + 1))  # I2: nothing left the prompt without a copy
-        assert any(m["content"].startswith("Archived context summary") for m in built.messages
-                   if m["role"] == "system" and isinstance(m.get("content"), str))
+        assert any(m["content"].startswith('<memory source="archived summary">Archived context summary')
+                   for m in built.messages if m["role"] == "tool" and isinstance(m.get("content"), str))
         assert built.report.total_tokens <= full.report.total_tokens - 60
         assert check_pairing(built.messages) == []
 
@@ -169,9 +173,13 @@ class TestDegradation:
         cut = dict(built.report.blocks)
         assert built.report.total_tokens <= full.report.total_tokens // 2
         assert cut["messages (1)"] < sizes["messages (1)"] and cut["memory index"] < sizes["memory index"]
-        assert abs(cut["messages (1)"] - cut["memory index"]) <= 8  # one level for the longest
+        counter = s.memory.tokens
+        envelope = (sum(counter.count_message(m) for m in block_messages(Block.MEMORY_INDEX, ""))
+                    - counter.count_message({"role": "user", "content": ""}))
+        assert abs(cut["messages (1)"] - (cut["memory index"] - envelope)) <= 8  # one level for the longest
         assert cut["pending steps"] == sizes["pending steps"]  # short blocks untouched
-        index = next(m["content"] for m in built.messages if m["content"].startswith("Memory index"))
+        index = next(m["content"] for m in built.messages
+                     if (m["content"] or "").startswith('<memory source="memory index">Memory index'))
         assert index.splitlines()[1].startswith("- step_40 ")  # the newest entries survive
 
     def test_a_budget_below_the_irreducible_minimum_is_a_clear_error(self, mem: Memory) -> None:

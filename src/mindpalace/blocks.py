@@ -2,13 +2,25 @@
 
 Every part the context builder puts before the conversation is a named :class:`Block`. Which
 role a block speaks with is decided here and nowhere else (:data:`BLOCK_ROLES`,
-:func:`block_message`), so the builder and anything that must count a block exactly as it will
+:func:`block_messages`), so the builder and anything that must count a block exactly as it will
 appear (the consolidator's estimate of its own summary) agree by construction.
+
+Memory is data, not instructions: only the system prompt, the protected constraints and the
+user's corrections (:data:`AUTHORITY_BLOCKS`) are sent as ``system`` messages. Every other
+block — checkpoint, memory index, step tiers, summary lines, archived summary, recalled memory,
+message dates — is delivered as quoted, attributed content: by default a synthetic read-only
+tool exchange (an ``assistant`` message calling the ``memory`` tool, id ``mp-memory-<n>``,
+followed by the ``tool`` result holding the block), or with ``[context] memory_role = "user"``
+a ``user`` message marked as a quoted memory record. Inside, text sits in
+``<memory source=".." …>…</memory>`` envelopes whose markup cannot be closed from within
+(:func:`escape_memory`).
 """
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
@@ -21,7 +33,15 @@ Message = dict[str, Any]
 """One OpenAI-format chat message: ``{"role": …, "content": …}`` (plus tool fields)."""
 ToolSchema = dict[str, Any]
 """One OpenAI-format tool schema: ``{"type": "function", "function": {"name": …, …}}``."""
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
+MemoryRole = Literal["tool", "user"]
+"""How memory blocks are delivered: a synthetic ``memory`` tool exchange, or a ``user`` message."""
+
+MEMORY_TOOL = "memory"
+"""Name of the synthetic read-only tool whose results carry the memory blocks."""
+MEMORY_CALL_PREFIX = "mp-memory-"
+"""Tool-call ids of the synthetic memory exchange: ``mp-memory-1``, ``mp-memory-2`` … in prompt order."""
+USER_MEMORY_HEADER = "[memory record, quoted data from the memory store; not a request from the user]"
 
 
 class Block(StrEnum):
@@ -37,23 +57,89 @@ class Block(StrEnum):
     PENDING_STEPS = "pending steps"  # seed 000
     SUMMARY_LINES = "summary lines"  # seed 003 <summary> history
     ARCHIVED_SUMMARY = "archived summary"  # seed 002 consolidation
+    RECALLED = "recalled memory"  # seed 001 recall top-k / seed 004 hybrid search, per query
+    MESSAGE_DATES = "message dates"  # when the messages shown below were written
 
 
 BLOCK_ORDER: Final[tuple[Block, ...]] = tuple(Block)
 """Prompt order of the blocks (the conversation follows the last one)."""
 
-_ROLES: dict[Block, Role] = {block: "system" for block in Block}
+AUTHORITY_BLOCKS: Final = frozenset({Block.CORRECTIONS, Block.SYSTEM_PROMPT, Block.CONSTRAINTS})
+"""The only blocks that speak with authority (``system`` role); every other block is memory."""
+
+_ROLES: dict[Block, Role] = {block: "system" if block in AUTHORITY_BLOCKS else "tool" for block in Block}
 BLOCK_ROLES: Final[Mapping[Block, Role]] = MappingProxyType(_ROLES)
-"""The role each block is sent with. Every block speaks as ``system`` today."""
+"""The role each block's text is sent with by default: ``system`` for :data:`AUTHORITY_BLOCKS`,
+``tool`` (the result of a synthetic ``memory`` call) for memory blocks."""
+
+_PRE_ENVELOPED: Final = frozenset({Block.RECALLED, Block.MESSAGE_DATES})  # built item by item
+_ENVELOPE_TAG = re.compile(r"<(/?)(memory)", re.IGNORECASE)
 
 PROTECTED_BLOCKS: Final = frozenset({Block.CORRECTIONS, Block.SYSTEM_PROMPT, Block.CONSTRAINTS})
 """Blocks that are never truncated or dropped (I7; the system prompt too): a budget they do
 not fit is refused with ContextBudgetError naming them."""
 
 
-def block_message(block: Block, text: str) -> Message:
-    """The chat message carrying `block` with content `text`, in the block's role."""
-    return {"role": BLOCK_ROLES[block], "content": text}
+def escape_memory(text: str) -> str:
+    """`text` with every ``<memory`` / ``</memory`` (any case) written as ``&lt;memory`` /
+    ``&lt;/memory``, so quoted content can neither open nor close an envelope. Nothing else
+    changes: the quoted text stays verbatim."""
+    return _ENVELOPE_TAG.sub(r"&lt;\1\2", text)
+
+
+def memory_envelope(text: str, **attrs: str) -> str:
+    """``<memory k="v" …>text</memory>``: `text` escaped with :func:`escape_memory`, attribute
+    values with quotes and markup escaped; empty attributes are left out."""
+    shown = " ".join(f'{k}="{html.escape(v, quote=True)}"' for k, v in attrs.items() if v)
+    return f"<memory{' ' + shown if shown else ''}>{escape_memory(text)}</memory>"
+
+
+def block_text(block: Block, text: str) -> str:
+    """The content a block is sent with: authority blocks as given; memory blocks inside one
+    ``<memory source="<block>">`` envelope (recalled memory and message dates are built item
+    by item in envelopes already)."""
+    if block in AUTHORITY_BLOCKS or block in _PRE_ENVELOPED:
+        return text
+    return memory_envelope(text, source=block.value)
+
+
+def block_messages(block: Block, text: str, *, memory_role: MemoryRole = "tool", seq: int = 1) -> list[Message]:
+    """The chat messages carrying `block` with content `text`.
+
+    Authority blocks: one ``system`` message. Memory blocks with ``memory_role="tool"``: an
+    ``assistant`` message calling the ``memory`` tool (id ``mp-memory-<seq>``, arguments
+    ``{"block": "<name>"}``) and the ``tool`` result holding the enveloped text — the pair is
+    one unit (I1: never one without the other). With ``memory_role="user"``: one ``user``
+    message headed :data:`USER_MEMORY_HEADER`.
+    """
+    content = block_text(block, text)
+    if block in AUTHORITY_BLOCKS:
+        return [{"role": "system", "content": content}]
+    if memory_role == "user":
+        return [{"role": "user", "content": f"{USER_MEMORY_HEADER}\n{content}"}]
+    call_id = f"{MEMORY_CALL_PREFIX}{seq}"
+    args = json.dumps({"block": block.value}, ensure_ascii=False)
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": MEMORY_TOOL, "arguments": args}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": content},
+    ]
+
+
+def is_memory_message(message: Message) -> bool:
+    """True for a message of a delivered memory block (the synthetic ``memory`` call, its
+    result, or a ``user`` message headed :data:`USER_MEMORY_HEADER`), not the conversation."""
+    role = message.get("role")
+    if role == "tool":
+        return str(message.get("tool_call_id", "")).startswith(MEMORY_CALL_PREFIX)
+    if role == "assistant":
+        calls = message.get("tool_calls") or []
+        return bool(calls) and all(str(c.get("id", "")).startswith(MEMORY_CALL_PREFIX) for c in calls
+                                   if isinstance(c, dict))
+    if role == "user":
+        content = message.get("content")
+        return isinstance(content, str) and content.startswith(USER_MEMORY_HEADER + "\n")
+    return False
 
 
 def check_tools(tools: Any) -> list[ToolSchema] | None:

@@ -5,31 +5,41 @@ and no model is called (``Session.context``, ``mindpalace context``). Making roo
 consolidation of older messages into history.jsonl — is the agent path's explicit turn call,
 ``Session.prepare``, which runs the consolidator and then this builder.
 
-Order of the prompt (one message per block, roles from :data:`mindpalace.blocks.BLOCK_ROLES`,
-then the conversation):
+Order of the prompt (roles from :mod:`mindpalace.blocks`, then the conversation):
 
-0. user corrections (seed 004, newest first, at the very top)
-1. system prompt (given, else the session's latest ``system`` message, archived or not)
-2. protected constraints (seed 004, I7)
-3. working checkpoint (seed 003)
-4. memory index (seed 000)
-5. "Summarized memory (compressed from earlier steps)" (seed 000 summary tier)
-6. recent steps, 7. pending steps (seed 000)
-8. the last ``<summary>`` lines (seed 003)
-9. archived context summary (seed 002)
-10. the last messages (after the consolidation cursor)
+0. user corrections (seed 004, newest first, at the very top)               — system
+1. system prompt (given, else the session's latest ``system`` message, archived or not) — system
+2. protected constraints (seed 004, I7)                                     — system
+3. working checkpoint (seed 003)                                            — memory
+4. memory index (seed 000)                                                  — memory
+5. "Summarized memory (compressed from earlier steps)" (seed 000 summary tier) — memory
+6. recent steps, 7. pending steps (seed 000)                                — memory
+8. the last ``<summary>`` lines (seed 003)                                  — memory
+9. archived context summary (seed 002)                                      — memory
+10. recalled memory for the current query (seed 001 / 004, :mod:`mindpalace.recalled`) — memory
+11. the dates of the conversation messages shown                            — memory
+12. the last messages (after the consolidation cursor)
+
+Only the authority blocks speak as ``system``; memory blocks are quoted, attributed data: by
+default each is a synthetic read-only ``memory`` tool exchange (assistant call ``mp-memory-<n>``
++ tool result, one unit that is kept or dropped whole), or a marked ``user`` message with
+``[context] memory_role = "user"``.
 
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
-schemas and reply priming included). When the prompt would exceed the budget it degrades in
-the order of seed 000's ``cut_messages``: drop images, drop the oldest messages (whole tool
-groups, never a call without its results — I1), truncate the tail of the longest remaining
-block; each degradation is named in the report. The final messages always go through
-:func:`~mindpalace.session.pairing.repair_pairing`.
+schemas and reply priming included). The recalled-memory block may fill up to
+``context.recall_share`` of the budget; it is not a fixed part (consolidation does not archive
+to make room for it): the oldest conversation messages give way to it, and they stay stored and
+recallable. When the prompt would exceed the budget it degrades in the order of seed 000's
+``cut_messages``: drop images, drop the oldest messages (whole tool groups, never a call without
+its results — I1), truncate the tails of the longest remaining blocks to a common level (the
+recalled block is re-packed under that level instead: its lowest-ranked items go, whole); each
+degradation is named in the report. The final
+messages always go through :func:`~mindpalace.session.pairing.repair_pairing`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -37,18 +47,20 @@ from mindpalace.blocks import (
     BLOCK_ORDER,
     PROTECTED_BLOCKS,
     Block,
+    MemoryRole,
     Message,
     ToolSchema,
-    block_message,
+    block_messages,
     check_tools,
 )
 from mindpalace.checks import require_int
-from mindpalace.errors import ContextBudgetError
+from mindpalace.errors import ContextBudgetError, ValidationError
+from mindpalace.recalled import MemoryRecaller, RecalledItem
 from mindpalace.session.consolidator import ConsolidationResult, Consolidator
 from mindpalace.session.messages import MessageLog, validate_messages
 from mindpalace.session.observations import MIN_SHOWN_TOKENS, govern, head_and_tail
 from mindpalace.session.pairing import PairingReport, repair_pairing, tool_groups
-from mindpalace.settings import SessionSettings
+from mindpalace.settings import ContextSettings, SessionSettings
 from mindpalace.steps.checkpoint import render_checkpoint, render_summary_lines
 from mindpalace.steps.index import INDEX_HEADER
 from mindpalace.steps.memory import StepMemory
@@ -61,6 +73,7 @@ IMAGE_PLACEHOLDER: Final = "[image omitted to fit the context budget]"
 TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 MESSAGE_CUT_NOTE: Final = "…[{tokens} tokens cut from the middle to fit the context budget{where}]…"
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
+_DATES_ROUNDS: Final = 4  # the dates note is re-made while fitting drops more messages
 
 
 @dataclass
@@ -68,8 +81,9 @@ class ContextReport:
     """What went into a prompt.
 
     Attributes:
-        blocks: ``(name, tokens)`` per part in prompt order, plus ``messages (n)``,
-            ``tool schemas`` and ``reply priming``; the tokens sum to `total_tokens`.
+        blocks: ``(name, tokens)`` per part in prompt order (a memory block's row counts its
+            whole synthetic exchange: call + result), plus ``messages (n)``, ``tool schemas``
+            and ``reply priming``; the tokens sum to `total_tokens`.
         total_tokens: ``count_messages(messages, tools)`` of the returned prompt.
         budget_tokens: the budget asked for; ``total_tokens <= budget_tokens`` always.
         degradations: what was dropped or cut, in order (empty when everything fit).
@@ -80,6 +94,9 @@ class ContextReport:
         observations: tool results governance shortened on this build (cut to
             ``session.tool_result_max_tokens`` or masked for age), each naming its
             ``message:<N>``; nothing is lost, so these are not degradations.
+        recalled: the items of the recalled-memory block, best first: ref, tier, score, why
+            they matched, tokens (of their envelope), date and source.
+        queries: the queries the block was recalled for (empty when there was none).
     """
 
     blocks: list[tuple[str, int]]
@@ -89,6 +106,8 @@ class ContextReport:
     pairing: PairingReport = field(default_factory=PairingReport)
     consolidation: ConsolidationResult | None = None
     observations: list[str] = field(default_factory=list)
+    recalled: list[RecalledItem] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -161,10 +180,29 @@ class SessionSources:
         return [m.message for m in self.messages.list(from_index=first, to_index=last)]
 
 
+Repack = Callable[[int, frozenset[int]], tuple[str, list[RecalledItem]]]
+"""Re-pack the recalled block under a cap (tokens of its text) leaving out the given messages
+of the session: (text, items)."""
+
+
 @dataclass
 class _Part:
     name: Block
-    message: Message
+    text: str
+    repack: Repack | None = None  # the recalled block: shrinks by whole items
+    items: list[RecalledItem] = field(default_factory=list)
+    exclude: frozenset[int] = frozenset()  # messages shown verbatim (recalled block)
+
+
+def _render(parts: Sequence[_Part], role: MemoryRole) -> list[list[Message]]:
+    """The messages of each part in order; memory exchanges numbered ``mp-memory-1`` …"""
+    out, seq = [], 0
+    for p in parts:
+        msgs = block_messages(p.name, p.text, memory_role=role, seq=seq + 1)
+        if msgs[0]["role"] == "assistant":
+            seq += 1
+        out.append(msgs)
+    return out
 
 
 class ContextBuilder:
@@ -178,15 +216,25 @@ class ContextBuilder:
     Args:
         sources: the session's memory blocks and stored messages (:class:`ContextSources`).
         counter: the token counter (I9).
-        settings: ``[session]`` (tool-result governance: ``tool_result_*``); default settings.
+        recaller: the recalled-memory component (None = no recalled-memory block and no
+            message dates).
+        settings: ``context`` settings (memory role, recall share).
+        governance: ``[session]`` settings of tool-result governance (``tool_result_*``).
     """
 
     def __init__(
-        self, sources: ContextSources, counter: TokenCounter, settings: SessionSettings | None = None
+        self,
+        sources: ContextSources,
+        counter: TokenCounter,
+        recaller: MemoryRecaller | None = None,
+        settings: ContextSettings | None = None,
+        governance: SessionSettings | None = None,
     ) -> None:
         self.sources = sources
         self.counter = counter
-        self.settings = settings or SessionSettings()
+        self.recaller = recaller
+        self.settings = settings or ContextSettings()
+        self.governance = governance or SessionSettings()
 
     def build(
         self,
@@ -195,6 +243,7 @@ class ContextBuilder:
         system_prompt: str | None = None,
         tools: Sequence[ToolSchema] | None = None,
         messages: Sequence[Message] | None = None,
+        query: str | Sequence[str] | None = None,
     ) -> BuiltContext:
         """Assemble the prompt for the next model call. Read-only.
 
@@ -206,6 +255,8 @@ class ContextBuilder:
             tools: tool schemas sent with the request (counted, I9).
             messages: the conversation; None = the session's stored messages after the
                 consolidation cursor (only the tail that can matter is read).
+            query: what the recalled-memory block is recalled for: one text or several;
+                None = the newest user message of the conversation.
 
         Returns:
             A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
@@ -220,10 +271,13 @@ class ContextBuilder:
                 reply priming + the system prompt and the protected constraints and user
                 corrections (never cut, I7).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
-                text; `tools` is not a list of JSON objects; a given message is malformed.
+                text; `tools` is not a list of JSON objects; a given message is malformed;
+                `query` is not text or a list of texts.
+            ProviderError: the embedder failed to embed the query.
         """
         budget = require_int("budget_tokens", budget_tokens)
         tool_list = _check_request(system_prompt, tools)
+        queries = check_queries(query)
         convo_given = None if messages is None else validate_messages(messages)
         if convo_given is None and system_prompt is None:
             system_prompt = self._stored_system_prompt()
@@ -233,16 +287,17 @@ class ContextBuilder:
         if convo_given is None:
             # Messages are dropped before any block is cut, so only the tail that fits beside
             # the blocks can survive: read just that much (plus one chunk) from the store.
-            fixed = [p.message for p in blocks]
+            fixed = list(blocks)
             if system_prompt is not None:
-                fixed.append(block_message(Block.SYSTEM_PROMPT, system_prompt))
-            room = budget - self.counter.count_messages(fixed, tool_list)
-            convo, unloaded, start = self._load_messages(max(0, room))
-            refs = [f"message:{start + k}" for k in range(len(convo))]
+                fixed.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
+            room = budget - self.counter.count_messages(self._flat(fixed), tool_list)
+            convo, unloaded, first = self._load_messages(max(0, room))
+            refs = [f"message:{first + k}" for k in range(len(convo))]
         else:
             convo, unloaded, refs = convo_given, 0, [None] * len(convo_given)
         convo, observations = self._govern(convo, refs)
         ref_of = {id(m): r for m, r in zip(convo, refs, strict=True) if r}
+        index_of = {id(m): int(r.removeprefix("message:")) for m, r in zip(convo, refs, strict=True) if r}
         lifted = [m for m in convo if m.get("role") == "system"]
         convo = [m for m in convo if m.get("role") != "system"]
         if system_prompt is None and lifted:
@@ -251,17 +306,34 @@ class ContextBuilder:
         convo, pairing = repair_pairing(convo)
         if system_prompt:
             at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
-            blocks.insert(at, _Part(Block.SYSTEM_PROMPT, block_message(Block.SYSTEM_PROMPT, system_prompt)))
-        fitter = _Fitter(self.counter, blocks, convo, tool_list, budget, ref_of)
+            blocks.insert(at, _Part(Block.SYSTEM_PROMPT, system_prompt))
+        if queries is None:
+            newest = next((m for m in reversed(convo) if m.get("role") == "user"), None)
+            queries = [q] if newest is not None and (q := _text(newest.get("content")).strip()) else []
+        loaded = frozenset(index_of.values())
+        recalled = self._recalled_part(queries, budget, loaded)
+        if recalled is not None:
+            blocks.append(recalled)
+        fitter = _Fitter(self.counter, blocks, convo, tool_list, budget, self.settings.memory_role, ref_of)
         fitter.dropped_messages += unloaded
         degradations: list[str] = []
         fitter.fit(degradations)
+        if recalled is not None and recalled in fitter.blocks and _kept(fitter, index_of) != loaded:
+            # messages that gave way to the block may be recalled into it (same size or less)
+            assert recalled.repack is not None
+            kept = _kept(fitter, index_of)
+            text, items = recalled.repack(self.counter.count(recalled.text), kept)
+            if text:
+                recalled.text, recalled.items, recalled.exclude = text, items, kept
+        self._add_dates(fitter, index_of, degradations)
         final, check = repair_pairing(fitter.flat())
         if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
             pairing.closed_calls += check.closed_calls
             pairing.dropped_results += check.dropped_results
         report = fitter.report(final, degradations, pairing)
         report.observations = observations
+        report.queries = list(queries)
+        report.recalled = next((p.items for p in fitter.blocks if p.name is Block.RECALLED), [])
         return BuiltContext(final, report, tool_list)
 
     def fixed_tokens(
@@ -272,19 +344,29 @@ class ContextBuilder:
         tools: Sequence[ToolSchema] | None = None,
     ) -> int:
         """Tokens of every fixed part of the prompt :meth:`build` would make (system prompt and
-        memory blocks, each as ``count_message``) except the archived summary, which the
-        consolidator sizes itself. Read-only; raises what :meth:`build` raises for these
-        arguments, so ``Session.prepare`` refuses a bad request before it writes anything."""
+        memory blocks, each as its messages, the message dates of the live messages included)
+        except the archived summary, which the consolidator sizes itself, and the recalled
+        memory, which takes its share from the conversation's room. Read-only; raises what :meth:`build` raises for
+        these arguments, so ``Session.prepare`` refuses a bad request before it writes
+        anything."""
         budget = require_int("budget_tokens", budget_tokens)
         tool_list = _check_request(system_prompt, tools)
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks()
         self._check_floor(budget, blocks, tool_list, system_prompt)
-        fixed = [p.message for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
+        fixed = [p for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
-            fixed.append(block_message(Block.SYSTEM_PROMPT, system_prompt))
-        return sum(self.counter.count_message(m) for m in fixed)
+            fixed.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
+        first, last = self.sources.message_range()
+        if self.recaller is not None and first <= last:
+            dates = self.recaller.message_dates(range(first, last + 1))
+            if dates:
+                fixed.append(_Part(Block.MESSAGE_DATES, dates))
+        return sum(self.counter.count_message(m) for m in self._flat(fixed))
+
+    def _flat(self, parts: Sequence[_Part]) -> list[Message]:
+        return [m for msgs in _render(parts, self.settings.memory_role) for m in msgs]
 
     def _stored_system_prompt(self) -> str | None:
         # The session's system message, even when it was archived long ago (seed 002: the
@@ -300,10 +382,10 @@ class ContextBuilder:
             raise ContextBudgetError(budget, minimum)
         parts = [p for p in blocks if p.name in PROTECTED_BLOCKS]
         if system_prompt:
-            parts.append(_Part(Block.SYSTEM_PROMPT, block_message(Block.SYSTEM_PROMPT, system_prompt)))
-        protected = [p.message for p in parts]
-        if protected and budget < (floor := self.counter.count_messages(protected, tools)):
-            sizes = ", ".join(f"{p.name.value} {self.counter.count_message(p.message)}" for p in parts)
+            parts.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
+        if parts and budget < (floor := self.counter.count_messages(self._flat(parts), tools)):
+            sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - minimum}"
+                              for p in parts)
             raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
                 budget, floor, f"reply priming and tool schemas {minimum}, {sizes} tokens, which "
                 "are never cut; shorten them"
@@ -312,7 +394,7 @@ class ContextBuilder:
     def _govern(self, convo: list[Message], refs: Sequence[str | None]) -> tuple[list[Message], list[str]]:
         """Tool-result governance (:func:`~mindpalace.session.observations.govern`) and its
         report lines."""
-        s = self.settings
+        s = self.governance
         out, report = govern(convo, refs, self.counter, max_tokens=s.tool_result_max_tokens,
                              mask_after_turns=s.tool_result_mask_after_turns,
                              masked_tokens=s.tool_result_masked_tokens)
@@ -321,7 +403,38 @@ class ContextBuilder:
     def _blocks(self) -> list[_Part]:
         """Every memory block present, in prompt order (the system prompt is inserted later)."""
         texts = self.sources.memory_blocks()
-        return [_Part(b, block_message(b, texts[b])) for b in BLOCK_ORDER if texts.get(b)]
+        return [_Part(b, texts[b]) for b in BLOCK_ORDER if texts.get(b)]
+
+    def _recalled_part(self, queries: list[str], budget: int, in_prompt: frozenset[int]) -> _Part | None:
+        """The recalled-memory block for `queries`, packed under ``recall_share × budget``
+        (its whole exchange), leaving out the messages loaded for the conversation."""
+        if self.recaller is None or not queries or self.settings.recall_share <= 0:
+            return None
+        items = self.recaller.candidates(queries)
+        if not items:
+            return None
+        shell = sum(self.counter.count_message(m) for m in self._flat([_Part(Block.RECALLED, "")]))
+        cap = int(self.settings.recall_share * budget) - shell
+        recaller = self.recaller
+
+        def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
+            return recaller.pack(items, cap_tokens, exclude_messages=exclude)
+
+        text, chosen = repack(cap, in_prompt)
+        return _Part(Block.RECALLED, text, repack, chosen, in_prompt) if text else None
+
+    def _add_dates(self, fitter: _Fitter, index_of: dict[int, int], degradations: list[str]) -> None:
+        """The note of when the conversation messages shown were written; re-made while
+        fitting drops more messages, left out if it cannot settle."""
+        if self.recaller is None or not index_of:
+            return
+        for _ in range(_DATES_ROUNDS):
+            kept = _kept_in_order(fitter, index_of)
+            fitter.set_part(Block.MESSAGE_DATES, self.recaller.message_dates(kept))
+            fitter.fit(degradations)
+            if _kept_in_order(fitter, index_of) == kept:
+                return
+        fitter.set_part(Block.MESSAGE_DATES, None)
 
     def _load_messages(self, budget: int) -> tuple[list[Message], int, int]:
         """The stored tail after the cursor: read backwards in growing chunks until the loaded
@@ -343,11 +456,20 @@ class ContextBuilder:
             while loaded and loaded[0].get("role") == "tool":
                 loaded.pop(0)
                 unloaded += 1
-        return loaded, unloaded, first + unloaded
+                lo += 1
+        return loaded, unloaded, lo
+
+
+def _kept_in_order(fitter: _Fitter, index_of: dict[int, int]) -> list[int]:
+    return [index_of[id(m)] for g in fitter.groups for m in g if id(m) in index_of]
+
+
+def _kept(fitter: _Fitter, index_of: dict[int, int]) -> frozenset[int]:
+    return frozenset(_kept_in_order(fitter, index_of))
 
 
 class _Fitter:
-    """Applies the three degradations until the prompt fits; counts with the real counter."""
+    """Applies the degradations until the prompt fits; counts with the real counter."""
 
     def __init__(
         self,
@@ -356,6 +478,7 @@ class _Fitter:
         convo: list[Message],
         tools: list[ToolSchema] | None,
         budget: int,
+        memory_role: MemoryRole,
         refs: Mapping[int, str] | None = None,
     ) -> None:
         self.counter = counter
@@ -363,14 +486,24 @@ class _Fitter:
         self.groups = [convo[a:b] for a, b in tool_groups(convo)]
         self.tools = tools
         self.budget = budget
+        self.role = memory_role
         self.refs = refs or {}  # id(message) → message:<N>, for stored messages
         self.dropped_messages = 0
 
     def flat(self) -> list[Message]:
-        return [p.message for p in self.blocks] + [m for g in self.groups for m in g]
+        parts = [m for msgs in _render(self.blocks, self.role) for m in msgs]
+        return parts + [m for g in self.groups for m in g]
 
     def total(self) -> int:
         return self.counter.count_messages(self.flat(), self.tools)
+
+    def set_part(self, name: Block, text: str | None) -> None:
+        """Put, replace or (text None) remove the part `name`, in prompt order."""
+        self.blocks = [p for p in self.blocks if p.name is not name]
+        if text:
+            order = {b: i for i, b in enumerate(BLOCK_ORDER)}
+            at = next((i for i, p in enumerate(self.blocks) if order[p.name] > order[name]), len(self.blocks))
+            self.blocks.insert(at, _Part(name, text))
 
     def fit(self, degradations: list[str]) -> None:
         if self.dropped_messages:
@@ -414,10 +547,12 @@ class _Fitter:
             total = self.total()
         return total
 
-    def _candidates(self) -> list[tuple[int, str, Message]]:
-        """(content tokens, name, message) of every part whose text can be cut."""
-        out = [(self.counter.count(p.message["content"]), p.name.value, p.message) for p in self.blocks
-               if p.name not in PROTECTED_BLOCKS]  # I7: never cut, only dropped as the very last resort
+    def _candidates(self) -> list[tuple[int, str, _Part | Message]]:
+        """(content tokens, name, part or message) of every part whose text can be cut."""
+        out: list[tuple[int, str, _Part | Message]] = [
+            (self.counter.count(p.text), p.name.value, p) for p in self.blocks
+            if p.name not in PROTECTED_BLOCKS  # I7: never cut, only dropped as the very last resort
+        ]
         for group in self.groups:
             for msg in group:
                 if isinstance(msg.get("content"), str) and msg["content"]:
@@ -432,9 +567,9 @@ class _Fitter:
         cands = self._candidates()
         if total > self.budget and cands:
             level = _level([c[0] for c in cands], total - self.budget)
-            for tokens, name, msg in cands:
+            for tokens, name, target in cands:
                 if tokens > level:
-                    self._cut(msg, name, tokens, level, mark, degradations)
+                    self._cut(target, name, tokens, level, mark, degradations)
             total = self.total()
         for _ in range(4 * (len(self.blocks) + 8)):  # exact fix-up for tokenizer seams; bounded
             if total <= self.budget:
@@ -442,30 +577,51 @@ class _Fitter:
             cands = self._candidates()
             if not cands:
                 break
-            tokens, name, msg = max(cands, key=lambda c: c[0])
-            self._cut(msg, name, tokens, tokens - (total - self.budget), mark, degradations)
+            tokens, name, target = max(cands, key=lambda c: c[0])
+            self._cut(target, name, tokens, tokens - (total - self.budget), mark, degradations)
             total = self.total()
         return total
 
-    def _cut(self, msg: Message, name: str, tokens: int, keep: int, mark: int, degradations: list[str]) -> None:
-        ref = self.refs.get(id(msg))
-        where = f"; in full as {ref}, read it with read_files" if ref else ""
-        note = MESSAGE_CUT_NOTE.format(tokens=tokens - keep, where=where)
-        if name.startswith("message") and keep >= self.counter.count(note) + 4 * MIN_SHOWN_TOKENS:
-            # a message's end matters as much as its head ("FINAL: 3 submodules failed")
-            msg["content"] = head_and_tail(msg["content"], self.counter, keep, note)
-            degradations.append(f"cut the middle of {name}{' ' + ref if ref else ''} from {tokens} "
-                                f"to {keep} tokens (head + tail kept)")
-        elif keep > mark:
-            msg["content"] = self.counter.truncate(msg["content"], keep - mark) + TRUNCATION_MARK
+    def _cut(
+        self, target: _Part | Message, name: str, tokens: int, keep: int, mark: int, degradations: list[str]
+    ) -> None:
+        if isinstance(target, _Part) and target.repack is not None:  # recalled: whole items only
+            text, items = target.repack(keep, target.exclude)
+            if text:
+                target.text, target.items = text, items
+                degradations.append(f"shrank {name} from {tokens} to {self.counter.count(text)} tokens "
+                                    f"({len(items)} items)")
+            else:
+                self.blocks = [p for p in self.blocks if p is not target]
+                degradations.append(f"dropped block {name} ({tokens} tokens)")
+            return
+        if not isinstance(target, _Part):
+            ref = self.refs.get(id(target))
+            where = f"; in full as {ref}, read it with read_files" if ref else ""
+            note = MESSAGE_CUT_NOTE.format(tokens=tokens - keep, where=where)
+            if keep >= self.counter.count(note) + 4 * MIN_SHOWN_TOKENS:
+                # a message's end matters as much as its head ("FINAL: 3 submodules failed")
+                target["content"] = head_and_tail(target["content"], self.counter, keep, note)
+                degradations.append(f"cut the middle of {name}{' ' + ref if ref else ''} from {tokens} "
+                                    f"to {keep} tokens (head + tail kept)")
+                return
+        text = target.text if isinstance(target, _Part) else target["content"]
+        if keep > mark:
+            text = self.counter.truncate(text, keep - mark) + TRUNCATION_MARK
             degradations.append(f"truncated the tail of {name} from {tokens} to {keep} tokens")
         else:
-            msg["content"] = ""
+            text = ""
             degradations.append(f"emptied {name} ({tokens} tokens)")
-            self.blocks = [p for p in self.blocks if p.message is not msg]
+        if isinstance(target, _Part):
+            target.text = text
+            if not text:
+                self.blocks = [p for p in self.blocks if p is not target]
+        else:
+            target["content"] = text
 
     def _drop_rest(self, total: int, degradations: list[str]) -> None:
-        """Last resort: what is left is not text (tool-call arguments, names)."""
+        """Last resort: what is left is not text (tool-call arguments, names), or the envelopes
+        and calls of memory blocks (a memory block goes whole: call and result together, I1)."""
         while total > self.budget and self.groups:
             group = self.groups.pop(0)
             degradations.append(f"dropped {len(group)} more messages (non-text parts)")
@@ -482,8 +638,10 @@ class _Fitter:
     def report(
         self, final: list[Message], degradations: list[str], pairing: PairingReport
     ) -> ContextReport:
-        rows = [(p.name.value, self.counter.count_message(p.message)) for p in self.blocks]
-        convo = final[len(self.blocks):]
+        rendered = _render(self.blocks, self.role)
+        rows = [(p.name.value, sum(self.counter.count_message(m) for m in msgs))
+                for p, msgs in zip(self.blocks, rendered, strict=True)]
+        convo = final[sum(len(msgs) for msgs in rendered):]
         if convo:
             rows.append((f"messages ({len(convo)})", sum(self.counter.count_message(m) for m in convo)))
         tools = self.counter.count_messages([], self.tools) - self.counter.count_messages([])
@@ -526,6 +684,19 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+def check_queries(query: Any) -> list[str] | None:
+    """`query` as a list of texts (None stays None: the newest user message is used).
+
+    Raises:
+        ValidationError: not a text or a list of texts; InvalidTextError: not storable text."""
+    if query is None:
+        return None
+    queries = [query] if isinstance(query, str) else query
+    if not isinstance(queries, list | tuple) or not all(isinstance(q, str) for q in queries):
+        raise ValidationError(f"query must be a text or a list of texts, got {type(query).__name__}")
+    return [require_text("query", q) for q in queries]
 
 
 def _check_request(system_prompt: Any, tools: Any) -> list[ToolSchema] | None:

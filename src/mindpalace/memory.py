@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from mindpalace.blocks import Message, ToolSchema
-from mindpalace.context import BuiltContext, ContextBuilder, SessionSources
+from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
+from mindpalace.recalled import MemoryRecaller
 from mindpalace.refs import RefResolver
 from mindpalace.retrieval.embedding_sync import Progress, SyncReport, sync_embeddings
 from mindpalace.retrieval.hybrid import HybridRetriever
@@ -141,6 +142,7 @@ class Memory:
         knowledge: SettingsOverride | None = None,
         facts: SettingsOverride | None = None,
         tasks: SettingsOverride | None = None,
+        context: SettingsOverride | None = None,
     ) -> Memory:
         """Open (by default, create) the workspace folder at `location`.
 
@@ -151,7 +153,7 @@ class Memory:
             create: create the workspace when the folder is not one yet (False: refuse).
             event_registry: an :class:`~mindpalace.tasks.EventRegistry` holding user-defined
                 task event types (the default registry is frozen: built-in events only).
-            tokens … tasks: overrides of one settings section each, on top of the workspace's
+            tokens … context: overrides of one settings section each, on top of the workspace's
                 ``mindpalace.toml`` and ``MINDPALACE_*`` variables, e.g.
                 ``steps={"budget_tokens": 500}`` (see :mod:`mindpalace.settings`).
 
@@ -163,7 +165,7 @@ class Memory:
         """
         sections = {"tokens": tokens, "llm": llm, "embed": embed, "store": store,
                     "summary": summary, "steps": steps, "session": session,
-                    "knowledge": knowledge, "facts": facts, "tasks": tasks}
+                    "knowledge": knowledge, "facts": facts, "tasks": tasks, "context": context}
         overrides = {name: dict(values) for name, values in sections.items() if values is not None}
         workspace = Workspace.open(os.fspath(location), create=create, **overrides)
         return cls(workspace, open_store(workspace.db_path, workspace.settings.store),
@@ -402,8 +404,12 @@ class Session:
     @cached_property
     def context_builder(self) -> ContextBuilder:
         """The session's :class:`~mindpalace.context.ContextBuilder` (read-only)."""
+        mem = self.memory
         sources = SessionSources(self.messages, self.steps, self.consolidator, self.tasks)
-        return ContextBuilder(sources, self.memory.tokens, self.memory.settings.session)
+        recaller = MemoryRecaller(self.store, self.scope, mem.tokens, mem.retriever,
+                                  settings=mem.settings.context, fact_settings=mem.settings.facts,
+                                  facts=self.facts)
+        return ContextBuilder(sources, mem.tokens, recaller, mem.settings.context, mem.settings.session)
 
     def context(
         self,
@@ -412,6 +418,7 @@ class Session:
         system_prompt: str | None = None,
         tools: Sequence[ToolSchema] | None = None,
         messages: Sequence[Message] | None = None,
+        query: str | Sequence[str] | None = None,
     ) -> BuiltContext:
         """The prompt for the next model call as the stored state gives it now — read-only:
         nothing is written, no model is called, the same state gives the same messages.
@@ -425,6 +432,9 @@ class Session:
             system_prompt: None = the session's latest stored system message.
             tools: tool schemas sent with the request (counted, I9).
             messages: a conversation to use instead of the stored one.
+            query: what the recalled-memory block recalls for (one text or several); None =
+                the newest user message. Recall here never writes: documents not yet embedded
+                are found by keyword only.
 
         Returns:
             A :class:`~mindpalace.context.BuiltContext`, never over the budget; what did not
@@ -434,7 +444,7 @@ class Session:
             ContextBudgetError / ValidationError: see :meth:`ContextBuilder.build`.
         """
         return self.context_builder.build(self._budget(budget_tokens), system_prompt=system_prompt,
-                                          tools=tools, messages=messages)
+                                          tools=tools, messages=messages, query=query)
 
     def prepare(
         self,
@@ -442,34 +452,42 @@ class Session:
         *,
         system_prompt: str | None = None,
         tools: Sequence[ToolSchema] | None = None,
+        query: str | Sequence[str] | None = None,
     ) -> BuiltContext:
         """The agent path, before every model call: make room, then build (seed 002).
 
         When the stored conversation with every fixed part of the prompt is over the budget,
         older messages are consolidated at a safe boundary (never inside a tool call/result
         group) into history.jsonl with a gated summary, down to ``consolidation_ratio`` of
-        the budget; then the prompt is built exactly as :meth:`context` builds it. Pass the
+        the budget; documents not yet embedded get their vectors (so the recalled-memory
+        block searches them by meaning too); then the prompt is built exactly as
+        :meth:`context` builds it. Pass the
         same budget every turn (or none: the configured input budget) — whatever is archived
         for it stays archived.
 
         Args:
             budget_tokens: this model call's input budget (tokens); None = the configured
                 input budget.
-            system_prompt / tools: as for :meth:`context`.
+            system_prompt / tools / query: as for :meth:`context`.
 
         Returns:
-            The built prompt; ``report.consolidation`` says what was archived.
+            The built prompt; ``report.consolidation`` says what was archived,
+            ``report.recalled`` what was recalled into it.
 
         Raises:
             ContextBudgetError / ValidationError: as :meth:`context`, before anything is written.
             StoreBusyError: another process holds the session lock past ``lock_timeout_seconds``.
             StoreError: history.jsonl or the store could not be written (nothing left the prompt).
+            ProviderError: the embedder failed.
         """
         budget = self._budget(budget_tokens)
+        check_queries(query)
         fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
         result = self.consolidator.maybe_consolidate(
             system_tokens=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
-        built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools)
+        if self.memory.settings.context.recall_share > 0:
+            self.memory.retriever.sync_embeddings()
+        built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools, query=query)
         built.report.consolidation = result
         return built
 

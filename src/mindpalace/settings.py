@@ -236,6 +236,27 @@ class TaskSettings(_Section):
     corrections_in_prompt: int = Field(5, ge=0, description="Newest user corrections shown at the top of every prompt.")
 
 
+class ContextSettings(_Section):
+    """How the prompt carries memory (mindpalace.context, mindpalace.recalled)."""
+
+    memory_role: Literal["tool", "user"] = Field(
+        "tool", description="How memory blocks are delivered: 'tool' = a synthetic read-only 'memory' "
+        "tool exchange (assistant call + tool result); 'user' = a user message marked as a quoted "
+        "memory record (for providers that reject tool messages without tool schemas).",
+    )
+    recall_share: float = Field(
+        0.85, ge=0, le=1, description="Share of the prompt budget the recalled-memory block may fill "
+        "(tokens = share × budget); older conversation messages give way to it; 0 = no block.",
+    )
+    recall_candidates: int = Field(
+        80, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query); they bound the block at large budgets (~40 tokens a LoCoMo turn).",
+    )
+    recall_item_max_tokens: int = Field(
+        300, ge=16, description="Cap on one recalled item (tokens); a longer one shows its best-matching "
+        "excerpt and its reference to read it whole.",
+    )
+
+
 class Settings(BaseSettings):
     """All settings of one workspace. See the section classes for each value's meaning and unit."""
 
@@ -253,6 +274,7 @@ class Settings(BaseSettings):
     knowledge: KnowledgeSettings = KnowledgeSettings()
     facts: FactSettings = FactSettings()
     tasks: TaskSettings = TaskSettings()
+    context: ContextSettings = ContextSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
-from mindpalace.blocks import Block, block_message
+from mindpalace.blocks import Block, block_messages, is_memory_message
 from mindpalace.errors import ConcurrencyError, ProviderError, StoreError
 from mindpalace.history import HistoryLog
 from mindpalace.providers.llm import Completion, Usage
@@ -58,9 +58,9 @@ def session_with(mem: Memory, llm: Any = None) -> tuple[Any, Consolidator]:
 
 def prompt_of(c: Consolidator) -> list[dict[str, Any]]:
     text = c.summary_text()
-    block = block_message(Block.ARCHIVED_SUMMARY, text) if text else None
+    block = block_messages(Block.ARCHIVED_SUMMARY, text) if text else []
     live = [m.message for m in c.live_messages()]
-    return ([block] if block else []) + repair_pairing(live)[0]
+    return block + repair_pairing(live)[0]
 
 
 # -- invariants checked on every prompt ------------------------------------------------------
@@ -362,10 +362,12 @@ def test_context_builder_injects_the_summary_and_starts_after_the_cursor(mem: Me
     for i in range(40):
         s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i} " + text(20, i)})
     c.maybe_consolidate(system_tokens=20)
-    built = s.context(budget_tokens=c.budget_tokens, system_prompt="You are a travel agent.")
+    # no recalled block (query=[]): it takes its share from the oldest live messages
+    built = s.context(budget_tokens=c.budget_tokens, system_prompt="You are a travel agent.", query=[])
     contents = [str(m.get("content")) for m in built.messages]
-    assert any(t.startswith(f"{ARCHIVED_SUMMARY_HEADER}:\n") for t in contents)
-    convo = [t for m, t in zip(built.messages, contents, strict=True) if m["role"] != "system"]
+    assert any(t.startswith(f'<memory source="archived summary">{ARCHIVED_SUMMARY_HEADER}:\n') for t in contents)
+    convo = [t for m, t in zip(built.messages, contents, strict=True)
+             if m["role"] != "system" and not is_memory_message(m)]
     assert convo[0].startswith(f"m{c.last_consolidated} ")  # message index lc+1 holds m{lc}
     assert check_pairing(built.messages) == []
 
@@ -491,10 +493,10 @@ class TestUnreachableTarget:
         s, c = session_with(mem, llm)
         results = []
         with caplog.at_level("WARNING", logger="mindpalace.session.consolidator"):
-            for turn_no in range(27):  # the fixed part (400) is over the target (300) by itself
+            for turn_no in range(27):  # the fixed part (370 + block) is over the target (300) by itself
                 s.add_message({"role": "user", "content": text(60, turn_no)})
                 s.add_message({"role": "assistant", "content": text(60, turn_no + 1)})
-                results.append(c.maybe_consolidate(system_tokens=400))
+                results.append(c.maybe_consolidate(system_tokens=370))
         assert llm.calls == 1  # main: one summarizer call per turn
         first = next(r for r in results if r.consolidated)
         assert first.target_unreachable and first.fixed_tokens >= first.target_tokens == 300

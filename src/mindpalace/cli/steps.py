@@ -180,7 +180,9 @@ def _print_built(built: BuiltContext, session: str, *, as_json: bool) -> None:
     rep = built.report
     data: dict[str, Any] = {"messages": built.messages, "blocks": rep.blocks,
                             "total_tokens": rep.total_tokens, "budget_tokens": rep.budget_tokens,
-                            "degradations": rep.degradations}
+                            "degradations": rep.degradations,
+                            "recalled": [{"ref": i.ref, "tier": i.tier, "score": round(i.score, 4),
+                                          "why": i.why, "tokens": i.tokens} for i in rep.recalled]}
     done = rep.consolidation
     consolidation = None if done is None else done.to_json()
     if as_json:
@@ -189,9 +191,12 @@ def _print_built(built: BuiltContext, session: str, *, as_json: bool) -> None:
         print_json(data)
         return
     for msg in built.messages:
-        console.print(Text(f"── {msg.get('role')}", style="bold"))
+        calls = ", ".join(f"{c['function']['name']}({c['function'].get('arguments', '')})"
+                          for c in msg.get("tool_calls") or [])
+        console.print(Text(f"── {msg.get('role')}" + (f" → {calls}" if calls else ""), style="bold"))
         content = msg.get("content")
-        console.print(content if isinstance(content, str) else str(content))
+        if content is not None:
+            console.print(content if isinstance(content, str) else str(content))
     table = Table(title=f"context of session {session}: {rep.total_tokens} / {rep.budget_tokens} "
                         "tokens")
     table.add_column("block")
@@ -200,6 +205,8 @@ def _print_built(built: BuiltContext, session: str, *, as_json: bool) -> None:
         table.add_row(name, str(tokens))
     table.add_row(Text("total", style="bold"), Text(str(rep.total_tokens), style="bold"))
     console.print(table)
+    for i in rep.recalled:
+        console.print(f"recalled: {i.ref} ({i.tier}, score {i.score:.3f}, {i.tokens} tokens): {i.why}")
     for d in rep.degradations:
         console.print(f"degraded: {d}")
     if not rep.pairing.ok:

@@ -41,7 +41,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from mindpalace.blocks import Block, Message, ToolSchema, block_message
+from mindpalace.blocks import Block, Message, ToolSchema, block_messages
 from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
 from mindpalace.history.log import HistoryEntry, HistoryLog, cap_text
@@ -426,7 +426,7 @@ class Consolidator:
             log.debug("session %s: consolidation backed off (target %d unreachable, fixed part "
                       "%d tokens); archiving raw down to the budget", self.scope, target, fixed)
         # Bound the block by its cap so the prompt still fits once it grows.
-        empty = self.counter.count_message(block_message(Block.ARCHIVED_SUMMARY, ""))
+        empty = sum(self.counter.count_message(m) for m in block_messages(Block.ARCHIVED_SUMMARY, ""))
         bound = self._fixed_tokens(system_tokens, tools, None) + empty + self.summary_cap_tokens
         cut = choose_boundary([m.message for m in live], costs, fixed_tokens=bound,
                               target_tokens=budget if backed_off else target)
@@ -508,8 +508,9 @@ class Consolidator:
 
     # -- internals -------------------------------------------------------------------------
     def _fixed_tokens(self, system_tokens: int, tools: list[ToolSchema] | None, text: str | None) -> int:
-        """`system_tokens` + the archived-context block `text` + tool schemas + reply priming."""
-        block: list[Message] = [block_message(Block.ARCHIVED_SUMMARY, text)] if text else []
+        """`system_tokens` + the archived-context block `text` (as its memory exchange) + tool
+        schemas + reply priming."""
+        block: list[Message] = block_messages(Block.ARCHIVED_SUMMARY, text) if text else []
         # count_messages adds the reply priming and the tool schemas once
         return system_tokens + self.counter.count_messages(block, tools)
 

@@ -1,0 +1,462 @@
+"""Recalled memory: what the memory holds about the current question, packed into the prompt.
+
+Seed 001 §2.3 (recall top-k into the working context) with seed 004's hybrid search. On each
+build the context builder asks :class:`MemoryRecaller` for
+
+1. :meth:`~MemoryRecaller.candidates` — hybrid recall (BM25 + vectors, fused, with message
+   context; :class:`~mindpalace.retrieval.hybrid.HybridRetriever`) for each query over every
+   tier of the session's recall scope (I10: this session, or every session of this user and
+   agent per ``facts.recall_scope``; never another user's): messages, history entries, step /
+   info / snapshot records, long-term facts, plus the working-memory items that share half
+   the query's terms. Everything is read-only: no fact is promoted, no access counted, no
+   vector written (documents without a vector yet are found by keyword only; ``prepare``
+   syncs vectors before it builds). A fact hit that is no longer current (corrected or
+   forgotten) is never shown: the newest value wins.
+2. :meth:`~MemoryRecaller.pack` — the best items that are not in the prompt verbatim (messages
+   of this session shown in the conversation are left out), packed greedily by score under a
+   token cap (a long item shows its best-matching excerpt), then listed oldest first so a
+   question and its reply read in order. Items are attributed envelopes; a session's messages
+   of one day share one (a quoted excerpt of the conversation, ``…`` where messages were left
+   out, each line saying who spoke in which role)::
+
+       <memory date="8 May 2023, 13:56" ref="message:11–12,15">Caroline (user): …
+       Melanie (assistant): …
+       …
+       Caroline (user): …</memory>
+       <memory source="fact" date="9 May 2023, 10:02" ref="fact:user:hotel">Hotel Hoshino</memory>
+
+   with references in the grammar of read_files (``message:<N>``, ``message:<N>@<session>``
+   — an envelope lists its numbers, ``message:11–12,15@older`` —, ``history:<cursor>``,
+   ``fact:<entity:attribute>``, record names) so the model can read an item whole.
+3. :meth:`~MemoryRecaller.message_dates` — when the conversation messages shown were written,
+   as a short note (the messages' own content is never rewritten).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from mindpalace.blocks import memory_envelope
+from mindpalace.facts.dual import FactMemory
+from mindpalace.facts.longterm import KIND as FACT_KIND
+from mindpalace.facts.longterm import LongTermStore
+from mindpalace.facts.recall import WORKING_MIN_TERM_SHARE
+from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, stems
+from mindpalace.scope import ANY, Scope
+from mindpalace.settings import ContextSettings, FactSettings
+from mindpalace.store import Store
+from mindpalace.store.textindex import query_terms
+from mindpalace.timeutil import from_iso
+from mindpalace.tokens import TokenCounter
+
+HISTORY_KIND = "history"
+MESSAGE_STREAM = "messages"
+RECALLED_HEADER = ("Recalled memory (quoted records, oldest first; dates UTC; … = messages left out; "
+                   "read one whole with read_files(ref)):")
+DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
+_SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
+_RRF_K = 60.0  # merging the ranked lists of several queries
+
+
+def human_date(when: datetime) -> str:
+    """``8 May 2023, 13:56`` (the stored UTC time, minutes)."""
+    return f"{when.day} {when:%B %Y, %H:%M}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecalledItem:
+    """One recalled memory as the prompt shows it.
+
+    Attributes:
+        ref: where the model reads it whole (read_files grammar, see module doc).
+        tier: ``message``, ``fact``, ``working``, ``history``, ``step``, ``info``, ``snapshot`` ….
+        source: who or what it comes from: the message role (``user`` / ``assistant`` /
+            ``tool`` / ``system``), ``fact``, or the tier.
+        speaker: the message's ``name`` ('' when none); for history entries its kind.
+        date: when it was written (message timestamp, fact version time, record created_at,
+            history entry time); None when unknown.
+        text: the full text (an excerpt of it is shown when it is long).
+        score: the fused retrieval score (comparable within one build only).
+        why: why it matched (query terms, BM25 / cosine ranks, neighbour).
+        tokens: tokens of its envelope in the block (0 until packed).
+        session: the session it belongs to ('' for user-level facts).
+        index: message index inside its session (0 for other tiers).
+        terms: the query terms it contains (picks the excerpt of a long item).
+    """
+
+    ref: str
+    tier: str
+    source: str
+    speaker: str
+    date: datetime | None
+    text: str
+    score: float
+    why: str
+    tokens: int = 0
+    session: str = ""
+    index: int = 0
+    terms: tuple[str, ...] = ()
+
+
+class _ReadOnlyRetriever(HybridRetriever):
+    """Hybrid search that never writes: vectors missing for new documents are not computed
+    here (``prepare`` syncs them; a build stays a pure read)."""
+
+    def sync_embeddings(self) -> int:
+        return 0
+
+
+class MemoryRecaller:
+    """Recall for the prompt's recalled-memory block of one session. Read-only.
+
+    Args:
+        store: the store protocol (read only).
+        scope: the session scope (concrete).
+        counter: the token counter (I9).
+        retriever: the hybrid retriever whose store, embedder and settings the read-only
+            search reuses (its vectors are never synced from here).
+        settings: ``context`` settings (candidates, item cap).
+        fact_settings: ``facts`` settings (``recall_scope``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        scope: Scope,
+        counter: TokenCounter,
+        retriever: HybridRetriever,
+        *,
+        settings: ContextSettings | None = None,
+        fact_settings: FactSettings | None = None,
+        facts: FactMemory | None = None,
+    ) -> None:
+        self.store = store
+        self.scope = scope.require_concrete()
+        self.counter = counter
+        self.settings = settings or ContextSettings()
+        self.fact_settings = fact_settings or retriever.settings
+        # working memory and long-term facts, read through their read-only views only
+        self.facts = facts or FactMemory(store, self.scope, settings=self.fact_settings)
+        self.search = _ReadOnlyRetriever(retriever.store, retriever.embedder, retriever.settings)
+        self._memo: dict[tuple[object, ...], tuple[str, int]] = {}  # item → (shown text, tokens)
+        self._shell: int | None = None
+
+    def scopes(self) -> list[Scope]:
+        """The scopes searched (I10): every session of this user and agent
+        (``facts.recall_scope = "user"``) or this session plus the user-level facts."""
+        if self.fact_settings.recall_scope == "user":
+            return [self.scope.with_(session=ANY)]
+        return [self.scope, self.scope.with_(session="")]
+
+    # -- 1. candidates -----------------------------------------------------------------------
+    def candidates(self, queries: Sequence[str]) -> list[RecalledItem]:
+        """Ranked recalled items for `queries` (several lists are merged by each item's best
+        reciprocal rank, so every query's top hits lead),
+        best first, current facts only, each item once. Read-only.
+
+        Raises:
+            InvalidTextError: a query is not storable text. ProviderError: the embedder failed.
+        """
+        ranked: dict[tuple[str, str, str], tuple[float, RecalledItem]] = {}
+        k = self.settings.recall_candidates
+        for query in [q for q in queries if q.strip()]:
+            hits = self.search.search(self.scopes(), query, k=k)
+            created = self._record_dates(hits)
+            entries = [e for e in (self._from_hit(h, created) for h in hits) if e is not None]
+            top = max((e.score for e in entries), default=0.0)  # working memory ranks first
+            entries = [replace(w, score=top + w.score) for w in self._working(query)] + entries
+            for rank, entry in enumerate(entries, start=1):
+                tier = FACT_KIND if entry.tier == "working" else entry.tier
+                key = (entry.session if tier == MESSAGE_KIND else "", tier, entry.ref)
+                merged = 1.0 / (_RRF_K + rank) if len(queries) > 1 else entry.score
+                if key in ranked:  # found twice (two queries, or working + long-term): its best rank
+                    old_score, old = ranked[key]
+                    ranked[key] = (max(old_score, merged), old)
+                else:
+                    ranked[key] = (merged, entry)
+        order = sorted(ranked.values(), key=lambda x: -x[0])
+        return [replace(entry, score=score) for score, entry in order]
+
+    def _record_dates(self, hits: Sequence[RetrievalHit]) -> dict[tuple[Scope, str], datetime | None]:
+        """created_at of the record hits (step / info / snapshot …), one read per scope."""
+        names: dict[Scope, list[str]] = {}
+        for h in hits:
+            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND):
+                names.setdefault(h.scope, []).append(h.ref)
+        out: dict[tuple[Scope, str], datetime | None] = {}
+        for scope, refs in names.items():
+            for name, record in self.store.get_records(scope, refs).items():
+                out[(scope, name)] = record.created_at
+        return out
+
+    def _from_hit(self, hit: RetrievalHit, created: dict[tuple[Scope, str], datetime | None]) -> RecalledItem | None:
+        meta = hit.meta
+        session = str(hit.scope.session)
+        why = str(hit.why)
+        if hit.tier == MESSAGE_KIND:
+            if not hit.ref.isdigit():
+                return None
+            role = str(meta.get("role") or "")
+            name = str(meta.get("name") or "")
+            ref = f"message:{hit.ref}" if hit.scope == self.scope else f"message:{hit.ref}@{session}"
+            text = hit.text
+            prefix = f"{name or role}: "
+            if text.startswith(prefix):
+                text = text[len(prefix):]
+            item = RecalledItem(ref, MESSAGE_KIND, role or "message", name, _date(meta.get("timestamp")),
+                                text, hit.score, why, session=session, index=int(hit.ref), terms=hit.why.terms)
+        elif hit.tier == FACT_KIND:
+            fact = LongTermStore(self.store, hit.scope).get(hit.ref)
+            if fact is None or not fact.current:
+                return None  # newest wins: a corrected or forgotten value is never shown
+            item = RecalledItem(f"fact:{fact.key}", FACT_KIND, "fact", "", fact.created_at,
+                                fact.content, hit.score, why, session=session, terms=hit.why.terms)
+        elif hit.tier == HISTORY_KIND:
+            if meta.get("kind") == "raw" and meta.get("messages"):
+                return None  # a raw archive of messages that are themselves recallable, one by one
+            item = RecalledItem(f"history:{hit.ref}", HISTORY_KIND, HISTORY_KIND, str(meta.get("kind") or ""),
+                                _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
+                                terms=hit.why.terms)
+        else:  # step / info / snapshot records (any record type a component indexes)
+            item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
+                                hit.score, why, session=session, terms=hit.why.terms)
+        return item
+
+    def _working(self, query: str) -> list[RecalledItem]:
+        """Working-memory items sharing half the query's terms — read from the stored working
+        memory without counting an access; a copy made stale elsewhere is shown at its current
+        long-term value, a forgotten one not at all."""
+        wanted = stems(query_terms(query))
+        if not wanted:
+            return []
+        out: list[tuple[float, RecalledItem]] = []
+        for fact in self.facts.working_items():  # current values; forgotten ones left out
+            have = set(stems(query_terms(f"{fact.key} {fact.content}", drop_stop_words=False)))
+            terms = tuple(t for s, t in wanted.items() if s in have)
+            share = len(terms) / len(wanted)
+            if share >= WORKING_MIN_TERM_SHARE:
+                why = "working memory; terms " + ", ".join(terms)
+                item = RecalledItem(f"fact:{fact.key}", "working", "fact", "", fact.created_at,
+                                    fact.content, share, why, session=str(self.scope.session), terms=terms)
+                out.append((share, item))
+        out.sort(key=lambda x: -x[0])
+        return [r for _, r in out]
+
+    # -- 2. packing --------------------------------------------------------------------------
+    def pack(
+        self, items: Sequence[RecalledItem], cap_tokens: int, *, exclude_messages: frozenset[int] = frozenset()
+    ) -> tuple[str, list[RecalledItem]]:
+        """The block text holding the best `items` under `cap_tokens` (tokens of the text),
+        and the items shown (with their ``tokens``: what each added), best first.
+
+        Items are taken best first; one that does not fit is skipped and smaller ones after it
+        may still fill the room. Messages of this session whose index is in `exclude_messages`
+        (shown verbatim in the prompt) and items with the same text as one already taken are
+        left out. Consecutive messages of one session and day share one envelope (a quoted
+        excerpt of the conversation, ``ref="message:12–14"``, one ``Speaker (role): text`` line
+        each), so a hit and the turns around it cost little more than their text. Returns
+        ``("", [])`` when nothing fits.
+        """
+        header = self.counter.count(RECALLED_HEADER) + 1
+        if cap_tokens <= header:
+            return "", []
+        used, seen = header, set()
+        chosen: list[tuple[RecalledItem, str]] = []
+        days: set[tuple[str, object]] = set()  # (session, day) envelopes opened
+        session = str(self.scope.session)
+        item_cap = self.settings.recall_item_max_tokens
+        for item in items:
+            if cap_tokens - used < _MIN_ITEM_TOKENS:
+                break
+            if item.tier == MESSAGE_KIND and item.session == session and item.index in exclude_messages:
+                continue
+            norm = " ".join(item.text.split()).lower()
+            if norm in seen:
+                continue
+            # each item as shown at most item_cap tokens (an excerpt when longer), made once
+            body, tokens = self._shown(item, item_cap)
+            if item.tier == MESSAGE_KIND:
+                # a message joins its session's envelope of that day: a line, a gap mark, a ref
+                tokens += _JOIN_TOKENS if _day(item) in days else self._shell_tokens()
+            if not body or used + tokens > cap_tokens:
+                continue
+            seen.add(norm)
+            used += tokens
+            chosen.append((replace(item, tokens=tokens), body))
+            if item.tier == MESSAGE_KIND:
+                days.add(_day(item))
+        while chosen:
+            text = self._render(chosen)
+            if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
+                return text, [i for i, _ in chosen]
+            chosen.pop()
+        return "", []
+
+    def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
+        """Oldest first; a session's messages of one day in one envelope, in their order, with
+        ``…`` where messages in between were left out."""
+        ordered = sorted(chosen, key=_chronological)
+        blocks: list[str] = []
+        run: list[tuple[RecalledItem, str]] = []
+
+        def flush() -> None:
+            if run:
+                blocks.append(self._message_envelope(run))
+                run.clear()
+
+        for item, body in ordered:
+            if item.tier != MESSAGE_KIND:
+                flush()
+                blocks.append(body)
+                continue
+            if run and _day(run[-1][0]) != _day(item):
+                flush()
+            run.append((item, body))
+        flush()
+        return "\n".join([RECALLED_HEADER, *blocks])
+
+    def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]]) -> str:
+        """One envelope for a session's messages of one day: date (first – last time), ref
+        (``message:7–8,12``, ``@session`` for another session), ``…`` marking gaps."""
+        if not run:  # the shell alone, for estimates
+            return memory_envelope("", date="8 May 2023, 13:56", ref="message:100")
+        first, last = run[0][0], run[-1][0]
+        at = f"@{first.session}" if first.session != str(self.scope.session) else ""
+        spans: list[list[int]] = []
+        lines: list[str] = []
+        for item, body in run:
+            if spans and item.index == spans[-1][1] + 1:
+                spans[-1][1] = item.index
+            else:
+                if spans:
+                    lines.append("…")
+                spans.append([item.index, item.index])
+            lines.append(body)
+        ref = "message:" + ",".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans) + at
+        date = ""
+        if first.date is not None:
+            date = human_date(first.date)
+            if last.date is not None and last.date.strftime("%H:%M") != first.date.strftime("%H:%M"):
+                date += f" – {last.date:%H:%M}"
+        return memory_envelope("\n".join(lines), date=date, ref=ref)
+
+    def _shown(self, item: RecalledItem, item_cap: int) -> tuple[str, int]:
+        """(text shown, its tokens + 1 for the newline): a message's line, or another item's
+        whole envelope, cut to an excerpt when over `item_cap`; memoised per item."""
+        key = (item.tier, item.session, item.ref, item.text, item.date, item_cap)
+        found = self._memo.get(key)
+        if found is None:
+            if item.tier == MESSAGE_KIND:
+                body = self._fit_text(_line(item), item, item_cap - self._shell_tokens())
+            else:
+                body = self._envelope(item, item_cap) or ""
+            found = (body, self.counter.count(body) + 1 if body else 0)
+            if len(self._memo) >= _MEMO_ITEMS:
+                self._memo.clear()
+            self._memo[key] = found
+        return found
+
+    def _shell_tokens(self) -> int:
+        if self._shell is None:
+            self._shell = self.counter.count(self._message_envelope([]))
+        return self._shell
+
+    def _fit_text(self, text: str, item: RecalledItem, room: int) -> str:
+        if room < 8:
+            return ""
+        return text if self.counter.count(text) <= room else self._excerpt(text, item, room)
+
+    def _envelope(self, item: RecalledItem, max_tokens: int) -> str | None:
+        attrs = {"source": item.source, "speaker": item.speaker,
+                 "date": human_date(item.date) if item.date else "", "ref": item.ref}
+        shell = self.counter.count(memory_envelope("", **attrs))
+        text = self._fit_text(item.text, item, max_tokens - shell)
+        return memory_envelope(text, **attrs) if text else None
+
+    def _excerpt(self, text: str, item: RecalledItem, room: int) -> str:
+        """The part of a long text that best matches (the sentence with most matched query
+        terms and what follows), cut to `room` tokens, marked with … where it was cut."""
+        terms = list(item.terms)
+        sentences = _SENTENCE.split(text)
+        start = 0
+        if terms and len(sentences) > 1:
+            wanted = set(stems(terms))
+            best = -1
+            for i, sentence in enumerate(sentences):
+                have = set(stems(query_terms(sentence, drop_stop_words=False)))
+                score = len(wanted & have)
+                if score > best:
+                    best, start = score, i
+        body = " ".join(sentences[start:])
+        lead = "… " if start > 0 else ""
+        cut = self.counter.truncate(body, max(0, room - self.counter.count(lead) - 2))
+        if not cut.strip():
+            return ""
+        return lead + cut + (" …" if cut != body else "")
+
+    # -- 3. dates of the verbatim conversation -------------------------------------------------
+    def message_dates(self, indexes: Sequence[int]) -> str | None:
+        """A note saying when the messages `indexes` (this session, shown in this order as
+        the conversation) were written: runs of consecutive messages with the same date,
+        e.g. ``#1–18 (message:601–618): 8 May 2023, 13:56``. None when there are none."""
+        if not indexes:
+            return None
+        lo, hi = min(indexes), max(indexes)
+        stamps = {ev.version: from_iso(ev.data["timestamp"]) for ev in
+                  self.store.read_events(self.scope, MESSAGE_STREAM, from_version=lo, to_version=hi)}
+        runs: list[list[tuple[int, int, datetime]]] = []  # (position, index, time)
+        for pos, index in enumerate(indexes, start=1):
+            when = stamps.get(index)
+            if when is None:
+                continue
+            last = runs[-1][-1] if runs else None
+            if last is not None and last[1] == index - 1 and last[2].date() == when.date():
+                runs[-1].append((pos, index, when))
+            else:
+                runs.append([(pos, index, when)])
+        if not runs:
+            return None
+        lines = [DATES_HEADER]
+        for run in runs:
+            (p0, i0, t0), (p1, i1, t1) = run[0], run[-1]
+            where = f"#{p0} = message:{i0}" if p0 == p1 else f"#{p0}–{p1} = message:{i0}–{i1}"
+            same = t0.replace(second=0, microsecond=0) == t1.replace(second=0, microsecond=0)
+            span = human_date(t0) if same else f"{human_date(t0)} – {t1:%H:%M}"
+            lines.append(f"{where}: {span}")
+        return "\n".join(lines)
+
+
+_MEMO_ITEMS = 4_096  # shown texts remembered across builds (cleared when full)
+_MIN_ITEM_TOKENS = 12  # below this much room no item fits (an envelope alone is more)
+_JOIN_TOKENS = 4  # a message joining an open envelope: its "…" gap line and its ref number
+
+
+def _day(item: RecalledItem) -> tuple[str, object]:
+    """(session, calendar day): the messages one envelope holds."""
+    return item.session, item.date.date() if item.date else None
+
+
+def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
+    """Day first; within a day a session's messages in their order, then other items by time."""
+    item = entry[0]
+    day = item.date.date() if item.date else None
+    return (day is None, day or datetime.min.date(), item.tier != MESSAGE_KIND, item.session, item.index,
+            item.date or datetime.min, item.ref)
+
+
+def _line(item: RecalledItem) -> str:
+    """``Caroline (user): text`` — who said it and in which role; ``user: text`` without a name."""
+    who = f"{item.speaker} ({item.source})" if item.speaker else item.source
+    return f"{who}: {item.text}"
+
+
+def _date(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return from_iso(value)
+    except ValueError:
+        return None
