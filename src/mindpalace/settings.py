@@ -84,6 +84,17 @@ class EmbedSettings(_Section):
     api_key: str | None = Field(None, description="API key for 'openai'.")
     dimensions: int = Field(256, ge=8, description="Width of the 'hashing' test embedder (floats); 'openai' widths come from the endpoint.")
     batch_size: int = Field(64, ge=1, description="Texts per embedding call.")
+    chunk_tokens: int = Field(256, ge=8, description="A document longer than this is embedded as overlapping windows of at most this many tokens, all mapping back to it (a vector hit returns the document once, best window's score).")
+    chunk_overlap_tokens: int = Field(32, ge=0, description="Tokens shared by consecutive embedding windows (below chunk_tokens / 2).")
+
+    @model_validator(mode="after")
+    def _overlap_below_half_a_chunk(self) -> EmbedSettings:
+        if self.chunk_overlap_tokens * 2 >= self.chunk_tokens:
+            raise ValueError(
+                f"chunk_overlap_tokens ({self.chunk_overlap_tokens}) must be below half of "
+                f"chunk_tokens ({self.chunk_tokens})"
+            )
+        return self
     timeout_seconds: float = Field(30.0, gt=0, description="Per-request timeout of the 'openai' embedder (seconds).")
     max_retries: int = Field(3, ge=0, le=10, description="Bounded retries of the 'openai' embedder on timeouts, 429, 5xx, malformed replies.")
     backoff_initial_seconds: float = Field(0.5, ge=0, description="First retry wait of the 'openai' embedder (seconds), doubled each retry.")
@@ -213,6 +224,10 @@ class FactSettings(_Section):
         None, gt=0, le=1, description="Query terms found in more than this share of all documents are dropped from the BM25 query while a rarer term remains (near-zero weight, but most of the cost at 100k+ documents: 0.1 cut recall p50 50 → 16 ms at 100k facts, and LoCoMo dev R@10 by ~1 point); None keeps all."
     )
     speaker_boost: float = Field(0.2, ge=0, description="A message whose speaker (its 'name') is the one person the query names scores × (1 + boost).")
+    date_boost: float = Field(0.3, ge=0, description="A document whose timestamp falls in a period the query names ('in May 2023', 'last month') scores × (1 + boost); 0 = off.")
+    date_slack_days: float = Field(31.0, ge=0, description="A document dated up to this many days after the named period also counts (statements follow events).")
+    supersede_similarity: float = Field(0.8, gt=0, le=1, description="Cosine similarity (stored vectors) at or above which a later document of the same speaker and user supersedes an earlier one: it ranks above it and the older hit is marked superseded_by; 1 = off.")
+    supersede_window: int = Field(30, ge=1, description="Candidates (best first) checked for supersession.")
 
 
 class TaskSettings(_Section):

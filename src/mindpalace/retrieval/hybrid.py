@@ -25,11 +25,14 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
+from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
 from mindpalace.store.base import Document, SearchHit, Store
@@ -53,6 +56,11 @@ class MatchReason:
         vector_rank / similarity: 1-based rank and cosine similarity in the vector list, or None.
         neighbor: ref of the neighbouring message whose score lifted this one, or None.
         working: True when the hit came from working memory (matched key or terms).
+        date: True when its timestamp falls in a period the query names ("in May 2023").
+        supersedes / superseded_by: ``<session>/<ref>`` of the older statement this one
+            corrects / of the newer statement correcting this one (same speaker and user,
+            near-identical subject by embedding similarity); ``current`` is False for the
+            superseded one.
     """
 
     terms: tuple[str, ...] = ()
@@ -62,6 +70,14 @@ class MatchReason:
     similarity: float | None = None
     neighbor: str | None = None
     working: bool = False
+    date: bool = False
+    supersedes: str | None = None
+    superseded_by: str | None = None
+
+    @property
+    def current(self) -> bool:
+        """False when a later statement on the same subject (same speaker) was found."""
+        return self.superseded_by is None
 
     def __str__(self) -> str:
         parts = []
@@ -75,6 +91,12 @@ class MatchReason:
             parts.append(f"cosine #{self.vector_rank} ({self.similarity:.2f})")
         if self.neighbor is not None:
             parts.append(f"next to message {self.neighbor}")
+        if self.date:
+            parts.append("dated in the period the query names")
+        if self.supersedes is not None:
+            parts.append(f"newer than {self.supersedes} (same subject)")
+        if self.superseded_by is not None:
+            parts.append(f"superseded by {self.superseded_by}")
         return "; ".join(parts) or "no direct match"
 
 
@@ -110,6 +132,9 @@ class _Candidate:
     kw: SearchHit | None = None
     vec: SearchHit | None = None
     neighbor: str | None = None
+    date: bool = False
+    supersedes: str | None = None
+    superseded_by: str | None = None
 
 
 class HybridRetriever:
@@ -127,11 +152,19 @@ class HybridRetriever:
     """
 
     def __init__(
-        self, store: Store, embedder: Embedder | None = None, settings: FactSettings | None = None
+        self,
+        store: Store,
+        embedder: Embedder | None = None,
+        settings: FactSettings | None = None,
+        *,
+        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        chunk_overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.settings = settings or FactSettings()
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap_tokens = chunk_overlap_tokens
         self._synced: object = None
         self._sync_lock = threading.Lock()
 
@@ -150,7 +183,10 @@ class HybridRetriever:
                 return 0
             from mindpalace.retrieval.embedding_sync import sync_embeddings
 
-            report = sync_embeddings(self.store, self.embedder, batch=max(64, self.embedder.batch_size))
+            report = sync_embeddings(
+                self.store, self.embedder, batch=max(64, self.embedder.batch_size),
+                chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
+            )
             self._synced = self.store.search_generation()
             return report.embedded
 
@@ -204,7 +240,12 @@ class HybridRetriever:
                 c.final = c.fused
         if self.settings.speaker_boost:
             _boost_named_speaker(cands, query, self.settings.speaker_boost)
-        best = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))[:k]
+        if self.settings.date_boost:
+            _boost_named_dates(cands, query, self.settings.date_boost, self.settings.date_slack_days)
+        ranked = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))
+        if self.settings.supersede_similarity < 1.0 and self.embedder is not None:
+            ranked = self._supersede(ranked, max(k, self.settings.supersede_window))
+        best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
 
@@ -260,6 +301,49 @@ class HybridRetriever:
             if lift > 0 and c.fused < lift:  # the neighbour is the main reason it ranks
                 c.neighbor = source
 
+    def _supersede(self, ranked: list[_Candidate], window: int) -> list[_Candidate]:
+        """Newer statements on the same subject move above the older ones they correct.
+
+        Among the top `window` candidates, a document B supersedes an older document A when
+        both come from the same user scope and speaker (message ``name``, else ``role``; or
+        the same kind for other tiers), B is later (timestamp, then insertion order) and the
+        cosine similarity of their stored vectors is at least ``supersede_similarity``. B
+        then ranks directly above A (if it was below), A is marked ``superseded_by`` B.
+        """
+        assert self.embedder is not None
+        top = ranked[:window]
+        vectors = self.store.get_embeddings([c.doc.id for c in top], self.embedder.model_id)
+        groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
+        for c in top:
+            if c.doc.id in vectors:
+                groups[_speaker_key(c.doc)].append(c)
+        threshold = self.settings.supersede_similarity
+        newer_of: dict[int, _Candidate] = {}
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            members.sort(key=_time_key)
+            mat = np.stack([vectors[c.doc.id] for c in members])
+            sims = mat @ mat.T
+            for i, older in enumerate(members[:-1]):
+                later = [j for j in range(i + 1, len(members)) if sims[i, j] >= threshold]
+                if later:
+                    newer_of[older.doc.id] = members[later[-1]]  # the newest correction wins
+        if not newer_of:
+            return ranked
+        order = [c for c in ranked]
+        for older_id, newer in newer_of.items():
+            older = next(c for c in top if c.doc.id == older_id)
+            older.superseded_by = _label(newer.doc)
+            if newer.supersedes is None:
+                newer.supersedes = _label(older.doc)
+            i, j = order.index(older), order.index(newer)
+            if j > i:  # the correction ranks below what it corrects: place it just above
+                order.pop(j)
+                order.insert(i, newer)
+                newer.final = max(newer.final, older.final)
+        return order
+
     def _hit(self, c: _Candidate, terms: dict[str, str]) -> RetrievalHit:
         doc = c.doc
         text_stems = set(stems(query_terms(doc.text, drop_stop_words=False)))
@@ -271,8 +355,16 @@ class HybridRetriever:
             vector_rank=c.vec.rank if c.vec else None,
             similarity=c.vec.score if c.vec else None,
             neighbor=c.neighbor,
+            date=c.date,
+            supersedes=c.supersedes,
+            superseded_by=c.superseded_by,
         )
-        return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, dict(doc.meta))
+        meta = dict(doc.meta)
+        if c.superseded_by is not None:
+            meta["superseded_by"] = c.superseded_by
+        if c.supersedes is not None:
+            meta["supersedes"] = c.supersedes
+        return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, meta)
 
 
 def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float) -> None:
@@ -290,6 +382,52 @@ def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float)
     for c in cands.values():
         if c.doc.kind == MESSAGE_KIND and str(c.doc.meta.get("name", "")).lower() == who:
             c.final *= 1.0 + boost
+
+
+def _label(doc: Document) -> str:
+    """``<session>/<ref>`` of a document (a message index is only unique within its session)."""
+    return f"{doc.scope.session}/{doc.ref}"
+
+
+def _speaker_key(doc: Document) -> tuple[object, ...]:
+    scope = doc.scope
+    who = doc.meta.get("name") or doc.meta.get("role") or ""
+    return (scope.tenant, scope.user, scope.agent, doc.kind, str(who).lower())
+
+
+def _time_key(c: _Candidate) -> tuple[str, int]:
+    stamp = c.doc.meta.get("timestamp")
+    return (str(stamp) if stamp else c.doc.created_at.isoformat(), c.doc.id)
+
+
+def _timestamp(doc: Document) -> datetime | None:
+    stamp = doc.meta.get("timestamp")
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _boost_named_dates(
+    cands: dict[int, _Candidate], query: str, boost: float, slack_days: float
+) -> None:
+    """Documents dated in a period the query names score × (1 + boost); "last month" etc. are
+    resolved against the newest candidate's timestamp (the conversation's "now")."""
+    dated = [(c, _timestamp(c.doc)) for c in cands.values()]
+    stamps = [w for _, w in dated if w is not None]
+    if not stamps:
+        return
+    periods = query_periods(query, max(stamps))
+    if not periods:
+        return
+    slack = timedelta(days=slack_days)
+    for c, when in dated:
+        if when is not None and c.final > 0 and any(p.contains(when, slack) for p in periods):
+            c.final *= 1.0 + boost
+            c.date = True
 
 
 def _rerank(hits: list[SearchHit]) -> list[SearchHit]:
