@@ -210,15 +210,18 @@ class FactSettings(_Section):
         "user", description="What Session.recall searches: 'user' = every session of this user and agent (plus user-level facts); 'session' = this session only."
     )
     recall_candidates: int = Field(100, ge=1, description="Hits fetched from each of the keyword and vector lists before fusion.")
-    fusion: Literal["rrf", "zscore"] = Field(
-        "zscore", description="How keyword and vector lists are fused: 'rrf' = reciprocal rank fusion; 'zscore' = weighted sum of per-list standardised scores (measured better on LoCoMo dev)."
+    fusion: Literal["rrf", "zscore", "adaptive"] = Field(
+        "adaptive", description="How keyword and vector lists are fused: 'rrf' = reciprocal rank fusion; 'zscore' = weighted sum of per-list standardised scores; 'adaptive' = zscore with each list also weighted by how far its best hits stand out from the rest of it (a flat list says little about this query; measured on LoCoMo dev and the synthetic knowledge-update set)."
     )
     rrf_k: float = Field(60.0, gt=0, description="RRF constant k in 1/(k + rank).")
     keyword_weight: float = Field(1.0, ge=0, description="Weight of the BM25 list in fusion.")
-    vector_weight: float = Field(0.3, ge=0, description="Weight of the vector list in fusion.")
+    vector_weight: float = Field(0.6, ge=0, description="Weight of the vector list in fusion.")
     neighbor_weights: list[float] = Field(
         default_factory=lambda: [0.6, 0.3, 0.1],
         description="Context scoring of session messages: a message also earns weight[d-1] × the best fused score of the messages d turns before or after it (d = 1, 2, …); [] = off.",
+    )
+    neighbor_from: Literal["any", "questions"] = Field(
+        "any", description="Which messages pass context credit to their neighbours: 'any' matching message, or only 'questions' (a message containing '?': its reply is the likely answer)."
     )
     keyword_max_df_ratio: float | None = Field(
         None, gt=0, le=1, description="Query terms found in more than this share of all documents are dropped from the BM25 query while a rarer term remains (near-zero weight, but most of the cost at 100k+ documents: 0.1 cut recall p50 50 → 16 ms at 100k facts, and LoCoMo dev R@10 by ~1 point); None keeps all."
@@ -226,7 +229,8 @@ class FactSettings(_Section):
     speaker_boost: float = Field(0.2, ge=0, description="A message whose speaker (its 'name') is the one person the query names scores × (1 + boost).")
     date_boost: float = Field(0.3, ge=0, description="A document whose timestamp falls in a period the query names ('in May 2023', 'last month') scores × (1 + boost); 0 = off.")
     date_slack_days: float = Field(31.0, ge=0, description="A document dated up to this many days after the named period also counts (statements follow events).")
-    supersede_similarity: float = Field(0.8, gt=0, le=1, description="Cosine similarity (stored vectors) at or above which a later document of the same speaker and user supersedes an earlier one: it ranks above it and the older hit is marked superseded_by; 1 = off.")
+    supersede_similarity: float = Field(0.5, gt=0, le=1, description="Cosine similarity of stored vectors at or above which a later document of the same speaker and user supersedes an earlier one: it ranks above it and the older hit is marked superseded_by (measured for the default 'use' embedder on the synthetic knowledge-update set; e5 cosines crowd higher); 1 = off.")
+    supersede_min_score_ratio: float = Field(0.4, ge=0, description="A later document supersedes an earlier one only when its own score is at least this share of the earlier one's (it answers the query too).")
     supersede_window: int = Field(30, ge=1, description="Candidates (best first) checked for supersession.")
 
 

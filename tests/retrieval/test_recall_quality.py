@@ -90,12 +90,16 @@ class TestSupersession:
 
     def test_a_later_correction_ranks_above_the_statement_and_marks_it(self, memory: Memory, uid: str) -> None:
         start = datetime(2025, 3, 1, tzinfo=UTC)
+        others = [("s1", f"note {i}: the {w} needs attention this week")
+                  for i, w in enumerate(["garden", "car", "roof", "printer", "bike", "fridge", "laptop",
+                                         "kettle", "clinic parking", "city tram pass"])]
         self._say(memory, uid, [
             ("s1", "my dentist appointment is on tuesday afternoon at the city clinic"),
             ("s1", "I like hiking on weekends"),
+            *others,
             ("s2", "update my dentist appointment is on thursday afternoon at the city clinic"),
         ], start)
-        hits = memory.session("q", user=uid, agent="a").recall("dentist appointment tuesday", k=5)
+        hits = memory.session("q", user=uid, agent="a").recall("when is my dentist appointment at the city clinic", k=5)
         texts = [h.text for h in hits if h.tier == "message"]
         assert texts.index(next(t for t in texts if "thursday" in t)) < texts.index(
             next(t for t in texts if "tuesday" in t))

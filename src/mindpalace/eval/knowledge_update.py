@@ -143,12 +143,12 @@ class Conversation:
 
 def _reply(rng: random.Random, subject: str) -> str:
     """A long assistant reply about the subject that never states a value."""
-    n = rng.randint(6, 12)
+    n = rng.randint(9, 18)
     body = " ".join(rng.choice(_FILLER) for _ in range(n))
     opener = rng.choice([f"Noted about your {subject}.", f"Thanks for telling me about the {subject}.",
                          f"Understood, the {subject} matters.", "Got it."])
     extra = rng.choice([f" Regarding the {subject}, a couple of thoughts.", "", f" About your {subject}:"])
-    return f"{opener}{extra} {body} {body}"
+    return f"{opener}{extra} {body}"
 
 
 def generate(seed: int = 7, conversations: int = 40, subjects_per_conversation: int = 4) -> list[Conversation]:

@@ -243,7 +243,9 @@ class HybridRetriever:
         if self.settings.date_boost:
             _boost_named_dates(cands, query, self.settings.date_boost, self.settings.date_slack_days)
         ranked = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))
-        if self.settings.supersede_similarity < 1.0 and self.embedder is not None:
+        # A named period, or a question in the past tense, asks about then, not the current value.
+        about_then = any(c.date for c in ranked) or _asks_about_past(query)
+        if self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then:
             ranked = self._supersede(ranked, max(k, self.settings.supersede_window))
         best = ranked[:k]
         terms = stems(query_terms(query))
@@ -258,6 +260,8 @@ class HybridRetriever:
                     setattr(cands.setdefault(h.doc.id, _Candidate(h.doc)), slot, h)
                 continue
             contrib = _rrf(hits, s.rrf_k) if s.fusion == "rrf" else _above_floor(hits)
+            if s.fusion == "adaptive":  # a list whose best hits stand out from it counts more
+                contrib = contrib * _standout(hits)
             for h, value in zip(hits, contrib, strict=True):
                 c = cands.setdefault(h.doc.id, _Candidate(h.doc))
                 setattr(c, slot, h)
@@ -276,8 +280,9 @@ class HybridRetriever:
             return
         # Neighbours that matched nothing themselves are fetched so they can be lifted too.
         wanted: dict[Scope, set[str]] = defaultdict(set)
+        questions_only = self.settings.neighbor_from == "questions"
         for (scope, index), c in by_pos.items():
-            if c.fused <= 0:
+            if c.fused <= 0 or (questions_only and not _is_question(c.doc)):
                 continue
             for d in range(1, len(weights) + 1):
                 for j in (index - d, index + d):
@@ -292,7 +297,11 @@ class HybridRetriever:
             lift, source = 0.0, None
             for d, w in enumerate(weights, start=1):
                 before, after = by_pos.get((scope, index - d)), by_pos.get((scope, index + d))
-                best = max((n for n in (before, after) if n is not None), key=lambda n: n.fused, default=None)
+                best = max(
+                    (n for n in (before, after)
+                     if n is not None and not (questions_only and not _is_question(n.doc))),
+                    key=lambda n: n.fused, default=None,
+                )
                 if best is not None and best.fused > 0:
                     lift += w * best.fused
                     if source is None:
@@ -307,17 +316,20 @@ class HybridRetriever:
         Among the top `window` candidates, a document B supersedes an older document A when
         both come from the same user scope and speaker (message ``name``, else ``role``; or
         the same kind for other tiers), B is later (timestamp, then insertion order) and the
-        cosine similarity of their stored vectors is at least ``supersede_similarity``. B
-        then ranks directly above A (if it was below), A is marked ``superseded_by`` B.
+        cosine similarity of their stored vectors is at least ``supersede_similarity`` (a
+        property of the embedder: 0.5 measured for the default ``use``; cosines of e5 crowd
+        higher) and B itself matches the query nearly as well (fused score at least
+        ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
+        A is marked ``superseded_by`` B.
         """
         assert self.embedder is not None
         top = ranked[:window]
         vectors = self.store.get_embeddings([c.doc.id for c in top], self.embedder.model_id)
-        groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
-        for c in top:
-            if c.doc.id in vectors:
-                groups[_speaker_key(c.doc)].append(c)
+        present = [c for c in top if c.doc.id in vectors]
         threshold = self.settings.supersede_similarity
+        groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
+        for c in present:
+            groups[_speaker_key(c.doc)].append(c)
         newer_of: dict[int, _Candidate] = {}
         for members in groups.values():
             if len(members) < 2:
@@ -325,8 +337,12 @@ class HybridRetriever:
             members.sort(key=_time_key)
             mat = np.stack([vectors[c.doc.id] for c in members])
             sims = mat @ mat.T
+            margin = self.settings.supersede_min_score_ratio
             for i, older in enumerate(members[:-1]):
-                later = [j for j in range(i + 1, len(members)) if sims[i, j] >= threshold]
+                later = [
+                    j for j in range(i + 1, len(members))
+                    if sims[i, j] >= threshold and members[j].final >= margin * older.final
+                ]
                 if later:
                     newer_of[older.doc.id] = members[later[-1]]  # the newest correction wins
         if not newer_of:
@@ -382,6 +398,21 @@ def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float)
     for c in cands.values():
         if c.doc.kind == MESSAGE_KIND and str(c.doc.meta.get("name", "")).lower() == who:
             c.final *= 1.0 + boost
+
+
+_PAST = frozenset(["did", "was", "were", "had", "used", "previously", "before", "originally",
+                   "first", "earlier", "old", "former"])
+
+
+def _asks_about_past(query: str) -> bool:
+    """An (English) query about what was so ("what did…", "where was…", "the old…"): the
+    earlier statement may be the answer, so supersession does not reorder."""
+    return any(w in _PAST for w in query_terms(query, drop_stop_words=False))
+
+
+def _is_question(doc: Document) -> bool:
+    """A message that asks something: its reply (or the turn it follows up) is context."""
+    return "?" in doc.text
 
 
 def _label(doc: Document) -> str:
@@ -451,6 +482,18 @@ def _above_floor(hits: list[SearchHit]) -> np.ndarray:
     scores = np.array([h.score for h in hits], dtype=np.float64)
     std = float(scores.std()) if len(scores) > 1 else 0.0
     return (scores - scores.min()) / max(std, _FLOOR_STD) if std > 0 else np.ones_like(scores)
+
+
+def _standout(hits: list[SearchHit], top: int = 3) -> float:
+    """How far the list's best `top` scores stand above the rest, in the list's own standard
+    deviations (≥ 0): a flat list (nothing distinctive matched) says little about this query."""
+    scores = np.array([h.score for h in hits], dtype=np.float64)
+    if len(scores) <= top:
+        return 1.0
+    std = float(scores.std())
+    if std <= 0:
+        return 1.0
+    return max(0.0, float(scores[:top].mean() - scores.mean()) / std)
 
 
 @cache
