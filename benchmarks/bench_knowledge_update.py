@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'met' if product.rate >= TARGET_CORRECTION_FIRST else 'NOT met'}")
     source, texts = long_texts(args.chars)
     provider = args.embedder or EmbedSettings().provider
-    cost = embed_cost(provider, texts, [256, 512], 32) if provider != "none" else []
+    cost = embed_cost(provider, texts, [256, 512, 1024], 32) if provider != "none" else []
     if cost:
         ct = Table(title=f"embedding cost of long messages — {sum(map(len, texts)):,} chars of {source} "
                    "(CPU seconds, shared cores: compare ratios)")

@@ -84,15 +84,15 @@ class EmbedSettings(_Section):
     api_key: str | None = Field(None, description="API key for 'openai'.")
     dimensions: int = Field(256, ge=8, description="Width of the 'hashing' test embedder (floats); 'openai' widths come from the endpoint.")
     batch_size: int = Field(64, ge=1, description="Texts per embedding call.")
-    chunk_tokens: int = Field(256, ge=8, description="A document longer than this is embedded as overlapping windows of at most this many tokens, all mapping back to it (a vector hit returns the document once, best window's score).")
+    chunk_tokens: int = Field(0, ge=0, description="A document longer than this is embedded as overlapping windows of at most this many tokens, all mapping back to it (a vector hit returns the document once, best window's score); 0 = the embedder's own window (use 1024, e5 384, openai 2048, hashing 256).")
     chunk_overlap_tokens: int = Field(32, ge=0, description="Tokens shared by consecutive embedding windows (below chunk_tokens / 2).")
 
     @model_validator(mode="after")
     def _overlap_below_half_a_chunk(self) -> EmbedSettings:
-        if self.chunk_overlap_tokens * 2 >= self.chunk_tokens:
+        if self.chunk_tokens and (self.chunk_tokens < 8 or self.chunk_overlap_tokens * 2 >= self.chunk_tokens):
             raise ValueError(
-                f"chunk_overlap_tokens ({self.chunk_overlap_tokens}) must be below half of "
-                f"chunk_tokens ({self.chunk_tokens})"
+                f"chunk_tokens ({self.chunk_tokens}) must be 0 or >= 8 with chunk_overlap_tokens "
+                f"({self.chunk_overlap_tokens}) below half of it"
             )
         return self
     timeout_seconds: float = Field(30.0, gt=0, description="Per-request timeout of the 'openai' embedder (seconds).")

@@ -51,7 +51,7 @@ def sync_embeddings(
     *,
     batch: int = DEFAULT_SYNC_BATCH,
     progress: Progress | None = None,
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    chunk_tokens: int = 0,
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
 ) -> SyncReport:
     """Embed every document lacking a vector for ``embedder.model_id``; retire other models.
@@ -65,7 +65,8 @@ def sync_embeddings(
         progress: called after each round with (done, total).
         chunk_tokens / overlap_tokens: a document longer than `chunk_tokens` tokens is
             embedded as overlapping windows (:mod:`mindpalace.retrieval.chunking`), all stored
-            under the document (a vector hit returns the document once, best chunk's score).
+            under the document (a vector hit returns the document once, best chunk's score);
+            0 = the embedder's own window (``embedder.chunk_tokens``).
     Returns:
         A :class:`SyncReport`.
     Raises:
@@ -76,6 +77,8 @@ def sync_embeddings(
     """
     start = time.perf_counter()
     model = embedder.model_id
+    chunk_tokens = chunk_tokens or embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
+    overlap_tokens = min(overlap_tokens, max(0, (chunk_tokens - 1) // 2))
     total = _missing_count(store, model)
     done = 0
     if progress:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
+from mindpalace.retrieval.chunking import DEFAULT_OVERLAP_TOKENS
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -144,6 +144,8 @@ class HybridRetriever:
         store: the store protocol.
         embedder: None = keyword only (``embed.provider = "none"``).
         settings: ``facts`` settings (candidates, fusion, weights, neighbour weights).
+        chunk_tokens / chunk_overlap_tokens: embedding windows of long documents (tokens;
+            0 = the embedder's own window), see :mod:`mindpalace.retrieval.chunking`.
 
     Vectors are kept in sync lazily: before a vector search, when the store's
     ``search_generation()`` moved since the last sync, documents lacking a vector for the
@@ -157,7 +159,7 @@ class HybridRetriever:
         embedder: Embedder | None = None,
         settings: FactSettings | None = None,
         *,
-        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        chunk_tokens: int = 0,
         chunk_overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
     ) -> None:
         self.store = store
