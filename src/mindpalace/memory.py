@@ -198,7 +198,11 @@ class Memory:
     @cached_property
     def retriever(self) -> HybridRetriever:
         """Hybrid keyword + vector retrieval over this store (shared by every session)."""
-        return HybridRetriever(self.store, self.embedder, self.settings.facts)
+        embed = self.settings.embed
+        return HybridRetriever(
+            self.store, self.embedder, self.settings.facts,
+            chunk_tokens=embed.chunk_tokens, chunk_overlap_tokens=embed.chunk_overlap_tokens,
+        )
 
     @cached_property
     def history(self) -> HistoryLog:
@@ -225,7 +229,11 @@ class Memory:
         """
         if self.embedder is None:
             return None
-        return sync_embeddings(self.store, self.embedder, progress=progress)
+        embed = self.settings.embed
+        return sync_embeddings(
+            self.store, self.embedder, progress=progress,
+            chunk_tokens=embed.chunk_tokens, overlap_tokens=embed.chunk_overlap_tokens,
+        )
 
     # -- sessions, tasks, maintenance ---------------------------------------------------------
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:

@@ -84,6 +84,17 @@ class EmbedSettings(_Section):
     api_key: str | None = Field(None, description="API key for 'openai'.")
     dimensions: int = Field(256, ge=8, description="Width of the 'hashing' test embedder (floats); 'openai' widths come from the endpoint.")
     batch_size: int = Field(64, ge=1, description="Texts per embedding call.")
+    chunk_tokens: int = Field(0, ge=0, description="A document longer than this is embedded as overlapping windows of at most this many tokens, all mapping back to it (a vector hit returns the document once, best window's score); 0 = the embedder's own window (use 1024, e5 384, openai 2048, hashing 256).")
+    chunk_overlap_tokens: int = Field(32, ge=0, description="Tokens shared by consecutive embedding windows (below chunk_tokens / 2).")
+
+    @model_validator(mode="after")
+    def _overlap_below_half_a_chunk(self) -> EmbedSettings:
+        if self.chunk_tokens and (self.chunk_tokens < 8 or self.chunk_overlap_tokens * 2 >= self.chunk_tokens):
+            raise ValueError(
+                f"chunk_tokens ({self.chunk_tokens}) must be 0 or >= 8 with chunk_overlap_tokens "
+                f"({self.chunk_overlap_tokens}) below half of it"
+            )
+        return self
     timeout_seconds: float = Field(30.0, gt=0, description="Per-request timeout of the 'openai' embedder (seconds).")
     max_retries: int = Field(3, ge=0, le=10, description="Bounded retries of the 'openai' embedder on timeouts, 429, 5xx, malformed replies.")
     backoff_initial_seconds: float = Field(0.5, ge=0, description="First retry wait of the 'openai' embedder (seconds), doubled each retry.")
@@ -213,20 +224,28 @@ class FactSettings(_Section):
         "user", description="What Session.recall searches: 'user' = every session of this user and agent (plus user-level facts); 'session' = this session only."
     )
     recall_candidates: int = Field(100, ge=1, description="Hits fetched from each of the keyword and vector lists before fusion.")
-    fusion: Literal["rrf", "zscore"] = Field(
-        "zscore", description="How keyword and vector lists are fused: 'rrf' = reciprocal rank fusion; 'zscore' = weighted sum of per-list standardised scores (measured better on LoCoMo dev)."
+    fusion: Literal["rrf", "zscore", "adaptive"] = Field(
+        "adaptive", description="How keyword and vector lists are fused: 'rrf' = reciprocal rank fusion; 'zscore' = weighted sum of per-list standardised scores; 'adaptive' = zscore with each list also weighted by how far its best hits stand out from the rest of it (a flat list says little about this query; measured on LoCoMo dev and the synthetic knowledge-update set)."
     )
     rrf_k: float = Field(60.0, gt=0, description="RRF constant k in 1/(k + rank).")
     keyword_weight: float = Field(1.0, ge=0, description="Weight of the BM25 list in fusion.")
-    vector_weight: float = Field(0.3, ge=0, description="Weight of the vector list in fusion.")
+    vector_weight: float = Field(0.6, ge=0, description="Weight of the vector list in fusion.")
     neighbor_weights: list[float] = Field(
         default_factory=lambda: [0.6, 0.3, 0.1],
         description="Context scoring of session messages: a message also earns weight[d-1] × the best fused score of the messages d turns before or after it (d = 1, 2, …); [] = off.",
+    )
+    neighbor_from: Literal["any", "questions"] = Field(
+        "any", description="Which messages pass context credit to their neighbours: 'any' matching message, or only 'questions' (a message containing '?': its reply is the likely answer)."
     )
     keyword_max_df_ratio: float | None = Field(
         None, gt=0, le=1, description="Query terms found in more than this share of all documents are dropped from the BM25 query while a rarer term remains (near-zero weight, but most of the cost at 100k+ documents: 0.1 cut recall p50 50 → 16 ms at 100k facts, and LoCoMo dev R@10 by ~1 point); None keeps all."
     )
     speaker_boost: float = Field(0.2, ge=0, description="A message whose speaker (its 'name') is the one person the query names scores × (1 + boost).")
+    date_boost: float = Field(0.3, ge=0, description="A document whose timestamp falls in a period the query names ('in May 2023', 'last month') scores × (1 + boost); 0 = off.")
+    date_slack_days: float = Field(31.0, ge=0, description="A document dated up to this many days after the named period also counts (statements follow events).")
+    supersede_similarity: float = Field(0.5, gt=0, le=1, description="Cosine similarity of stored vectors at or above which a later document of the same speaker and user supersedes an earlier one: it ranks above it and the older hit is marked superseded_by (measured for the default 'use' embedder on the synthetic knowledge-update set; e5 cosines crowd higher); 1 = off.")
+    supersede_min_score_ratio: float = Field(0.4, ge=0, description="A later document supersedes an earlier one only when its own score is at least this share of the earlier one's (it answers the query too).")
+    supersede_window: int = Field(30, ge=1, description="Candidates (best first) checked for supersession.")
 
 
 class TaskSettings(_Section):

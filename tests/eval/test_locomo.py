@@ -117,7 +117,8 @@ def test_tiny_run_ingests_like_an_agent_and_scores(tiny: Path, tmp_path: Path) -
     report = run_locomo(tiny, ks=[1, 5], embedder="hashing", workspace=tmp_path / "ws")
     assert report.questions == 3 and report.skipped_questions == 2
     names = [m.name for m in report.methods]
-    assert names == ["mindpalace recall", "dense only (hashing-256)", "BM25 baseline"]
+    assert names == ["mindpalace recall", "dense only (hashing-256)", "BM25 only (same store)",
+                     "BM25 baseline (data README)"]
     product = report.methods[0]
     assert product.overall.recall[5] == pytest.approx(100.0)
     assert product.by_category.keys() == {"multi-hop", "temporal", "single-hop"}

@@ -119,8 +119,8 @@ class TestContextAndFusion:
         hits = HybridRetriever(memory.store, None, settings).search(scope, "Melanie meeting sounds", k=1)
         assert hits[0].meta["name"] == "Melanie"
 
-    @pytest.mark.parametrize("fusion", ["rrf", "zscore"])
-    def test_both_fusions_rank_the_obvious_document_first(self, memory: Memory, uid: str, fusion: str) -> None:
+    @pytest.mark.parametrize("fusion", ["rrf", "zscore", "adaptive"])
+    def test_every_fusion_ranks_the_obvious_document_first(self, memory: Memory, uid: str, fusion: str) -> None:
         conversation(memory, uid)
         retriever = HybridRetriever(memory.store, memory.embedder, FactSettings(fusion=fusion))
         hits = retriever.search(user_scope(memory, uid), "support group meeting", k=3)

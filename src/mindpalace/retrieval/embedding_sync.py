@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from mindpalace.errors import StoreError
 from mindpalace.providers.embed.base import Embedder
+from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_text
 from mindpalace.store.base import Store
 
 DEFAULT_SYNC_BATCH = 256  # documents read and written per store round trip
@@ -50,6 +51,8 @@ def sync_embeddings(
     *,
     batch: int = DEFAULT_SYNC_BATCH,
     progress: Progress | None = None,
+    chunk_tokens: int = 0,
+    overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
 ) -> SyncReport:
     """Embed every document lacking a vector for ``embedder.model_id``; retire other models.
 
@@ -60,6 +63,10 @@ def sync_embeddings(
         embedder: the current embedder.
         batch: documents per read / embed / write round (≥ 1).
         progress: called after each round with (done, total).
+        chunk_tokens / overlap_tokens: a document longer than `chunk_tokens` tokens is
+            embedded as overlapping windows (:mod:`mindpalace.retrieval.chunking`), all stored
+            under the document (a vector hit returns the document once, best chunk's score);
+            0 = the embedder's own window (``embedder.chunk_tokens``).
     Returns:
         A :class:`SyncReport`.
     Raises:
@@ -70,12 +77,16 @@ def sync_embeddings(
     """
     start = time.perf_counter()
     model = embedder.model_id
+    chunk_tokens = chunk_tokens or embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
+    overlap_tokens = min(overlap_tokens, max(0, (chunk_tokens - 1) // 2))
     total = _missing_count(store, model)
     done = 0
     if progress:
         progress(0, total)
     while True:
-        embedded = _embed_missing(store, embedder, batch, progress, done, total)
+        embedded = _embed_missing(
+            store, embedder, batch, progress, done, total, chunk_tokens, overlap_tokens
+        )
         done += embedded
         # Retire the old models only when nothing is missing, checked inside the same write
         # transaction as the delete, so a document indexed meanwhile is never left vectorless.
@@ -90,15 +101,17 @@ def sync_embeddings(
 
 
 def _embed_missing(
-    store: Store, embedder: Embedder, batch: int, progress: Progress | None, done: int, total: int
+    store: Store, embedder: Embedder, batch: int, progress: Progress | None, done: int, total: int,
+    chunk_tokens: int, overlap_tokens: int,
 ) -> int:
     model, count, last_ids = embedder.model_id, 0, None
     while docs := store.documents_missing_embeddings(model, limit=max(1, batch)):
         ids = [d.id for d in docs]
         if ids == last_ids:  # a write that does not stick would loop forever
             raise StoreError(f"documents {ids[:5]} stay without {model!r} vectors after writing them")
-        vectors = embedder.embed([d.text for d in docs])
-        store.put_embeddings(ids, vectors, model)
+        chunks = [chunk_text(d.text, chunk_tokens, overlap_tokens) for d in docs]
+        vectors = embedder.embed([c for parts in chunks for c in parts])
+        store.put_embeddings(ids, vectors, model, rows=[len(parts) for parts in chunks])
         last_ids, count = ids, count + len(ids)
         if progress:
             progress(done + count, max(total, done + count))

@@ -25,11 +25,14 @@ import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mindpalace.retrieval.chunking import DEFAULT_OVERLAP_TOKENS
+from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
 from mindpalace.store.base import Document, SearchHit, Store
@@ -53,6 +56,11 @@ class MatchReason:
         vector_rank / similarity: 1-based rank and cosine similarity in the vector list, or None.
         neighbor: ref of the neighbouring message whose score lifted this one, or None.
         working: True when the hit came from working memory (matched key or terms).
+        date: True when its timestamp falls in a period the query names ("in May 2023").
+        supersedes / superseded_by: ``<session>/<ref>`` of the older statement this one
+            corrects / of the newer statement correcting this one (same speaker and user,
+            near-identical subject by embedding similarity); ``current`` is False for the
+            superseded one.
     """
 
     terms: tuple[str, ...] = ()
@@ -62,6 +70,14 @@ class MatchReason:
     similarity: float | None = None
     neighbor: str | None = None
     working: bool = False
+    date: bool = False
+    supersedes: str | None = None
+    superseded_by: str | None = None
+
+    @property
+    def current(self) -> bool:
+        """False when a later statement on the same subject (same speaker) was found."""
+        return self.superseded_by is None
 
     def __str__(self) -> str:
         parts = []
@@ -75,6 +91,12 @@ class MatchReason:
             parts.append(f"cosine #{self.vector_rank} ({self.similarity:.2f})")
         if self.neighbor is not None:
             parts.append(f"next to message {self.neighbor}")
+        if self.date:
+            parts.append("dated in the period the query names")
+        if self.supersedes is not None:
+            parts.append(f"newer than {self.supersedes} (same subject)")
+        if self.superseded_by is not None:
+            parts.append(f"superseded by {self.superseded_by}")
         return "; ".join(parts) or "no direct match"
 
 
@@ -110,6 +132,9 @@ class _Candidate:
     kw: SearchHit | None = None
     vec: SearchHit | None = None
     neighbor: str | None = None
+    date: bool = False
+    supersedes: str | None = None
+    superseded_by: str | None = None
 
 
 class HybridRetriever:
@@ -119,6 +144,8 @@ class HybridRetriever:
         store: the store protocol.
         embedder: None = keyword only (``embed.provider = "none"``).
         settings: ``facts`` settings (candidates, fusion, weights, neighbour weights).
+        chunk_tokens / chunk_overlap_tokens: embedding windows of long documents (tokens;
+            0 = the embedder's own window), see :mod:`mindpalace.retrieval.chunking`.
 
     Vectors are kept in sync lazily: before a vector search, when the store's
     ``search_generation()`` moved since the last sync, documents lacking a vector for the
@@ -127,11 +154,19 @@ class HybridRetriever:
     """
 
     def __init__(
-        self, store: Store, embedder: Embedder | None = None, settings: FactSettings | None = None
+        self,
+        store: Store,
+        embedder: Embedder | None = None,
+        settings: FactSettings | None = None,
+        *,
+        chunk_tokens: int = 0,
+        chunk_overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.settings = settings or FactSettings()
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap_tokens = chunk_overlap_tokens
         self._synced: object = None
         self._sync_lock = threading.Lock()
 
@@ -150,7 +185,10 @@ class HybridRetriever:
                 return 0
             from mindpalace.retrieval.embedding_sync import sync_embeddings
 
-            report = sync_embeddings(self.store, self.embedder, batch=max(64, self.embedder.batch_size))
+            report = sync_embeddings(
+                self.store, self.embedder, batch=max(64, self.embedder.batch_size),
+                chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
+            )
             self._synced = self.store.search_generation()
             return report.embedded
 
@@ -204,7 +242,14 @@ class HybridRetriever:
                 c.final = c.fused
         if self.settings.speaker_boost:
             _boost_named_speaker(cands, query, self.settings.speaker_boost)
-        best = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))[:k]
+        if self.settings.date_boost:
+            _boost_named_dates(cands, query, self.settings.date_boost, self.settings.date_slack_days)
+        ranked = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))
+        # A named period, or a question in the past tense, asks about then, not the current value.
+        about_then = any(c.date for c in ranked) or _asks_about_past(query)
+        if self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then:
+            ranked = self._supersede(ranked, max(k, self.settings.supersede_window))
+        best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
 
@@ -217,6 +262,8 @@ class HybridRetriever:
                     setattr(cands.setdefault(h.doc.id, _Candidate(h.doc)), slot, h)
                 continue
             contrib = _rrf(hits, s.rrf_k) if s.fusion == "rrf" else _above_floor(hits)
+            if s.fusion == "adaptive":  # a list whose best hits stand out from it counts more
+                contrib = contrib * _standout(hits)
             for h, value in zip(hits, contrib, strict=True):
                 c = cands.setdefault(h.doc.id, _Candidate(h.doc))
                 setattr(c, slot, h)
@@ -235,8 +282,9 @@ class HybridRetriever:
             return
         # Neighbours that matched nothing themselves are fetched so they can be lifted too.
         wanted: dict[Scope, set[str]] = defaultdict(set)
+        questions_only = self.settings.neighbor_from == "questions"
         for (scope, index), c in by_pos.items():
-            if c.fused <= 0:
+            if c.fused <= 0 or (questions_only and not _is_question(c.doc)):
                 continue
             for d in range(1, len(weights) + 1):
                 for j in (index - d, index + d):
@@ -251,7 +299,11 @@ class HybridRetriever:
             lift, source = 0.0, None
             for d, w in enumerate(weights, start=1):
                 before, after = by_pos.get((scope, index - d)), by_pos.get((scope, index + d))
-                best = max((n for n in (before, after) if n is not None), key=lambda n: n.fused, default=None)
+                best = max(
+                    (n for n in (before, after)
+                     if n is not None and not (questions_only and not _is_question(n.doc))),
+                    key=lambda n: n.fused, default=None,
+                )
                 if best is not None and best.fused > 0:
                     lift += w * best.fused
                     if source is None:
@@ -259,6 +311,56 @@ class HybridRetriever:
             c.final = c.fused + lift
             if lift > 0 and c.fused < lift:  # the neighbour is the main reason it ranks
                 c.neighbor = source
+
+    def _supersede(self, ranked: list[_Candidate], window: int) -> list[_Candidate]:
+        """Newer statements on the same subject move above the older ones they correct.
+
+        Among the top `window` candidates, a document B supersedes an older document A when
+        both come from the same user scope and speaker (message ``name``, else ``role``; or
+        the same kind for other tiers), B is later (timestamp, then insertion order) and the
+        cosine similarity of their stored vectors is at least ``supersede_similarity`` (a
+        property of the embedder: 0.5 measured for the default ``use``; cosines of e5 crowd
+        higher) and B itself matches the query nearly as well (fused score at least
+        ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
+        A is marked ``superseded_by`` B.
+        """
+        assert self.embedder is not None
+        top = ranked[:window]
+        vectors = self.store.get_embeddings([c.doc.id for c in top], self.embedder.model_id)
+        present = [c for c in top if c.doc.id in vectors]
+        threshold = self.settings.supersede_similarity
+        groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
+        for c in present:
+            groups[_speaker_key(c.doc)].append(c)
+        newer_of: dict[int, _Candidate] = {}
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            members.sort(key=_time_key)
+            mat = np.stack([vectors[c.doc.id] for c in members])
+            sims = mat @ mat.T
+            margin = self.settings.supersede_min_score_ratio
+            for i, older in enumerate(members[:-1]):
+                later = [
+                    j for j in range(i + 1, len(members))
+                    if sims[i, j] >= threshold and members[j].final >= margin * older.final
+                ]
+                if later:
+                    newer_of[older.doc.id] = members[later[-1]]  # the newest correction wins
+        if not newer_of:
+            return ranked
+        order = [c for c in ranked]
+        for older_id, newer in newer_of.items():
+            older = next(c for c in top if c.doc.id == older_id)
+            older.superseded_by = _label(newer.doc)
+            if newer.supersedes is None:
+                newer.supersedes = _label(older.doc)
+            i, j = order.index(older), order.index(newer)
+            if j > i:  # the correction ranks below what it corrects: place it just above
+                order.pop(j)
+                order.insert(i, newer)
+                newer.final = max(newer.final, older.final)
+        return order
 
     def _hit(self, c: _Candidate, terms: dict[str, str]) -> RetrievalHit:
         doc = c.doc
@@ -271,8 +373,16 @@ class HybridRetriever:
             vector_rank=c.vec.rank if c.vec else None,
             similarity=c.vec.score if c.vec else None,
             neighbor=c.neighbor,
+            date=c.date,
+            supersedes=c.supersedes,
+            superseded_by=c.superseded_by,
         )
-        return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, dict(doc.meta))
+        meta = dict(doc.meta)
+        if c.superseded_by is not None:
+            meta["superseded_by"] = c.superseded_by
+        if c.supersedes is not None:
+            meta["supersedes"] = c.supersedes
+        return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, meta)
 
 
 def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float) -> None:
@@ -290,6 +400,67 @@ def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float)
     for c in cands.values():
         if c.doc.kind == MESSAGE_KIND and str(c.doc.meta.get("name", "")).lower() == who:
             c.final *= 1.0 + boost
+
+
+_PAST = frozenset(["did", "was", "were", "had", "used", "previously", "before", "originally",
+                   "first", "earlier", "old", "former"])
+
+
+def _asks_about_past(query: str) -> bool:
+    """An (English) query about what was so ("what did…", "where was…", "the old…"): the
+    earlier statement may be the answer, so supersession does not reorder."""
+    return any(w in _PAST for w in query_terms(query, drop_stop_words=False))
+
+
+def _is_question(doc: Document) -> bool:
+    """A message that asks something: its reply (or the turn it follows up) is context."""
+    return "?" in doc.text
+
+
+def _label(doc: Document) -> str:
+    """``<session>/<ref>`` of a document (a message index is only unique within its session)."""
+    return f"{doc.scope.session}/{doc.ref}"
+
+
+def _speaker_key(doc: Document) -> tuple[object, ...]:
+    scope = doc.scope
+    who = doc.meta.get("name") or doc.meta.get("role") or ""
+    return (scope.tenant, scope.user, scope.agent, doc.kind, str(who).lower())
+
+
+def _time_key(c: _Candidate) -> tuple[str, int]:
+    stamp = c.doc.meta.get("timestamp")
+    return (str(stamp) if stamp else c.doc.created_at.isoformat(), c.doc.id)
+
+
+def _timestamp(doc: Document) -> datetime | None:
+    stamp = doc.meta.get("timestamp")
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _boost_named_dates(
+    cands: dict[int, _Candidate], query: str, boost: float, slack_days: float
+) -> None:
+    """Documents dated in a period the query names score × (1 + boost); "last month" etc. are
+    resolved against the newest candidate's timestamp (the conversation's "now")."""
+    dated = [(c, _timestamp(c.doc)) for c in cands.values()]
+    stamps = [w for _, w in dated if w is not None]
+    if not stamps:
+        return
+    periods = query_periods(query, max(stamps))
+    if not periods:
+        return
+    slack = timedelta(days=slack_days)
+    for c, when in dated:
+        if when is not None and c.final > 0 and any(p.contains(when, slack) for p in periods):
+            c.final *= 1.0 + boost
+            c.date = True
 
 
 def _rerank(hits: list[SearchHit]) -> list[SearchHit]:
@@ -313,6 +484,18 @@ def _above_floor(hits: list[SearchHit]) -> np.ndarray:
     scores = np.array([h.score for h in hits], dtype=np.float64)
     std = float(scores.std()) if len(scores) > 1 else 0.0
     return (scores - scores.min()) / max(std, _FLOOR_STD) if std > 0 else np.ones_like(scores)
+
+
+def _standout(hits: list[SearchHit], top: int = 3) -> float:
+    """How far the list's best `top` scores stand above the rest, in the list's own standard
+    deviations (≥ 0): a flat list (nothing distinctive matched) says little about this query."""
+    scores = np.array([h.score for h in hits], dtype=np.float64)
+    if len(scores) <= top:
+        return 1.0
+    std = float(scores.std())
+    if std <= 0:
+        return 1.0
+    return max(0.0, float(scores[:top].mean() - scores.mean()) / std)
 
 
 @cache

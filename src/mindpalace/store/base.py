@@ -297,13 +297,28 @@ class Store(abc.ABC):
         most of the corpus); None keeps every term."""
 
     @abc.abstractmethod
-    def put_embeddings(self, doc_ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
-        """Store one vector per document for `model` (float32, shape (len(doc_ids), dim)).
+    def put_embeddings(
+        self,
+        doc_ids: Sequence[int],
+        vectors: np.ndarray,
+        model: str,
+        *,
+        rows: Sequence[int] | None = None,
+    ) -> None:
+        """Store the vectors of documents for `model`: one per document (float32, shape
+        (len(doc_ids), dim)), or ``rows[i]`` consecutive vectors for document ``doc_ids[i]``
+        (the chunks of a long text; shape (sum(rows), dim)).
 
         Raises:
-            DimensionMismatchError: `vectors` is not 2-D with one row per id, or its width
-                differs from vectors already stored for `model`.
+            DimensionMismatchError: `vectors` is not 2-D with one row per id (or per chunk),
+                or its width differs from vectors already stored for `model`.
+            ValidationError: a ``rows`` entry is below 1 or `rows` has another length.
         """
+
+    @abc.abstractmethod
+    def get_embeddings(self, doc_ids: Sequence[int], model: str) -> dict[int, np.ndarray]:
+        """{doc id: float32 vector of shape (dim,)} for the documents that have `model`
+        vectors (a chunked document: the normalised mean of its chunk vectors)."""
 
     @abc.abstractmethod
     def vector_search(
@@ -315,7 +330,8 @@ class Store(abc.ABC):
         k: int = 10,
         kinds: Sequence[str] | None = None,
     ) -> list[SearchHit]:
-        """Exact cosine top-k among documents embedded with `model` in `scope`.
+        """Exact cosine top-k among documents embedded with `model` in `scope`. A document
+        with several chunk vectors appears once, scored by its best chunk.
 
         Raises:
             DimensionMismatchError: `vector` width differs from the stored vectors of `model`.

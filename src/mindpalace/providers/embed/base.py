@@ -26,6 +26,7 @@ class Embedder(abc.ABC):
             every vector so a changed embedder is detected and never mixed with the old one.
         dim: vector width (floats).
         batch_size: texts per provider call (``settings.embed.batch_size``).
+        chunk_tokens: default embedding window for long documents (tokens).
 
     Example:
         >>> emb = HashingEmbedder(dim=64)            # doctest: +SKIP
@@ -35,6 +36,9 @@ class Embedder(abc.ABC):
 
     model_id: str
     batch_size: int = DEFAULT_BATCH_SIZE
+    chunk_tokens: int = 256
+    """Embedding window for long documents (tokens, o200k): what the model reads well and
+    cheaply; ``embed.chunk_tokens = 0`` uses it (see :mod:`mindpalace.retrieval.chunking`)."""
 
     @property
     @abc.abstractmethod

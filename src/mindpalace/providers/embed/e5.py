@@ -30,6 +30,7 @@ class E5Embedder(Embedder):
     """
 
     model_id = "e5-small-q4"
+    chunk_tokens = 384  # e5 reads at most 512 of its own tokens; o200k counts run lower
 
     def __init__(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         try:

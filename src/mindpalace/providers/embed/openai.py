@@ -66,6 +66,7 @@ class OpenAIEmbedder(Embedder):
 
         self.model = model
         self.model_id = f"openai:{model}"
+        self.chunk_tokens = 2048  # endpoints read 8k tokens; shorter windows keep hits specific
         self.batch_size = batch_size
         self.base_url = base_url
         self.max_retries = max_retries

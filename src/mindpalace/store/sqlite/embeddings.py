@@ -23,7 +23,7 @@ class EmbeddingsMixin(SQLiteBase):
     cached until the search generation moves."""
 
     _index_factory: VectorIndexFactory
-    _vec_cache: dict[tuple[Any, ...], tuple[int, VectorIndex]]
+    _vec_cache: dict[tuple[Any, ...], tuple[object, VectorIndex, int]]
     _vec_lock: threading.Lock
 
     def _init_embeddings(self, vector_index_factory: VectorIndexFactory) -> None:
@@ -31,13 +31,26 @@ class EmbeddingsMixin(SQLiteBase):
         self._vec_cache = {}
         self._vec_lock = threading.Lock()
 
-    def put_embeddings(self, doc_ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
+    def put_embeddings(
+        self,
+        doc_ids: Sequence[int],
+        vectors: np.ndarray,
+        model: str,
+        *,
+        rows: Sequence[int] | None = None,
+    ) -> None:
         require_text("model", model, allow_empty=False)
         mat = np.asarray(vectors, dtype=np.float32)
-        if mat.ndim != 2 or mat.shape[0] != len(doc_ids):
-            raise DimensionMismatchError(
-                len(doc_ids), int(mat.shape[0]) if mat.ndim else 0, f"{model} (rows per id)"
+        counts = [1] * len(doc_ids) if rows is None else [int(r) for r in rows]
+        if len(counts) != len(doc_ids) or any(r < 1 for r in counts):
+            raise ValidationError(
+                f"put_embeddings rows must give a count >= 1 for each of the {len(doc_ids)} ids"
             )
+        if mat.ndim != 2 or mat.shape[0] != sum(counts):
+            raise DimensionMismatchError(
+                sum(counts), int(mat.shape[0]) if mat.ndim else 0, f"{model} (rows per id)"
+            )
+        bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
         if not np.isfinite(mat).all():
             raise ValidationError(f"embeddings for model {model!r} contain NaN or infinity")
         dim = int(mat.shape[1])
@@ -51,7 +64,10 @@ class EmbeddingsMixin(SQLiteBase):
                 self._conn().executemany(
                     "INSERT OR REPLACE INTO embeddings (doc_id, model, dim, vector) "
                     "VALUES (?, ?, ?, ?)",
-                    [(int(i), model, dim, mat[j].tobytes()) for j, i in enumerate(doc_ids)],
+                    [
+                        (int(i), model, dim, mat[bounds[j] : bounds[j + 1]].tobytes())
+                        for j, i in enumerate(doc_ids)
+                    ],
                 )
             except sqlite3.IntegrityError as exc:  # a doc id that does not exist (foreign key)
                 known = self.get_documents([int(i) for i in doc_ids])
@@ -68,13 +84,17 @@ class EmbeddingsMixin(SQLiteBase):
         k: int = 10,
         kinds: Sequence[str] | None = None,
     ) -> list[SearchHit]:
-        index = self._vector_index(scope, model, kinds)
+        index, extra = self._vector_index(scope, model, kinds)
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if not np.isfinite(q).all():
             raise ValidationError(f"query vector for model {model!r} contains NaN or infinity")
         if index.dim and q.shape[0] != index.dim:
             raise DimensionMismatchError(index.dim, int(q.shape[0]), model)
-        ids, sims = index.search(q, k)
+        ids, sims = index.search(q, k + extra)
+        if extra:  # chunk rows share their document's id: keep each document's best chunk
+            _, first = np.unique(ids, return_index=True)
+            keep = np.sort(first)[:k]
+            ids, sims = ids[keep], sims[keep]
         docs = self.get_documents(ids.tolist())
         return [
             SearchHit(docs[int(i)], float(s), rank, "vector")
@@ -82,13 +102,32 @@ class EmbeddingsMixin(SQLiteBase):
             if int(i) in docs
         ]
 
-    def _vector_index(self, scope: Scope, model: str, kinds: Sequence[str] | None) -> VectorIndex:
+    def get_embeddings(self, doc_ids: Sequence[int], model: str) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        ids = [int(i) for i in doc_ids]
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            rows = self._execute(
+                f"SELECT doc_id, dim, vector FROM embeddings WHERE model = ? "
+                f"AND doc_id IN ({','.join('?' * len(chunk))})",
+                [model, *chunk],
+            )
+            for r in rows:
+                m = np.frombuffer(r["vector"], dtype=np.float32).reshape(-1, r["dim"])
+                v = m.mean(axis=0) if m.shape[0] > 1 else m[0]
+                out[int(r["doc_id"])] = (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+        return out
+
+    def _vector_index(
+        self, scope: Scope, model: str, kinds: Sequence[str] | None
+    ) -> tuple[VectorIndex, int]:
+        """The scope's index and how many chunk rows it holds beyond one per document."""
         key = (scope.values(), model, tuple(sorted(kinds)) if kinds else None)
         generation = self._generation()
         with self._vec_lock:
             cached = self._vec_cache.get(key)
             if cached is not None and cached[0] == generation:
-                return cached[1]
+                return cached[1], cached[2]
         where, scope_params = scope_where(scope, "d")
         sql = (
             "SELECT e.doc_id, e.dim, e.vector FROM embeddings e JOIN docs d ON d.id = e.doc_id "
@@ -101,17 +140,22 @@ class EmbeddingsMixin(SQLiteBase):
         rows = self._execute(sql, params).fetchall()
         if rows:
             dim = rows[0]["dim"]
-            ids = np.fromiter((r["doc_id"] for r in rows), dtype=np.int64, count=len(rows))
+            per_doc = np.fromiter(
+                (len(r["vector"]) // (4 * dim) for r in rows), dtype=np.int64, count=len(rows)
+            )
+            doc_ids = np.fromiter((r["doc_id"] for r in rows), dtype=np.int64, count=len(rows))
+            ids = np.repeat(doc_ids, per_doc)  # one row per chunk, each with its document's id
             matrix = np.frombuffer(b"".join(r["vector"] for r in rows), dtype=np.float32)
-            matrix = matrix.reshape(len(rows), dim)
+            matrix = matrix.reshape(int(per_doc.sum()), dim)
         else:
             ids, matrix = np.empty(0, np.int64), np.empty((0, 0), np.float32)
         index = self._index_factory(ids, matrix)
         with self._vec_lock:
             if len(self._vec_cache) > 64:  # bounded: scopes come and go
                 self._vec_cache.clear()
-            self._vec_cache[key] = (generation, index)
-        return index
+            extra = int(ids.shape[0]) - len(rows)
+            self._vec_cache[key] = (generation, index, extra)
+        return index, extra
 
     def documents_missing_embeddings(self, model: str, *, limit: int = 1000) -> list[Document]:
         rows = self._execute(

@@ -12,8 +12,8 @@ import numpy as np
 from mindpalace.errors import StoreError
 from mindpalace.scope import Scope
 from mindpalace.store.base import SearchHit
-from mindpalace.store.bm25 import PostingIndex
-from mindpalace.store.sqlite.connection import SQLiteBase, is_busy
+from mindpalace.store.bm25 import PostingIndex, score_postings, top_k
+from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import doc_of, scope_where
 from mindpalace.store.textindex import build_match_query, build_trigram_query
 from mindpalace.textsafe import require_text
@@ -22,11 +22,14 @@ from mindpalace.textsafe import require_text
 class KeywordSearchMixin(SQLiteBase):
     """:meth:`keyword_search`: BM25 over the word index, then trigram, then substring.
 
-    The word-index BM25 is scored in-process (:mod:`mindpalace.store.bm25`, bit-identical to
-    FTS5's ``bm25()``) from a posting cache of the whole index, built at one search generation.
-    When the cache is stale the query is served by SQL; the cache is rebuilt only once a second
-    query sees the same generation (no write in between), so a store written between every
-    query never pays for a rebuild per query. The choice depends on data state only.
+    Word-index BM25 uses the statistics of the searched scope and kinds
+    (:mod:`mindpalace.store.bm25`): document count, document frequencies and average length
+    are counted over those documents only, so another tenant's writes never move a score.
+    Scores come from a posting cache of the whole index built at one search generation, or,
+    while the cache is stale, from postings read per query term through SQL (identical
+    scores). The cache is rebuilt only once a second query sees the same generation (no
+    write in between), so a store written between every query never pays for a rebuild per
+    query. The choice depends on data state only.
     """
 
     _in_process_bm25: bool
@@ -35,6 +38,7 @@ class KeywordSearchMixin(SQLiteBase):
     _bm25_stale_seen: object | None
     _bm25_lock: threading.Lock
     _token_cache: dict[str, tuple[str, ...]]
+    _scope_docs: dict[object, tuple[np.ndarray, np.ndarray]]
 
     def _init_keyword_search(self, in_process_bm25: bool) -> None:
         self._in_process_bm25 = in_process_bm25
@@ -42,6 +46,7 @@ class KeywordSearchMixin(SQLiteBase):
         self._bm25_stale_seen = None  # a generation a query found the cache stale at
         self._bm25_lock = threading.Lock()
         self._token_cache = {}
+        self._scope_docs = {}
         sql = self._execute("SELECT sql FROM sqlite_master WHERE name = 'docs_fts'").fetchone()[0]
         found = re.search(r"tokenize\s*=\s*'([^']*)'", sql)
         self._fts_tokenizer = found.group(1) if found else "unicode61"
@@ -52,7 +57,7 @@ class KeywordSearchMixin(SQLiteBase):
         before the first build, and always with ``in_process_bm25=False``.
 
         Read-only, for tests and diagnostics: when it equals :meth:`search_generation`, word
-        index queries are scored in-process; otherwise they go through FTS5's ``bm25()``.
+        index queries are scored from the cache; otherwise from postings read through SQL.
         """
         index = self._bm25
         return None if index is None else index.generation
@@ -68,49 +73,56 @@ class KeywordSearchMixin(SQLiteBase):
     ) -> list[SearchHit]:
         require_text("query", query)
         match = build_match_query(query)
-        if max_df_ratio is not None and " OR " in match:
-            match = self._drop_common_terms(match, max_df_ratio)
-        hits = self._fast_bm25(scope, match, k, kinds) if self._in_process_bm25 else None
-        if hits is None:
-            hits = self._fts(scope, "docs_fts", match, k, kinds, "bm25")
+        hits = self._word_bm25(scope, match, k, kinds, max_df_ratio)
         if not hits:  # identifiers/substrings the word index cannot split the same way
             hits = self._fts(scope, "docs_tri", build_trigram_query(query), k, kinds, "trigram")
         if not hits and 0 < len(query.strip()) < 3:  # e.g. one ideograph: below bigram/trigram
             hits = self._substring(scope, query.strip(), k, kinds)
         return hits
 
-    # -- in-process BM25 (mindpalace.store.bm25) ------------------------------------------------
-    def _fast_bm25(
-        self, scope: Scope, match: str, k: int, kinds: Sequence[str] | None
-    ) -> list[SearchHit] | None:
-        """The word-index search scored in numpy; None = use the SQL path (inside a write
-        transaction, a term that is not exactly one index token, or a stale cache whose
-        rebuild is not yet due)."""
+    # -- word-index BM25 with per-scope statistics (mindpalace.store.bm25) ---------------------
+    def _word_bm25(
+        self, scope: Scope, match: str, k: int, kinds: Sequence[str] | None,
+        max_df_ratio: float | None,
+    ) -> list[SearchHit]:
         if not match or k <= 0:
             return []
         conn = self._conn()
-        if conn.in_transaction:  # uncommitted rows could be rolled back under the same generation
-            return None
+        terms = [t[1:-1].replace('""', '"') for t in match.split(" OR ")]
         try:
+            if conn.in_transaction:  # uncommitted rows are seen; nothing is cached from them
+                return self._scored_by_sql(conn, scope, terms, k, kinds, max_df_ratio, cache=False)
             self._retry(lambda: conn.execute("BEGIN"))  # one snapshot for generation + data
             try:
-                return self._fast_bm25_in_snapshot(conn, scope, match, k, kinds)
+                hits = None
+                if self._in_process_bm25:
+                    hits = self._fast_bm25_in_snapshot(conn, scope, terms, k, kinds, max_df_ratio)
+                if hits is None:
+                    hits = self._scored_by_sql(conn, scope, terms, k, kinds, max_df_ratio, cache=True)
+                return hits
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            if is_busy(exc):
-                return None
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise StoreError(f"{self.path}: keyword search failed: {exc}") from exc
+
+    def _scope_ids(
+        self, conn: sqlite3.Connection, scope: Scope, kinds: Sequence[str] | None
+    ) -> np.ndarray:
+        where, params = scope_where(scope)
+        sql = f"SELECT id FROM docs WHERE {where or '1'}"
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
+        ids = np.fromiter((r[0] for r in conn.execute(sql + " ORDER BY id", params)), dtype=np.int64)
+        return ids
 
     def _fast_bm25_in_snapshot(
-        self, conn: sqlite3.Connection, scope: Scope, match: str, k: int,
-        kinds: Sequence[str] | None,
+        self, conn: sqlite3.Connection, scope: Scope, terms: list[str], k: int,
+        kinds: Sequence[str] | None, max_df_ratio: float | None,
     ) -> list[SearchHit] | None:
-        terms = [t[1:-1].replace('""', '"') for t in match.split(" OR ")]
-        phrases = self._phrase_tokens(conn, terms)
-        if phrases is None:
-            return None
+        """Scored from the posting cache; None = the cache is stale and its rebuild not due."""
+        tokens = self._index_tokens(conn, terms)
         generation = self.search_generation()
         index = self._bm25
         if index is None or index.generation != generation:
@@ -131,21 +143,64 @@ class KeywordSearchMixin(SQLiteBase):
                 return None
             with self._bm25_lock:
                 self._bm25 = index
-        mask_key = (scope.values(), tuple(sorted(kinds)) if kinds else None)
-        mask = index.masks.get(mask_key)
-        if mask is None:
-            where, params = scope_where(scope)
-            sql = f"SELECT id FROM docs WHERE {where or '1'}"
-            if kinds:
-                sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-                params += list(kinds)
-            ids = np.fromiter((r[0] for r in conn.execute(sql, params)), dtype=np.int64)
-            mask = np.zeros(index.n_docs, dtype=bool)
-            mask[np.searchsorted(index.doc_ids, ids)] = True
-            if len(index.masks) > 64:  # bounded: scopes come and go
-                index.masks.clear()
-            index.masks[mask_key] = mask
-        top = index.top(phrases, mask, k)
+        key = (scope.values(), tuple(sorted(kinds)) if kinds else None)
+        view = index.views.get(key) or index.view(key, self._scope_ids(conn, scope, kinds))
+        top = index.top(tokens, view, k, max_df_ratio=max_df_ratio)
+        return self._hits(top)
+
+    def _scored_by_sql(
+        self, conn: sqlite3.Connection, scope: Scope, terms: list[str], k: int,
+        kinds: Sequence[str] | None, max_df_ratio: float | None, *, cache: bool,
+    ) -> list[SearchHit]:
+        """The same scores from postings read per token (``fts5vocab`` instance rows) and the
+        scope's document lengths (``docs_fts_docsize``)."""
+        tokens = self._index_tokens(conn, terms)
+        if not tokens:
+            return []
+        ids, lengths = self._scope_lengths(conn, scope, kinds, cache=cache)
+        if ids.size == 0:
+            return []
+        postings = []
+        for token in tokens:
+            occ = np.fromiter(
+                (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v WHERE term = ?", (token,))),
+                dtype=np.int64,
+            )
+            docs, tf = np.unique(occ, return_counts=True)
+            pos = np.searchsorted(ids, docs)
+            pos_ok = pos < ids.shape[0]
+            inside = np.zeros(docs.shape[0], dtype=bool)
+            inside[pos_ok] = ids[pos[pos_ok]] == docs[pos_ok]
+            postings.append((pos[inside], tf[inside].astype(np.float64)))
+        avgdl = float(lengths.mean())
+        score = score_postings(postings, lengths, avgdl, int(ids.shape[0]), max_df_ratio=max_df_ratio)
+        return self._hits(top_k(score, ids, k))
+
+    def _scope_lengths(
+        self, conn: sqlite3.Connection, scope: Scope, kinds: Sequence[str] | None, *, cache: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(doc ids ascending, token lengths) of the scope's documents, from FTS5's own
+        per-document sizes; cached per generation outside write transactions."""
+        key = (scope.values(), tuple(sorted(kinds)) if kinds else None, self.search_generation())
+        found = self._scope_docs.get(key) if cache else None
+        if found is not None:
+            return found
+        where, params = scope_where(scope, "d")
+        sql = f"SELECT d.id, s.sz FROM docs d JOIN docs_fts_docsize s ON s.id = d.id WHERE {where or '1'}"
+        if kinds:
+            sql += f" AND d.kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
+        rows = conn.execute(sql + " ORDER BY d.id", params).fetchall()
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        lengths = np.fromiter((_varint(r[1]) for r in rows), dtype=np.float64, count=len(rows))
+        if cache:
+            with self._bm25_lock:
+                if len(self._scope_docs) > 64:
+                    self._scope_docs.clear()
+                self._scope_docs[key] = (ids, lengths)
+        return ids, lengths
+
+    def _hits(self, top: list[tuple[int, float]]) -> list[SearchHit]:
         docs = self.get_documents([i for i, _ in top])
         return [SearchHit(docs[i], score, rank, "bm25") for rank, (i, score) in enumerate(top, 1)]
 
@@ -161,10 +216,10 @@ class KeywordSearchMixin(SQLiteBase):
             self._bm25_stale_seen = generation
             return False
 
-    def _phrase_tokens(self, conn: sqlite3.Connection, terms: list[str]) -> list[str] | None:
-        """The index token of each query term, tokenized by the word index's own tokenizer
-        (a scratch FTS5 table in the connection's temp schema); None when a term is not
-        exactly one token (a multi-token phrase needs positions: the SQL path handles it)."""
+    def _index_tokens(self, conn: sqlite3.Connection, terms: list[str]) -> list[str]:
+        """The index tokens of the query terms, tokenized by the word index's own tokenizer
+        (a scratch FTS5 table in the connection's temp schema). A term the index splits into
+        several tokens contributes each of them (scored as separate terms)."""
         cache = self._token_cache
         missing = [t for t in dict.fromkeys(terms) if t not in cache]
         resolved: dict[str, tuple[str, ...]] = {}
@@ -193,33 +248,12 @@ class KeywordSearchMixin(SQLiteBase):
                 cache.clear()
             for i, t in enumerate(missing, 1):
                 resolved[t] = cache[t] = tuple(term for _, term in sorted(found.get(i, [])))
-        out = []
+        out: list[str] = []
         for t in terms:
-            tokens = resolved[t] if t in resolved else cache.get(t, ())
-            if len(tokens) != 1:
-                return None
-            out.append(tokens[0])
+            out.extend(resolved[t] if t in resolved else cache.get(t, ()))
         return out
 
     # -- SQL paths ---------------------------------------------------------------------------
-    def _drop_common_terms(self, match: str, max_df_ratio: float) -> str:
-        """Keep the OR-terms of `match` in at most max_df_ratio of all documents (the rarest
-        term always stays). Document frequencies come from the index itself (one count per
-        term, tokenized exactly as indexed); max(id) stands in for the document count."""
-        terms = match.split(" OR ")
-        total = self._execute("SELECT max(id) FROM docs").fetchone()[0] or 0
-        counts = [
-            (
-                self._execute(
-                    "SELECT count(*) FROM docs_fts WHERE docs_fts MATCH ?", (t,)
-                ).fetchone()[0],
-                t,
-            )
-            for t in terms
-        ]
-        keep = [t for n, t in counts if n <= max_df_ratio * total]
-        return " OR ".join(keep) if keep else min(counts)[1]
-
     def _substring(
         self, scope: Scope, needle: str, k: int, kinds: Sequence[str] | None
     ) -> list[SearchHit]:
@@ -267,3 +301,15 @@ class KeywordSearchMixin(SQLiteBase):
         return [
             SearchHit(doc_of(r), -float(r["score"]), i, label) for i, r in enumerate(rows, 1)
         ]
+
+
+def _varint(blob: bytes) -> int:
+    """The first SQLite varint of `blob` (FTS5's docsize record: tokens of column 0)."""
+    value = 0
+    for i, byte in enumerate(blob[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    return value
