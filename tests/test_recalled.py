@@ -286,3 +286,21 @@ def test_the_prompt_with_recalled_memory_never_exceeds_its_budget_and_keeps_pair
         assert all(m["role"] == "system" for m in built.messages[:1] if system)
     finally:
         ctx.memory_role, ctx.recall_share = "tool", 0.85
+
+
+def test_a_recalled_statement_corrected_later_names_its_correction(mem: Memory) -> None:
+    s = fresh(mem)
+    s.add_message({"role": "user", "content": "My office is in the Berlin building on floor three."},
+                  timestamp=WHEN)
+    chat(s, 6, WHEN + timedelta(days=1))
+    later = s.add_message({"role": "user", "content": "My office is in the Munich building on floor three."},
+                          timestamp=WHEN + timedelta(days=9))
+    chat(s, 6, WHEN + timedelta(days=10))
+    s.add_message({"role": "user", "content": "which building is my office in?"}, timestamp=WHEN + timedelta(days=20))
+    mem.retriever.sync_embeddings()
+    built = s.context(400)  # the old statements are no longer in the prompt verbatim
+    text = recalled_text(built)
+    assert "Berlin" in text and "Munich" in text
+    berlin = next(line for line in text.splitlines() if "Berlin" in line)
+    assert f"[corrected later: message:{later}]" in berlin
+    assert "corrected later" not in next(line for line in text.splitlines() if "Munich" in line)

@@ -318,7 +318,13 @@ class ContextBuilder:
         fitter.dropped_messages += unloaded
         degradations: list[str] = []
         fitter.fit(degradations)
-        if recalled is not None and recalled in fitter.blocks and _kept(fitter, index_of) != loaded:
+        if recalled is None and _kept(fitter, index_of) != loaded:
+            # every candidate was loaded, but fitting dropped some: those may be recalled now
+            recalled = self._recalled_part(queries, budget, _kept(fitter, index_of))
+            if recalled is not None:
+                fitter.blocks.append(recalled)
+                fitter.fit(degradations)
+        if recalled is not None and recalled in fitter.blocks and _kept(fitter, index_of) != recalled.exclude:
             # messages that gave way to the block may be recalled into it (same size or less)
             assert recalled.repack is not None
             kept = _kept(fitter, index_of)

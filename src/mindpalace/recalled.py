@@ -85,6 +85,8 @@ class RecalledItem:
         session: the session it belongs to ('' for user-level facts).
         index: message index inside its session (0 for other tiers).
         terms: the query terms it contains (picks the excerpt of a long item).
+        superseded_by: the reference of a later statement on the same subject that corrects
+            this one (shown beside it, so the model takes the newer value), or "".
     """
 
     ref: str
@@ -99,6 +101,7 @@ class RecalledItem:
     session: str = ""
     index: int = 0
     terms: tuple[str, ...] = ()
+    superseded_by: str = ""
 
 
 class _ReadOnlyRetriever(HybridRetriever):
@@ -192,6 +195,13 @@ class MemoryRecaller:
                 out[(scope, name)] = record.created_at
         return out
 
+    def _message_ref(self, where: str | None) -> str:
+        """``<session>/<index>`` (how retrieval names a superseding message) as a reference."""
+        if not where or "/" not in where:
+            return ""
+        session, _, index = where.rpartition("/")
+        return f"message:{index}" if session == str(self.scope.session) else f"message:{index}@{session}"
+
     def _from_hit(self, hit: RetrievalHit, created: dict[tuple[Scope, str], datetime | None]) -> RecalledItem | None:
         meta = hit.meta
         session = str(hit.scope.session)
@@ -207,7 +217,8 @@ class MemoryRecaller:
             if text.startswith(prefix):
                 text = text[len(prefix):]
             item = RecalledItem(ref, MESSAGE_KIND, role or "message", name, _date(meta.get("timestamp")),
-                                text, hit.score, why, session=session, index=int(hit.ref), terms=hit.why.terms)
+                                text, hit.score, why, session=session, index=int(hit.ref), terms=hit.why.terms,
+                                superseded_by=self._message_ref(hit.why.superseded_by))
         elif hit.tier == FACT_KIND:
             fact = LongTermStore(self.store, hit.scope).get(hit.ref)
             if fact is None or not fact.current:
@@ -450,7 +461,8 @@ def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
 def _line(item: RecalledItem) -> str:
     """``Caroline (user): text`` — who said it and in which role; ``user: text`` without a name."""
     who = f"{item.speaker} ({item.source})" if item.speaker else item.source
-    return f"{who}: {item.text}"
+    later = f" [corrected later: {item.superseded_by}]" if item.superseded_by else ""
+    return f"{who}: {item.text}{later}"
 
 
 def _date(value: object) -> datetime | None:

@@ -322,12 +322,13 @@ class HybridRetriever:
         property of the embedder: 0.5 measured for the default ``use``; cosines of e5 crowd
         higher) and B itself matches the query nearly as well (fused score at least
         ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
-        A is marked ``superseded_by`` B.
+        A is marked ``superseded_by`` B. Questions take no part: they state nothing.
         """
         assert self.embedder is not None
         top = ranked[:window]
         vectors = self.store.get_embeddings([c.doc.id for c in top], self.embedder.model_id)
-        present = [c for c in top if c.doc.id in vectors]
+        # a question states nothing, so it neither corrects nor is corrected
+        present = [c for c in top if c.doc.id in vectors and not _asks(c.doc)]
         threshold = self.settings.supersede_similarity
         groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
         for c in present:
@@ -415,6 +416,11 @@ def _asks_about_past(query: str) -> bool:
 def _is_question(doc: Document) -> bool:
     """A message that asks something: its reply (or the turn it follows up) is context."""
     return "?" in doc.text
+
+
+def _asks(doc: Document) -> bool:
+    """A message that ends in a question mark (any script's): it asks, it states nothing."""
+    return doc.text.rstrip().endswith(("?", "？", "؟"))
 
 
 def _label(doc: Document) -> str:
