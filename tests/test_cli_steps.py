@@ -63,3 +63,14 @@ def test_showing_an_unknown_record_fails_with_its_name(ws: str) -> None:
     result = CliRunner().invoke(app, ["records", "show", "s1", "step_9", "-w", ws])
     assert result.exit_code != 0
     assert "step_9" in str(result.exception)
+
+
+def test_records_show_reads_the_references_a_prompt_names(tmp_path: Path, ws: str) -> None:
+    # a cut tool result says "in full as message:4 — read it with read_files": the CLI reads it too
+    transcript = tmp_path / "t.json"
+    transcript.write_text(json.dumps(MSGS), encoding="utf-8")
+    run("replay", str(transcript), "-w", ws, "--session", "s1")
+    record = run("records", "show", "s1", "message:4", "-w", ws)
+    assert "name: message:4" in record and '{"reservations": ["ZFA04Y"]}' in record
+    result = CliRunner().invoke(app, ["records", "show", "s1", "message:99", "-w", ws])
+    assert result.exit_code != 0 and "message:99" in str(result.exception)

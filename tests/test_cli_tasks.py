@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from mindpalace import Memory
 from mindpalace.cli import app
+from mindpalace.errors import ValidationError
 
 
 @pytest.fixture
@@ -86,6 +87,16 @@ def test_task_resolve_settles_the_unknown_call(ws: Path) -> None:
     result = invoke("task", "resolve", "trip-42", entry["key"], "-w", str(ws), "--result", '{"booking_id": "TK001"}')
     assert result.exit_code == 0 and "completed (reconciled by hand)" in result.output
     assert json.loads(invoke("task", "resume", "trip-42", "-w", str(ws), "--json").output)["unknown_calls"] == []
+
+
+@pytest.mark.parametrize("bad", ["NaN", "1e999", '{"a": -Infinity}', "[" * 100_000])
+def test_task_resolve_refuses_a_result_that_is_not_json_and_settles_nothing(ws: Path, bad: str) -> None:
+    [entry] = json.loads(invoke("ledger", "trip-42", "-w", str(ws), "--json").output)
+    result = invoke("task", "resolve", "trip-42", entry["key"], "-w", str(ws), "--result", bad)
+    assert result.exit_code != 0 and isinstance(result.exception, ValidationError), result.exception
+    assert "--result" in str(result.exception)
+    [after] = json.loads(invoke("ledger", "trip-42", "-w", str(ws), "--json").output)
+    assert after["status"] == "started"  # still unsettled: nothing was recorded
 
 
 def test_task_resolve_needs_exactly_one_outcome(ws: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,29 @@ def test_damaged_history_lines_and_stray_files_are_listed(workspace: Path) -> No
 def test_a_folder_that_is_not_a_workspace_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["doctor", str(tmp_path)])
     assert result.exit_code == 1 and "not a mindpalace workspace" in str(result.exception or result.output)
+
+
+@pytest.mark.parametrize("damage", ["empty", "not a database"])
+def test_export_of_a_database_that_cannot_be_opened_still_saves_the_history(
+        workspace: Path, tmp_path: Path, damage: str) -> None:
+    db = workspace / "memory.db"
+    if damage == "empty":
+        db.write_bytes(b"")
+    else:
+        with open(db, "r+b") as fh:
+            fh.write(b"garbage!" * 8)  # the SQLite header is gone: the file cannot be opened
+    code, data = run(str(workspace), "--export", str(tmp_path / "out"))
+    assert code == 1 and not data["ok"]
+    assert data["database"]["exported"]["history.jsonl"] == 1
+    assert len((tmp_path / "out" / "history.jsonl").read_text().splitlines()) == 1
+
+
+def test_export_keeps_a_hostile_stored_value_as_text(workspace: Path, tmp_path: Path) -> None:
+    # the value DatabaseCorruptError ("a stored value is nested too deep") sends the user here for
+    deep = "[" * 100_000
+    with closing(sqlite3.connect(workspace / "memory.db")) as conn, conn:
+        conn.execute("UPDATE events SET data = ? WHERE rowid = (SELECT min(rowid) FROM events)", (deep,))
+    _, data = run(str(workspace), "--export", str(tmp_path / "out"))
+    assert data["database"]["exported"]["events.jsonl"] == 150
+    rows = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    assert deep in [r["data"] for r in rows]

@@ -204,3 +204,17 @@ def load_transcripts_from(messages: list, tmp_path: Path):
     file = tmp_path / "t.json"
     file.write_text(json.dumps(messages))
     return load_transcripts(file)[0]
+
+
+def test_tool_call_arguments_that_are_a_hostile_json_string_replay_whole(mem: Memory, tmp_path: Path) -> None:
+    # the arguments *string* nests 100,000 deep: the step line shows it as text; no RecursionError
+    # after the first messages were stored
+    deep = "[" * 100_000
+    msgs = [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "assistant", "content": "done"}]
+    s = session(mem)
+    replay(s, [load_transcripts_from(msgs, tmp_path)])
+    assert s.messages.count() == 4

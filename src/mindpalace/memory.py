@@ -540,6 +540,9 @@ class Session:
             task_id: the task to end; None = the session's default task.
         Returns:
             Counts of what was removed, by kind.
+        Raises:
+            OutcomeUnknownError: a non-idempotent call of the task has an unsettled outcome
+                (settle it with ``Task.resolve`` first); nothing is removed.
         """
         task = self.task if task_id is None else self.tasks(task_id)
         with self.store.transaction():

@@ -178,7 +178,8 @@ def doctor(root: str | Path, *, export: str | Path | None = None) -> DoctorRepor
     the database is damaged.
 
     Raises:
-        WorkspaceError: `root` is not a workspace (no memory.db).
+        WorkspaceError: `root` is not a workspace (no memory.db), or the `export` folder cannot
+            be created.
     """
     root = _root(root)
     db = root / DB_FILENAME
@@ -188,6 +189,11 @@ def doctor(root: str | Path, *, export: str | Path | None = None) -> DoctorRepor
     out = Path(export).expanduser().resolve() if export is not None else None
     if out is not None and out.exists() and not out.is_dir():
         raise WorkspaceError(f"--export {out}: exists and is not a folder")
+    if out is not None:  # created here: a database that cannot be opened still exports its history
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkspaceError(f"--export {out}: cannot create the folder ({exc.strerror})") from exc
     report = DoctorReport(root, check_database(db, export=out))
     history = HistoryLog(root / "history")
     scan = history.scan()

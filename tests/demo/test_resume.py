@@ -58,6 +58,9 @@ def test_resume_picks_the_newest_run_and_none_without_one(tmp_path: Path) -> Non
     assert resume_config(tmp_path) == second
     second.config_path.write_text("{damaged")
     assert resume_config(tmp_path) == first
+    for hostile in ("[" * 100_000, '{"session": "demo-s4-r1", "steps": 1e999, "seed": 4, "budget_tokens": 1}'):
+        second.config_path.write_text(hostile)  # nested past the parser; a step count of inf
+        assert resume_config(tmp_path) == first
 
 
 def test_resume_needs_a_workspace() -> None:

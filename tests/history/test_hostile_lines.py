@@ -26,6 +26,11 @@ HOSTILE = {
     "oversized": b'{"cursor": 9, "content": "' + b"x" * (MAX_LINE_BYTES + 10) + b'"}',
     "bad_utf8": b'{"cursor": 9, "content": "\xff\xfe"}',
     "not_an_entry": b'{"cursor": "nine"}',
+    # valid JSON with the fields present but of a hostile type: still damage, never a raw error
+    "scope_not_an_object": b'{"cursor": 9, "timestamp": "2026-11-30T20:01:02+00:00", "session": "s1", '
+                           b'"content": "x", "kind": "summary", "scope": "x"}',
+    "range_overflows": b'{"cursor": 9, "timestamp": "2026-11-30T20:01:02+00:00", "session": "s1", '
+                       b'"content": "x", "kind": "summary", "messages": [1e999, 2]}',
 }
 
 
@@ -92,6 +97,15 @@ class TestWorkspace:
         assert result.exit_code == 0, result.output
         assert [e["content"] for e in json.loads(result.stdout)] == ["one", "two"]
         assert "history.jsonl:2: skipped a damaged line (JSON nested too deep)" in result.stderr
+
+    def test_history_tail_prints_a_line_with_an_escaped_lone_surrogate(self, tmp_path: Path) -> None:
+        with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+            mem.history.append(mem.scope(session="s"), "one")
+            add_raw(mem.history, b'{"cursor": 2, "timestamp": "2026-11-30T20:01:02+00:00", '
+                                 b'"session": "s", "content": "bad \\ud800 text", "kind": "summary"}')
+        result = CliRunner().invoke(app, ["history", "tail", "-w", str(tmp_path / "ws")])
+        assert result.exit_code == 0, result.output
+        assert "bad \\ud800 text" in result.stdout  # escaped visibly, as every stored text is
 
     def test_temp_files_of_a_killed_write_are_removed_on_open(self, tmp_path: Path) -> None:
         with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:

@@ -42,6 +42,17 @@ class TestGovern:
         assert msgs[2]["content"] == BUILD_LOG  # pure: the input is untouched
         assert out[2]["tool_call_id"] == "c1" and out[1] is msgs[1]
 
+    def test_a_huge_result_given_as_text_parts_is_cut_too(self) -> None:
+        parts = [{"type": "text", "text": BUILD_LOG[:20_000]}, {"type": "text", "text": BUILD_LOG[20_000:]}]
+        msgs = [{"role": "user", "content": "build"}, *tool_turn(1, "")]
+        msgs[2] = {**msgs[2], "content": parts}
+        out, report = govern(msgs, [None, "message:2", "message:3"], COUNTER, max_tokens=300,
+                             mask_after_turns=0, masked_tokens=64)
+        text = out[2]["content"]
+        assert isinstance(text, str) and COUNTER.count(text) <= 300 and "message:3" in text
+        assert text.startswith("compiling module 0 ok") and text.endswith("FINAL: 3 submodules failed")
+        assert [r for r, _, _ in report.capped] == ["message:3"] and msgs[2]["content"] is parts
+
     def test_old_results_are_masked_after_n_turns(self) -> None:
         msgs: list[dict[str, Any]] = []
         for i in range(5):

@@ -25,6 +25,10 @@ class TestExtractSummary:
         line = extract_summary("", [call], args_max_chars=30)
         assert line.startswith("called tool f, args: ") and len(line) == len("called tool f, args: ") + 30
 
+    def test_arguments_nested_past_the_parser_are_shown_as_text(self) -> None:
+        call = {"id": "c", "function": {"name": "f", "arguments": "[" * 100_000}}
+        assert extract_summary(None, [call], args_max_chars=10) == "called tool f, args: " + "[" * 9 + "…"
+
     def test_a_plain_reply_gives_its_first_line(self) -> None:
         assert extract_summary("\nWhich cabin class?\nEconomy or business") == "Which cabin class?"
         assert extract_summary(None) == "(no reply)"

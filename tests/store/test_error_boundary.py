@@ -24,8 +24,10 @@ from mindpalace.errors import (
     ReadOnlyWorkspaceError,
     StoreBusyError,
     StoreError,
+    WorkspaceError,
 )
 from mindpalace.store.sqlite import connection as sqlite_connection
+from mindpalace.store.sqlite import errmap
 from mindpalace.store.sqlite.errmap import store_error
 
 PAGE = 4096
@@ -207,6 +209,16 @@ class TestErrorMapping:
     def test_sqlite_errors_map_to_the_tree(self, exc: sqlite3.Error, expected: type) -> None:
         mapped = store_error("/ws/memory.db", exc)
         assert type(mapped) is expected and "/ws/memory.db" in str(mapped)
+
+    def test_a_database_that_cannot_be_opened_in_a_read_only_folder_is_read_only(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        exc = sqlite3.OperationalError("unable to open database file")
+        exc.sqlite_errorcode = sqlite3.SQLITE_CANTOPEN  # type: ignore[attr-defined]
+        db = str(tmp_path / "memory.db")
+        assert type(store_error(db, exc)) is WorkspaceError  # a writable folder: something else
+        monkeypatch.setattr(errmap.os, "access", lambda path, mode: False)  # a read-only mount
+        mapped = store_error(db, exc)
+        assert type(mapped) is ReadOnlyWorkspaceError and "read-only" in str(mapped)
 
     def test_disk_full_says_what_to_do(self) -> None:
         assert "free some space" in str(store_error("db", sqlite3.OperationalError("database or disk is full")))

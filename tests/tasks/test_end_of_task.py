@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from mindpalace import Memory
+import pytest
+
+from mindpalace import Memory, OutcomeUnknownError
 from mindpalace.memory import Session
 from mindpalace.scope import ANY, Scope
 
@@ -75,3 +77,25 @@ class TestClearTask:
         assert last["docs"] == {"message": 200, "fact": 100}  # the log's documents and the facts
         # besides the logs and the long-term facts, nothing accumulates
         assert all(inv["records"] == 0 and set(inv["kv"]) == {"facts"} for inv in sizes)
+
+    def test_a_task_with_an_unsettled_side_effect_is_not_cleared(self, tmemory: Memory) -> None:
+        # clearing would drop the ledger's `unknown` row, and the same call would run again:
+        # the e-mail the reset connection may already have sent, sent twice (I8)
+        s = tmemory.session("mail", user="u1")
+        sent: list[str] = []
+
+        def send_email(to: str) -> None:
+            sent.append(to)
+            raise ConnectionResetError("reset after the request was sent")
+
+        with pytest.raises(ConnectionResetError), s.tool_call("send_email", {"to": "a@b"}) as call:
+            call.run(send_email)
+        with pytest.raises(OutcomeUnknownError, match="task resolve"):
+            s.clear_task()
+        assert [e.status for e in s.task.ledger.entries(s.task.id)] == ["unknown"]  # nothing removed
+        with pytest.raises(OutcomeUnknownError), s.tool_call("send_email", {"to": "a@b"}) as call:
+            call.run(send_email)
+        assert sent == ["a@b"]
+        key = s.task.ledger.entries(s.task.id)[0].key
+        s.task.resolve(key, result={"sent": True})
+        assert s.clear_task()["ledger_rows"] == 1  # settled: the task can end

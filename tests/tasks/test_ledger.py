@@ -192,6 +192,14 @@ class TestUnknownOutcome:
         with pytest.raises(ValidationError, match="already completed"):
             session.tasks.ledger.resolve(session.task.id, key, result={})
 
+    @pytest.mark.parametrize("bad", [float("nan"), {"paid": float("inf")}, {1, 2}])
+    def test_manual_resolve_refuses_a_result_that_is_not_json(self, session: Session, bad: object) -> None:
+        self.started_only(session)
+        key = ledger_key("book_ticket", ARGS)
+        with pytest.raises(ValidationError, match="result"):
+            session.tasks.ledger.resolve(session.task.id, key, result=bad)
+        assert session.tasks.ledger.get(session.task.id, key).status == "started"  # nothing stored
+
 
 CHILD = textwrap.dedent("""
     import os, signal, sys

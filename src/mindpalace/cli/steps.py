@@ -114,16 +114,27 @@ def records_list(
 @records_app.command("show")
 def records_show(
     session: str = typer.Argument(..., help="Session id."),
-    name: str = typer.Argument(..., help="Record name, e.g. step_12."),
+    name: str = typer.Argument(
+        ..., help="Record name (step_12) or reference (message:17, history:3, fact:user:city)."),
     workspace: Path = WorkspaceOpt,
     user: str = UserOpt,
     agent: str = AgentOpt,
 ) -> None:
-    """Print one record as markdown with its YAML front matter."""
+    """Print one record as markdown with its YAML front matter; a reference a prompt names
+    (``message:<N>[@<session>]``, ``history:<cursor>``, ``fact:<key>``) reads like read_files."""
+    from mindpalace.errors import NotFoundError
+    from mindpalace.refs import RecordRef, parse_ref
     from mindpalace.steps.records import render_record
 
     with open_memory(workspace) as mem:
-        record = mem.session(session, user=user, agent=agent).steps.records.get(name)
+        s = mem.session(session, user=user, agent=agent)
+        ref = parse_ref(name)
+        if ref is None or isinstance(ref, RecordRef):
+            record = s.steps.records.get(name)
+        elif (found := s.read_records([name]).found.get(name)) is not None:
+            record = found
+        else:
+            raise NotFoundError("reference", name, s.scope)
     typer.echo(render_record(record))
 
 

@@ -150,6 +150,12 @@ def task_resolve(
         value = None if result is None else json.loads(result)
     except json.JSONDecodeError as exc:
         raise ValidationError(f"--result is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValidationError("--result is nested too deep to be a tool result") from exc
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError as exc:  # Python's parser takes NaN, Infinity and 1e999 (→ inf)
+        raise ValidationError(f"--result is not valid JSON: {exc} (NaN, Infinity, 1e999)") from exc
     with open_memory(workspace) as mem:
         t = mem.find_task(task, session=session, user=user, agent=agent)
         entry = t.resolve(key, result=value, error=error)

@@ -302,8 +302,8 @@ def resume_config(workspace: Path, *, name: str = "demo") -> DemoConfig | None:
             data = json.loads(path.read_text(encoding="utf-8"))
             config = DemoConfig(workspace, str(data["session"]), int(data["steps"]), int(data["seed"]),
                                 int(data["budget_tokens"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a damaged parameter file is not a run we can continue
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, OverflowError):
+            continue  # a damaged parameter file (hostile nesting, 1e999) is not a run we can continue
         if config.session == path.stem:
             found.append((path.stat().st_mtime, config))
     return max(found, key=lambda f: (f[0], f[1].session))[1] if found else None

@@ -101,7 +101,8 @@ class HistoryEntry:
 
     @classmethod
     def from_json(cls, data: Any) -> HistoryEntry:
-        """Parse one decoded line. Raises ValueError/KeyError/TypeError on a malformed one."""
+        """Parse one decoded line. Raises ValueError/KeyError/TypeError/IndexError/OverflowError
+        on a malformed one."""
         if not isinstance(data, dict):
             raise TypeError("history line is not an object")
         cursor = data["cursor"]
@@ -111,13 +112,15 @@ class HistoryEntry:
         if kind not in KINDS:
             raise ValueError(f"bad kind {kind!r}")
         sc = data.get("scope") or {}
+        if not isinstance(sc, dict):
+            raise TypeError(f"scope is {type(sc).__name__}, not an object")
         session = str(data["session"])
         rng = data.get("messages")
         return cls(
             cursor=cursor,
             timestamp=from_iso(str(data["timestamp"])),
             session=session,
-            content=str(data["content"]),
+            content=clean_text(str(data["content"])),  # a JSON \ud800 escape: shown escaped
             kind=kind,
             scope=Scope(str(sc.get("tenant", "default")), str(sc.get("user", "")),
                         str(sc.get("agent", "")), session),
@@ -476,7 +479,7 @@ def _decode_line(raw: bytes, size: int, max_bytes: int) -> tuple[HistoryEntry | 
         return HistoryEntry.from_json(json.loads(text)), ""
     except RecursionError:
         return None, "JSON nested too deep"
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:  # 1e999 → inf
         return None, f"not a history entry ({type(exc).__name__}: {str(exc)[:120]})"
 
 

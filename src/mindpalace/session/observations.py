@@ -82,6 +82,18 @@ def _tail(text: str, counter: TokenCounter, max_tokens: int) -> str:
     return window[lo:]
 
 
+def _text_of(content: Any) -> str | None:
+    """A tool result's text: the string, or its text parts joined as ``read_records`` joins
+    them (a list of ``{"type": "text"}`` parts is as governable as a string); else None."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content):
+        return "\n".join(p["text"] for p in content)
+    return None
+
+
 def govern(
     messages: Sequence[dict[str, Any]],
     refs: Sequence[str | None],
@@ -117,8 +129,8 @@ def govern(
             later_turns += 1
             continue
         ref = refs[i] if i < len(refs) else None
-        content = m.get("content")
-        if role != "tool" or ref is None or not isinstance(content, str):
+        content = _text_of(m.get("content"))
+        if role != "tool" or ref is None or content is None:
             continue
         old = bool(mask_after_turns) and later_turns >= mask_after_turns
         limit = masked_tokens if old else max_tokens

@@ -25,7 +25,7 @@ def compact_args(arguments: Any, max_chars: int) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser: shown as text
             return one_line(arguments, max_chars)
     text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     return one_line(text, max_chars)

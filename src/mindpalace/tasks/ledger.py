@@ -231,8 +231,13 @@ class Ledger:
 
         Raises:
             NotFoundError: no such ledger row. ValidationError: the row is not ``started`` or
-                ``unknown``.
+                ``unknown``, or `result` is not JSON (NaN, Infinity, a set, nested over 64
+                levels) — nothing is recorded.
         """
+        try:  # a person's answer is input: refused, not wrapped like a tool's odd return value
+            json.dumps(clean_json(result), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"ledger entry {key!r}: the result must be JSON: {exc}") from exc
         entry = self.get(task, key)
         if entry is None:
             raise NotFoundError("ledger entry", key, self.scope)

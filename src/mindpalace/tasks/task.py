@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from mindpalace.errors import InvalidNameError, NotFoundError, ValidationError
+from mindpalace.errors import InvalidNameError, NotFoundError, OutcomeUnknownError, ValidationError
 from mindpalace.scope import ANY, Scope
 from mindpalace.settings import TaskSettings
 from mindpalace.store import Store
@@ -25,7 +25,7 @@ from mindpalace.tasks.events import (
     EventRegistry,
 )
 from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore, stream_of
-from mindpalace.tasks.ledger import Ledger, LedgerEntry, ToolCall
+from mindpalace.tasks.ledger import UNSETTLED, Ledger, LedgerEntry, ToolCall
 from mindpalace.tasks.state import TaskState
 from mindpalace.textsafe import clean_json, require_name
 
@@ -167,8 +167,19 @@ class Task:
         return r.version
 
     def clear(self, *, drop_events: bool = False) -> dict[str, int]:
-        """End of task: drop working state (see :meth:`TaskEventStore.clear_task`)."""
-        return self.events.clear_task(self.id, drop_events=drop_events)
+        """End of task: drop working state (see :meth:`TaskEventStore.clear_task`).
+
+        Raises:
+            OutcomeUnknownError: a non-idempotent call of the task is started or unknown —
+                dropping its ledger row would let it run again (I8); settle it first with
+                :meth:`resolve` or a reconcile hook. Nothing is removed.
+        """
+        with self.events.store.transaction():
+            for entry in self.ledger.entries(self.id):
+                if entry.status in UNSETTLED and not entry.idempotent:
+                    raise OutcomeUnknownError(self.id, entry.key, entry.tool, entry.attempt,
+                                              entry.error or "")
+            return self.events.clear_task(self.id, drop_events=drop_events)
 
     def tool_call(
         self, name: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None

@@ -168,6 +168,6 @@ def _row(columns: list[str], values: Any) -> dict[str, Any]:
     row = dict(zip(columns, values, strict=False))
     for col in _JSON_COLUMNS & row.keys():
         if isinstance(row[col], str):
-            with suppress(ValueError):  # not JSON after all: kept as text
+            with suppress(ValueError, RecursionError):  # not JSON (or hostile nesting): kept as text
                 row[col] = json.loads(row[col])
     return row

@@ -11,6 +11,7 @@ SQLITE_CORRUPT, SQLITE_NOTADB          DatabaseCorruptError         ``mindpalace
 SQLITE_READONLY                        ReadOnlyWorkspaceError       fix permissions / writable copy
 SQLITE_FULL                            DiskFullError                free space, retry
 SQLITE_BUSY, SQLITE_LOCKED             StoreBusyError               retry later
+SQLITE_CANTOPEN, folder not writable   ReadOnlyWorkspaceError       fix permissions / writable copy
 SQLITE_CANTOPEN                        WorkspaceError               check the folder exists
 SQLITE_CONSTRAINT (IntegrityError)     StoreError                   (a bug: integrity error)
 anything else                          StoreError                   the SQLite message
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -77,6 +79,9 @@ def store_error(path: str | Path, exc: sqlite3.Error, *, retries: int | None = N
             f"{where}: database stayed locked{spent}; another process holds a long write "
             "transaction — retry later"
         )
+    if code == sqlite3.SQLITE_CANTOPEN and not os.access(Path(where).parent, os.W_OK):
+        # a read-only folder or mount: SQLite cannot create its -wal / -shm files there
+        return ReadOnlyWorkspaceError(where, text)
     if code == sqlite3.SQLITE_CANTOPEN:
         return WorkspaceError(f"{where}: cannot open the database ({text}); check that the "
                               "folder exists and this user may read and write it")
