@@ -88,6 +88,18 @@ class TestOpen:
                 make(path)
         assert list(tmp_path.iterdir()) == []
 
+    @pytest.mark.parametrize("kind", ["nul", "symlink loop"])
+    def test_a_path_that_cannot_be_a_folder_is_a_workspace_error(self, tmp_path: Path, kind: str) -> None:
+        if kind == "nul":
+            path = str(tmp_path / "a\x00b")
+        else:
+            (tmp_path / "l1").symlink_to(tmp_path / "l2")
+            (tmp_path / "l2").symlink_to(tmp_path / "l1")
+            path = str(tmp_path / "l1")
+        for make in (Workspace.open, Workspace.init):
+            with pytest.raises(WorkspaceError, match="workspace path"):
+                make(path)
+
     def test_open_creates_the_layout_by_default(self, tmp_path: Path) -> None:
         ws = Workspace.open(tmp_path / "new")
         for path in (ws.config_path, ws.archive_dir, ws.history_dir, ws.knowledge_dir / ".git"):

@@ -69,7 +69,7 @@ class Workspace:
 
         Raises:
             WorkspaceError: `root` exists and is not a folder, cannot be created, or is an
-                empty string.
+                empty string or a path that cannot be used (NUL byte, symlink loop, no access).
             ConfigError: an existing mindpalace.toml is malformed.
         """
         root = _root(root)
@@ -107,7 +107,7 @@ class Workspace:
 
         Raises:
             WorkspaceError: it is not a workspace and `create` is False; `root` is an empty
-                string.
+                string or a path that cannot be used (NUL byte, symlink loop, no access).
             ConfigError: mindpalace.toml is malformed (names file, key and expected type).
         """
         root = _root(root)
@@ -213,7 +213,12 @@ def doctor(root: str | Path, *, export: str | Path | None = None) -> DoctorRepor
 def _root(root: str | Path) -> Path:
     if isinstance(root, str) and not root.strip():  # Path("") would silently be the cwd
         raise WorkspaceError("the workspace path is empty; give a folder, e.g. './ws' or '.'")
-    return Path(root).expanduser().resolve()
+    try:
+        path = Path(root).expanduser().resolve()
+        path.exists()  # a NUL byte, a symlink loop, a folder this user may not search
+    except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: symlink loop (3.11)
+        raise WorkspaceError(f"the workspace path {str(root)!r} cannot be used: {exc}") from exc
+    return path
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -140,6 +140,26 @@ class TestEmptyOrTruncatedDatabase:
         assert (tmp_path / "ws" / "memory.db").stat().st_size > 0
         assert not list((tmp_path / "ws").glob(".memory.db.*.creating*"))
 
+    def test_a_missing_database_beside_a_leftover_wal_is_not_created_over_it(self, tmp_path: Path) -> None:
+        # memory.db deleted (the empty-file error says "delete memory.db to start afresh") while
+        # the -wal of a killed writer is still there: a new database would replay that log as
+        # its own pages — a malformed database, and the log's writes gone with it
+        root = tmp_path / "ws"
+        Memory.open(root, **OPTS).close()
+        db = root / "memory.db"
+        conn = sqlite3.connect(db)
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("CREATE TABLE pending (x)")
+        conn.executemany("INSERT INTO pending VALUES (?)", [(i,) for i in range(500)])
+        conn.commit()
+        wal = Path(f"{db}-wal").read_bytes()  # what a kill -9 leaves behind
+        conn.close()
+        db.unlink()
+        Path(f"{db}-wal").write_bytes(wal)
+        with pytest.raises(WorkspaceError, match=r"memory\.db-wal"):
+            Memory.open(root, **OPTS)
+        assert not db.exists() and Path(f"{db}-wal").read_bytes() == wal  # nothing touched
+
     def test_temporary_files_of_a_killed_creation_are_removed_on_open(self, tmp_path: Path) -> None:
         Memory.open(tmp_path / "ws", **OPTS).close()
         stale = tmp_path / "ws" / ".memory.db.0123abcd.creating"

@@ -16,7 +16,7 @@ from filelock import FileLock
 from filelock import Timeout as LockTimeout
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from mindpalace.errors import DatabaseCorruptError, StoreBusyError, StoreError
+from mindpalace.errors import DatabaseCorruptError, StoreBusyError, StoreError, WorkspaceError
 from mindpalace.settings import StoreSettings
 from mindpalace.store.base import Store, StoreStats
 from mindpalace.store.sqlite.errmap import is_busy, store_error
@@ -242,12 +242,21 @@ def create_database(path: Path, fts_tokenizer: str) -> None:
 
     Raises:
         StoreError (and subclasses): the folder cannot be written.
+        WorkspaceError: a non-empty ``-wal`` of an earlier database lies beside the missing
+            file (nothing is created).
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(_creation_lock(path))):
             if path.exists():
                 return
+            wal = Path(f"{path}-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise WorkspaceError(
+                    f"{path} is missing but {wal.name} ({wal.stat().st_size} bytes) of an earlier "
+                    "database is beside it: it holds that database's latest writes, and a new "
+                    f"database would take them as its own pages; restore {path.name} from a "
+                    f"backup, or move {wal.name} and {path.name}-shm aside to start afresh")
             _remove_creations(path)
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}{CREATING_SUFFIX}")
             conn = sqlite3.connect(tmp, isolation_level=None)
