@@ -50,8 +50,8 @@ class TestClearTask:
         assert removed["step_state"] == 1 and removed["working_facts"] >= 1
         inv = inventory(tmemory)
         assert inv["records"] == 0 and set(inv["docs"]) == {"message", "fact"}
-        assert set(inv["kv"]) == {"facts"}
-        assert tmemory.store.stats().events == events_before  # the logs are kept
+        assert inv["kv"] == {"facts": 1, "steps": 1}  # the emptied tiers keep the step numbering
+        assert tmemory.store.stats().events == events_before + 1  # the logs are kept; the clear is journaled
         assert s.task.state().artifacts == {"ticket": "T-1"}  # recovered from the log alone
         assert next(h.text for h in s.recall("visited Senso-ji")).endswith("day 1")
         assert all(h.tier != "working" for h in s.recall("scratch note"))
@@ -65,6 +65,15 @@ class TestClearTask:
         assert s.steps.counters["steps_evaluated"] == 1
         assert s.tasks("second").state().artifacts == {"ticket": "T-2"}
 
+    def test_step_names_are_not_reused_after_a_task_ended(self, tmemory: Memory) -> None:
+        # kept logs and summaries name steps: a new task's first step must not be step_1 again
+        s = tmemory.session("trip-3", user="u1")
+        run_task(s, 1)
+        s.clear_task()
+        fresh = tmemory.session("trip-3", user="u1")  # another handle, e.g. after a restart
+        assert fresh.steps.begin("next task's first step") == 2
+        assert s.steps.begin("and from the handle that cleared") == 3
+
     def test_the_store_does_not_grow_across_100_finished_tasks(self, tmemory: Memory) -> None:
         s = tmemory.session("long", user="u1")
         sizes = []
@@ -73,10 +82,11 @@ class TestClearTask:
             s.clear_task(f"t{i}")
             sizes.append(inventory(tmemory))
         last = sizes[-1]
-        assert last["records"] == 0 and last["kv"] == {"facts": 100}  # one long-term fact per task
+        assert last["records"] == 0 and last["kv"] == {"facts": 100, "steps": 1}  # one fact per task
         assert last["docs"] == {"message": 200, "fact": 100}  # the log's documents and the facts
         # besides the logs and the long-term facts, nothing accumulates
-        assert all(inv["records"] == 0 and set(inv["kv"]) == {"facts"} for inv in sizes)
+        assert all(inv["records"] == 0 and set(inv["kv"]) == {"facts", "steps"} and inv["kv"]["steps"] == 1
+                   for inv in sizes)
 
     def test_a_task_with_an_unsettled_side_effect_is_not_cleared(self, tmemory: Memory) -> None:
         # clearing would drop the ledger's `unknown` row, and the same call would run again:

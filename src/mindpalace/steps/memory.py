@@ -109,19 +109,22 @@ class StepMemory:
             return self.tiers.reload()
 
     def clear(self) -> dict[str, int]:
-        """End of a task (seed 004 checklist items 7 and 10): delete the tier state and every
+        """End of a task (seed 004 checklist items 7 and 10): empty the tiers and delete every
         step / info / snapshot record of the session with the search documents they were
-        indexed as, in one store transaction. ``<summary>`` lines are an event log and stay.
+        indexed as, in one store transaction. Step numbers go on (the next step is not
+        ``step_1`` again, so kept logs never name two different steps alike) while the
+        counters start afresh; ``<summary>`` lines and the tier journal are event logs and stay.
 
         Returns:
             ``{"records": n, "step_state": 0 or 1}`` — what was removed.
         """
         with self._lock, self.store.transaction():
             names = [r.name for r in self.store.list_records(self.scope)]
-            removed = {"records": self.store.delete_records(self.scope, names),
-                       "step_state": int(self.tiers.delete())}
-        self.tiers.reload()
-        return removed
+            removed = self.store.delete_records(self.scope, names)
+            had_state = self.tiers.state != TierState(next_step=self.tiers.state.next_step)
+            self.tiers.apply(lambda s: Transition(TierState(next_step=s.next_step), "clear",
+                                                  {"records": removed}))
+        return {"records": removed, "step_state": int(had_state)}
 
     def refresh(self) -> TierState:
         """The latest committed state: reloaded only when another writer (thread or process)

@@ -297,10 +297,6 @@ class TierStore:
         self.state  # noqa: B018 - loads on first use
         return self._version
 
-    def delete(self) -> bool:
-        """Delete the stored tier state (the journal stays); True when there was one."""
-        return self.store.kv_delete(self.scope, KV_NAMESPACE, KV_KEY)
-
     def reload(self) -> TierState:
         """Re-read the state from the store, migrating a legacy layout (committed at once)."""
         with self.store.transaction():
