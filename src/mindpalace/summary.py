@@ -185,6 +185,14 @@ class Summarizer:
         self.counter = counter
         self.settings = settings or SummarySettings()
 
+    def request_overhead_tokens(self, max_tokens: int) -> int:
+        """Tokens a summarize request adds around its text (the instructions and message
+        framing of :func:`~mindpalace.providers.llm.base.summarize_messages`), so a caller can
+        keep whole requests under a size."""
+        from mindpalace.providers.llm.base import summarize_messages  # services → providers
+
+        return self.counter.count_messages(summarize_messages("", max_tokens=max_tokens))
+
     def summarize(
         self, text: str, *, max_tokens: int, budget: TokenBudget | None = None
     ) -> SummaryOutcome:

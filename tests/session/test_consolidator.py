@@ -540,16 +540,17 @@ class TestUnreachableTarget:
 def test_an_oversized_group_is_summarized_in_requests_under_the_input_cap(mem: Memory) -> None:
     llm = FakeLLM(settings=LLMSettings(max_retries=0))
     s, c = session_with(mem, llm)
-    c.settings = c.settings.model_copy(update={"summary_input_max_tokens": 256})
+    cap = c.summarizer.request_overhead_tokens(99_999) + 256  # the instructions and 256 of text
+    c.settings = c.settings.model_copy(update={"summary_input_max_tokens": cap})
     s.add_message({"role": "user", "content": "Build everything. " + text(120)})
     s.add_message({"role": "assistant", "content": None, "tool_calls": [call("b1", "build")]})
     log = "\n".join(f"module {i}: compiled TK{i:04d} in {i % 7} s" for i in range(700))
     s.add_message({"role": "tool", "tool_call_id": "b1", "content": log + "\nFINAL: 3 submodules failed"})
     s.add_message({"role": "user", "content": "what failed?"})
     r = c.maybe_consolidate()
-    sizes = [c.counter.count(req["messages"][-1]["content"]) for req in llm.requests]
+    sizes = [c.counter.count_messages(req["messages"]) for req in llm.requests]  # whole requests
     assert c.counter.count(log) > 5_000 and len(sizes) > 1
-    assert max(sizes) <= 256  # main: one request of the whole 9k-token group
+    assert max(sizes) <= cap  # main: one request of the whole 9k-token group
     assert r.consolidated and c.last_consolidated == 3 and r.raw_fallbacks == 0 and r.entries == 1
     assert r.summary_calls == len(sizes)
     assert c.history.read(session=s.scope)[-1].kind == "summary"

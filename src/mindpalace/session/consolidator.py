@@ -533,11 +533,17 @@ class Consolidator:
                 costs.append(sum(self.counter.count_message(m) for m in repaired))
         return costs
 
+    def _input_limit(self) -> int:
+        """Tokens of text one summarizer request may carry: ``summary_input_max_tokens`` less
+        the request's instructions (their size at a 5-digit ``max_tokens``, an upper bound)."""
+        cap = self.settings.summary_input_max_tokens
+        return max(cap - self.summarizer.request_overhead_tokens(99_999), cap // 2)
+
     def _pieces(self, chunk: list[StoredMessage]) -> list[list[StoredMessage]]:
         """Split an archive chunk at group boundaries into summarizer-sized pieces (a group
         larger than ``summary_input_max_tokens`` is a piece alone; :meth:`_summarize` cuts its
         text further)."""
-        limit = self.settings.summary_input_max_tokens
+        limit = self._input_limit()
         msgs = [m.message for m in chunk]
         pieces: list[list[StoredMessage]] = []
         cur: list[StoredMessage] = []
@@ -597,8 +603,12 @@ class Consolidator:
         """Summarize `source` with no request over ``summary_input_max_tokens``: a longer text
         is cut into chunks summarized one by one, and their summaries are summarized again
         (map-reduce) until one summary of at most `max_tokens` is left. Returns the outcome
-        (the first failure, if any) and the number of summarizer calls made."""
-        limit = self.settings.summary_input_max_tokens
+        (the first failure, if any) and the number of summarizer calls made.
+
+        The limit holds for the whole request — text plus the summarizer's instructions — when
+        the setting leaves room for them; a cap smaller than twice the instructions applies to
+        the text alone (half the cap)."""
+        limit = self._input_limit()
         calls, spent = 0, 0
         text = source
         while True:
