@@ -304,3 +304,16 @@ def test_a_recalled_statement_corrected_later_names_its_correction(mem: Memory) 
     berlin = next(line for line in text.splitlines() if "Berlin" in line)
     assert f"[corrected later: message:{later}]" in berlin
     assert "corrected later" not in next(line for line in text.splitlines() if "Munich" in line)
+
+
+def test_a_recalled_question_yields_to_statements(mem: Memory) -> None:
+    # a message that only asks states nothing: earlier questions must not crowd the block
+    s = fresh(mem)
+    s.add_message({"role": "user", "content": "what is the office wifi password?"}, timestamp=WHEN)
+    s.add_message({"role": "assistant", "content": "I will look it up."}, timestamp=WHEN)
+    s.add_message({"role": "user", "content": "the office wifi password is tango-42"}, timestamp=WHEN)
+    recaller = s.context_builder.recaller
+    plain = {h.ref: h.score for h in recaller.search.search(recaller.scopes(), "office wifi password", k=10)}
+    ranked = {item.ref: item.score for item in recaller.candidates(["office wifi password"])}
+    assert ranked["message:1"] == pytest.approx(plain["1"] / 2)  # the question
+    assert ranked["message:3"] == pytest.approx(plain["3"])      # the statement

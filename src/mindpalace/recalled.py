@@ -104,6 +104,9 @@ class RecalledItem:
     superseded_by: str = ""
 
 
+_QUESTION_WEIGHT = 0.5  # score factor of a recalled message that only asks
+
+
 class _ReadOnlyRetriever(HybridRetriever):
     """Hybrid search that never writes: vectors missing for new documents are not computed
     here (``prepare`` syncs them; a build stays a pure read)."""
@@ -169,6 +172,10 @@ class MemoryRecaller:
             hits = self.search.search(self.scopes(), query, k=k)
             created = self._record_dates(hits)
             entries = [e for e in (self._from_hit(h, created) for h in hits) if e is not None]
+            # a message that only asks states nothing: it yields to statements (its answer
+            # ranks through neighbour credit), so earlier questions do not crowd the block
+            entries = sorted((replace(e, score=e.score * _QUESTION_WEIGHT) if _asks(e) else e
+                              for e in entries), key=lambda e: -e.score)
             top = max((e.score for e in entries), default=0.0)  # working memory ranks first
             entries = [replace(w, score=top + w.score) for w in self._working(query)] + entries
             for rank, entry in enumerate(entries, start=1):
@@ -456,6 +463,11 @@ def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
     day = item.date.date() if item.date else None
     return (day is None, day or datetime.min.date(), item.tier != MESSAGE_KIND, item.session, item.index,
             item.date or datetime.min, item.ref)
+
+
+def _asks(item: RecalledItem) -> bool:
+    """A message item that ends in a question mark (any script's)."""
+    return item.tier == MESSAGE_KIND and item.text.rstrip().endswith(("?", "？", "؟"))
 
 
 def _line(item: RecalledItem) -> str:
