@@ -192,6 +192,18 @@ class TestUnknownOutcome:
         with pytest.raises(ValidationError, match="already completed"):
             session.tasks.ledger.resolve(session.task.id, key, result={})
 
+    def test_a_late_outcome_never_overwrites_a_settled_one(self, session: Session) -> None:
+        # the live call finishes after a person already resolved it by hand (or the reverse):
+        # the first outcome stands, one completion is recorded, the late writer gets it back
+        ledger = session.tasks.ledger
+        started = ledger.start(session.task.id, "book_ticket", ARGS)
+        by_hand = ledger.resolve(session.task.id, started.key, result={"booking_id": "TK009"})
+        late = ledger.finish(started, result={"booking_id": "TK010"})
+        assert late.result == by_hand.result == {"booking_id": "TK009"} and late.reconciled
+        assert ledger.get(session.task.id, started.key).result == {"booking_id": "TK009"}
+        completions = [r for r in session.task.read() if type(r.event).__name__ == "ToolCallCompleted"]
+        assert len(completions) == 1
+
     @pytest.mark.parametrize("bad", [float("nan"), {"paid": float("inf")}, {1, 2}])
     def test_manual_resolve_refuses_a_result_that_is_not_json(self, session: Session, bad: object) -> None:
         self.started_only(session)

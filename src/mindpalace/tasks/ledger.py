@@ -210,10 +210,18 @@ class Ledger:
     ) -> LedgerEntry:
         """Record the outcome of a started call: ``completed`` with `result`; ``failed`` when
         `error` is given (the effect did not happen); ``unknown`` when `unknown` (the call raised
-        `error` after dispatch: it may have happened)."""
+        `error` after dispatch: it may have happened).
+
+        The row is re-read inside the write transaction: when it was settled meanwhile (a
+        ``task resolve`` by hand, or another attempt), the first outcome stands and is returned
+        — a late writer never overwrites it."""
         status: Status = "unknown" if unknown else "failed" if error is not None else "completed"
         value = None if error is not None or unknown else _normalize_result(result)
         with self.store.transaction():
+            current = self.get(entry.task, entry.key)
+            if current is not None and (current.attempt != entry.attempt or current.status not in UNSETTLED
+                                        or (current.status == "unknown" and not reconciled)):
+                return current
             [rec] = self.events.append(
                 entry.task,
                 [ToolCallCompleted(key=entry.key, tool=entry.tool, status=status, result=value, error=error, reconciled=reconciled)],
@@ -227,7 +235,9 @@ class Ledger:
 
     def resolve(self, task: str, key: str, *, result: Any = None, error: str | None = None) -> LedgerEntry:
         """Settle an unknown outcome by hand (after checking the external system): `result` if
-        it happened, `error` if it did not (the call may then run again).
+        it happened, `error` if it did not (the call may then run again). Returns the settled
+        entry: if the live call settled it first (between this check and the write), that
+        outcome stands and is returned.
 
         Raises:
             NotFoundError: no such ledger row. ValidationError: the row is not ``started`` or
