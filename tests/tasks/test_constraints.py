@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mindpalace import Memory
 from mindpalace.errors import ConstraintError, ContextBudgetError, ValidationError
 from mindpalace.memory import Session
 from mindpalace.tasks import evaluate_guard
@@ -178,3 +180,38 @@ def test_only_user_and_developer_writes_ever_land(session: Session, writes: list
         assert source in ("user", "developer")
         expected[name] = stored  # the value as given (NUL / lone surrogates escaped, see textsafe)
     assert task.constraints.all() == expected
+
+
+GUARD_WRITER = """
+import sys
+from mindpalace import Memory
+mem = Memory.open(sys.argv[1], embed={"provider": "none"})
+s = mem.session("trip", user="u1")
+print("ready", flush=True)
+sys.stdin.readline()  # both processes start adding at the same moment
+for i in range(int(sys.argv[2])):
+    s.constraints.guard("book_hotel", f"price_per_night <= {1000 + i}")
+print("done", flush=True)
+"""
+
+
+def test_two_processes_adding_unnamed_guards_never_replace_each_other(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    ws = tmp_path / "ws"
+    Memory.open(ws, embed={"provider": "none"}).close()
+    procs = [subprocess.Popen([sys.executable, "-c", GUARD_WRITER, str(ws), "25"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.strip() == "done"
+    with Memory.open(ws, embed={"provider": "none"}) as mem:
+        guards = mem.session("trip", user="u1").constraints.state().guards
+    assert len(guards) == 50  # every unnamed guard kept its own name

@@ -244,9 +244,12 @@ class Constraints:
         """
         require_name(tool, field="tool name")
         parse_guard(expr)
-        gname = name or f"{tool}:{len(self.state().guards) + 1}"
-        self._require_source(gname, expr, source, "add a guard")
-        self.events.append(self.task, [GuardSet(name=gname, tool=tool, expr=expr, source=source)])
+        # the default name is chosen and recorded in one write transaction: two processes
+        # adding guards at once never pick the same name (the second would replace the first)
+        with self.events.store.transaction():
+            gname = name or _free_guard_name(tool, self.state().guards)
+            self._require_source(gname, expr, source, "add a guard")
+            self.events.append(self.task, [GuardSet(name=gname, tool=tool, expr=expr, source=source)])
         return gname
 
     def feedback(self, text: str, *, updates: dict[str, Any] | None = None) -> None:
@@ -316,3 +319,11 @@ class Constraints:
                     tool=tool,
                 )
         return sorted(attempts)
+
+
+def _free_guard_name(tool: str, guards: Mapping[str, Any]) -> str:
+    """``<tool>:<n>`` with the smallest n ≥ len(guards) + 1 that no guard holds yet."""
+    n = len(guards) + 1
+    while f"{tool}:{n}" in guards:
+        n += 1
+    return f"{tool}:{n}"
