@@ -109,3 +109,18 @@ def test_export_keeps_a_hostile_stored_value_as_text(workspace: Path, tmp_path: 
     assert data["database"]["exported"]["events.jsonl"] == 150
     rows = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
     assert deep in [r["data"] for r in rows]
+
+
+@pytest.mark.parametrize(("table", "column", "bad"), [("kv", "value", "[" * 100_000),
+                                                       ("events", "data", "{not json")])
+def test_a_stored_value_the_store_cannot_read_is_reported(
+    workspace: Path, table: str, column: str, bad: str
+) -> None:
+    # the store raises DatabaseCorruptError for it and points here: doctor must not say "ok"
+    with Memory.open(workspace, embed={"provider": "none"}) as mem:
+        mem.session("trip", user="u1").remember("user:home_city", "Lisbon", importance=0.9)
+    with closing(sqlite3.connect(workspace / "memory.db")) as conn, conn:
+        conn.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = (SELECT min(rowid) FROM {table})", (bad,))
+    code, data = run(str(workspace))
+    assert code == 1 and not data["ok"]
+    assert any(p.startswith(f"{table} row ") and column in p for p in data["database"]["problems"])

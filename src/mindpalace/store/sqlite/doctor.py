@@ -28,7 +28,8 @@ class DatabaseCheck:
     """What :func:`check_database` found.
 
     Attributes:
-        ok: the file opened and ``integrity_check`` said ``ok``.
+        ok: the file opened, ``integrity_check`` said ``ok`` and every stored JSON value
+            (event data, kv values, record and document metadata) parses.
         problems: ``integrity_check`` lines, or why the file could not be checked.
         exported: rows written per file (``events.jsonl`` …, ``messages.jsonl``), when exporting.
         unreadable: rows (rowids) per table that could not be read, when exporting.
@@ -79,6 +80,10 @@ def check_database(path: Path, *, export: Path | None = None, max_problems: int 
                 check.problems.extend(lines)
         except sqlite3.Error as exc:
             check.problems.append(f"integrity_check failed: {exc}")
+        bad = _unparseable_values(conn, max_problems)
+        if bad:  # the store reads these as DatabaseCorruptError: the file is damaged for it too
+            check.ok = False
+            check.problems.extend(bad)
         try:
             check.schema_version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
         except sqlite3.Error as exc:
@@ -88,6 +93,35 @@ def check_database(path: Path, *, export: Path | None = None, max_problems: int 
     finally:
         conn.close()
     return check
+
+
+def _unparseable_values(conn: sqlite3.Connection, cap: int) -> list[str]:
+    """``<table> row <rowid>: <column> …`` for stored JSON the store cannot read (hostile
+    nesting, not JSON), at most `cap` lines; tables whose pages cannot be read are left to
+    ``integrity_check``."""
+    out: list[str] = []
+    for table in EXPORT_TABLES:
+        try:
+            columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+            json_cols = [c for c in columns if c in _JSON_COLUMNS]
+            if not json_cols:
+                continue
+            rows = conn.execute(f"SELECT rowid, {', '.join(json_cols)} FROM {table}")
+            for rowid, *values in rows:
+                for col, value in zip(json_cols, values, strict=True):
+                    if not isinstance(value, str):
+                        continue
+                    try:
+                        json.loads(value)
+                    except RecursionError:
+                        out.append(f"{table} row {rowid}: {col} is nested too deep to parse")
+                    except ValueError as exc:
+                        out.append(f"{table} row {rowid}: {col} is not valid JSON ({exc})")
+                    if len(out) >= cap:
+                        return out
+        except sqlite3.Error:
+            continue
+    return out
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
