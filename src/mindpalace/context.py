@@ -297,7 +297,7 @@ class ContextBuilder:
             convo, unloaded, refs = convo_given, 0, [None] * len(convo_given)
         convo, observations = self._govern(convo, refs)
         ref_of = {id(m): r for m, r in zip(convo, refs, strict=True) if r}
-        index_of = {id(m): int(r.removeprefix("message:")) for m, r in zip(convo, refs, strict=True) if r}
+        index_of = {key: int(r.removeprefix("message:")) for key, r in ref_of.items()}
         lifted = [m for m in convo if m.get("role") == "system"]
         convo = [m for m in convo if m.get("role") != "system"]
         if system_prompt is None and lifted:

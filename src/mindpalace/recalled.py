@@ -44,7 +44,7 @@ from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
 from mindpalace.facts.longterm import LongTermStore
 from mindpalace.facts.recall import WORKING_MIN_TERM_SHARE
-from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, stems
+from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, asks, stems
 from mindpalace.scope import ANY, Scope
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
@@ -174,7 +174,7 @@ class MemoryRecaller:
             entries = [e for e in (self._from_hit(h, created) for h in hits) if e is not None]
             # a message that only asks states nothing: it yields to statements (its answer
             # ranks through neighbour credit), so earlier questions do not crowd the block
-            entries = sorted((replace(e, score=e.score * _QUESTION_WEIGHT) if _asks(e) else e
+            entries = sorted((replace(e, score=e.score * _QUESTION_WEIGHT) if e.tier == MESSAGE_KIND and asks(e.text) else e
                               for e in entries), key=lambda e: -e.score)
             top = max((e.score for e in entries), default=0.0)  # working memory ranks first
             entries = [replace(w, score=top + w.score) for w in self._working(query)] + entries
@@ -463,11 +463,6 @@ def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
     day = item.date.date() if item.date else None
     return (day is None, day or datetime.min.date(), item.tier != MESSAGE_KIND, item.session, item.index,
             item.date or datetime.min, item.ref)
-
-
-def _asks(item: RecalledItem) -> bool:
-    """A message item that ends in a question mark (any script's)."""
-    return item.tier == MESSAGE_KIND and item.text.rstrip().endswith(("?", "？", "؟"))
 
 
 def _line(item: RecalledItem) -> str:

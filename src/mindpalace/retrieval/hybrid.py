@@ -328,7 +328,7 @@ class HybridRetriever:
         top = ranked[:window]
         vectors = self.store.get_embeddings([c.doc.id for c in top], self.embedder.model_id)
         # a question states nothing, so it neither corrects nor is corrected
-        present = [c for c in top if c.doc.id in vectors and not _asks(c.doc)]
+        present = [c for c in top if c.doc.id in vectors and not asks(c.doc.text)]
         threshold = self.settings.supersede_similarity
         groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
         for c in present:
@@ -418,9 +418,10 @@ def _is_question(doc: Document) -> bool:
     return "?" in doc.text
 
 
-def _asks(doc: Document) -> bool:
-    """A message that ends in a question mark (any script's): it asks, it states nothing."""
-    return doc.text.rstrip().endswith(("?", "？", "؟"))
+def asks(text: str) -> bool:
+    """True for text that ends in a question mark (any script's): it asks, it states nothing
+    (such a message neither supersedes nor is superseded, and yields in the recalled block)."""
+    return text.rstrip().endswith(("?", "？", "؟"))
 
 
 def _label(doc: Document) -> str:
