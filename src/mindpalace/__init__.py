@@ -13,6 +13,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mindpalace.agent import Agent, AgentTurn, Tool, tool
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
         CircuitOpenError,
@@ -67,6 +68,7 @@ _ERRORS = (
 )
 _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "mindpalace.errors"),
+    **dict.fromkeys(("Agent", "AgentTurn", "Tool", "tool"), "mindpalace.agent"),
     **dict.fromkeys(("BuiltContext", "ContextBuilder", "ContextReport"), "mindpalace.context"),
     **dict.fromkeys(("Fact", "FactMemory", "RecallHit", "Remembered"), "mindpalace.facts"),
     **dict.fromkeys(("Memory", "Session"), "mindpalace.memory"),
@@ -86,6 +88,8 @@ _LOCATIONS: dict[str, str] = {
 
 __all__ = [
     "ANY",
+    "Agent",
+    "AgentTurn",
     "AutoCompact",
     "BuiltContext",
     "CircuitOpenError",
@@ -130,11 +134,13 @@ __all__ = [
     "Task",
     "Tasks",
     "TokenBudgetExceededError",
+    "Tool",
     "ValidationError",
     "Workspace",
     "WorkspaceError",
     "__version__",
     "load_settings",
+    "tool",
 ]
 
 

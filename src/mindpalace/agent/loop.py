@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from mindpalace.agent.tools import Tool, as_tool, render_result
 from mindpalace.blocks import ToolSchema
+from mindpalace.context import BuiltContext
 from mindpalace.errors import (
     ConstraintError,
+    ContextBudgetError,
     EffectNotApplied,
     OutcomeUnknownError,
     ProviderError,
@@ -48,7 +50,12 @@ from mindpalace.providers.llm import ChatReply, LLMProvider, TokenBudget, ToolCa
 from mindpalace.providers.llm.base import load_prompt
 from mindpalace.settings import AgentSettings, Settings
 from mindpalace.steps.checkpoint import compact_args
-from mindpalace.steps.readfiles import run_with_recall
+from mindpalace.steps.readfiles import (
+    parse_read_files,
+    recall_message,
+    request_text,
+    run_with_recall,
+)
 from mindpalace.steps.tiers import one_line
 from mindpalace.tasks import NOT_RUN, ledger_key
 from mindpalace.textsafe import clean_text, require_text
@@ -59,6 +66,7 @@ if TYPE_CHECKING:
     from mindpalace.session.lease import Lease
 
 CHECKPOINT_TOOL: Final = "update_working_checkpoint"
+ACTION_MAX_CHARS: Final = 2_000  # a step's action (record + repeat key); the full call is in the log
 DANGLING_LOOKBACK: Final = 256  # stored messages searched for tool calls without results
 _SUMMARY_TAG = re.compile(r"\s*<summary>.*?</summary>\s*", re.DOTALL | re.IGNORECASE)
 
@@ -326,35 +334,66 @@ class Agent:
         s.task.finish_step(turn.index, outcome="failure", output={"stopped": turn.stopped})
 
     def _model_call(self, turn: AgentTurn, budget: TokenBudget) -> ChatReply | None:
-        """prepare → model (with read_files re-invocations); None when the turn budget is spent."""
+        """prepare → model → read_files re-invocations (seed 000); None when the turn's token
+        budget is spent. When the prepared prompt leaves no room for the records the model
+        asks for, they are answered on the same prompt rebuilt (pure build) under a budget
+        that leaves them room — up to half of it."""
         s = self.session
         built = s.prepare(self.budget_tokens, system_prompt=self.system_prompt, tools=self.schemas)
+        answered: list[ChatReply] = []  # the first reply, handed to run_with_recall unasked
 
         def invoke(messages: list[dict[str, Any]]) -> ChatReply:
+            if answered:
+                return answered.pop()
             turn.model_calls += 1
-            return self.llm.chat(messages, tools=self.schemas, max_tokens=self.max_completion_tokens,
-                                 temperature=self.settings.temperature, budget=budget)
+            reply = self.llm.chat(messages, tools=self.schemas, max_tokens=self.max_completion_tokens,
+                                  temperature=self.settings.temperature, budget=budget)
+            if self._lease is not None:
+                self._lease.renew()
+            return reply
 
         try:
+            first = invoke(built.messages)
+            base = built.messages
+            names = parse_read_files(first.text)
+            if names is not None and self._max_reinvocations > 0:
+                base = self._room_for_records(built, names)
+            answered.append(first)
             recall = run_with_recall(
-                invoke, built.messages, s.read_records, counter=self.counter,
-                budget_tokens=self.budget_tokens,
-                max_reinvocations=s.memory.settings.steps.max_read_files_reinvocations,
-                tools=self.schemas, reply_text=lambda r: r.text,
+                invoke, base, s.read_records, counter=self.counter, budget_tokens=self.budget_tokens,
+                max_reinvocations=self._max_reinvocations, tools=self.schemas,
+                reply_text=lambda r: r.text,
             )
         except TokenBudgetExceededError:
             return None
         except ProviderError:
             s.steps.sweep_orphans("model call failed")  # seed 000: no pending line is left behind
             raise
-        finally:
-            if self._lease is not None:
-                self._lease.renew()
-        turn.prompt_tokens.extend(recall.prompt_tokens)
+        turn.prompt_tokens.extend([built.report.total_tokens, *recall.prompt_tokens[1:]])
         turn.read_files.extend(recall.loaded)
         turn.missing_files.extend(recall.missing)
         reply: ChatReply = recall.reply
         return reply
+
+    @property
+    def _max_reinvocations(self) -> int:
+        return self.session.memory.settings.steps.max_read_files_reinvocations
+
+    def _room_for_records(self, built: BuiltContext, names: list[str]) -> list[dict[str, Any]]:
+        """The prompt to answer a read_files request on: `built` when the records fit beside
+        it, else the same prompt rebuilt under the budget less their size (at most half the
+        budget; oldest messages and recalled items give way, as the builder degrades)."""
+        s = self.session
+        full = recall_message(s.read_records(names))
+        echo = {"role": "assistant", "content": request_text(names)}
+        need = min(self.counter.count_messages([echo, full or echo]), self.budget_tokens // 2)
+        if built.report.total_tokens + need <= self.budget_tokens:
+            return built.messages
+        try:
+            return s.context(self.budget_tokens - need, system_prompt=self.system_prompt,
+                             tools=self.schemas).messages
+        except ContextBudgetError:  # the fixed part leaves no such room: records are cut to fit
+            return built.messages
 
     # -- tool calls ----------------------------------------------------------------------
     def _dangling_calls(self) -> list[ToolCallRequest]:
@@ -388,8 +427,9 @@ class Agent:
     def _run_tool(self, call: ToolCallRequest) -> ToolOutcome:
         s = self.session
         t = self.tools.get(call.name)
-        shown = compact_args(call.arguments, s.memory.settings.steps.fallback_args_max_chars)
-        step = s.steps.begin(f"{call.name}({shown})", action=f"{call.name}({call.arguments})")
+        shown = clean_text(compact_args(call.arguments, s.memory.settings.steps.fallback_args_max_chars))
+        action = clean_text(compact_args(call.arguments, ACTION_MAX_CHARS))
+        step = s.steps.begin(f"{clean_text(call.name)}({shown})", action=f"{clean_text(call.name)}({action})")
         key: str | None = None
         if t is None:
             status: Status = "unknown_tool"
