@@ -97,7 +97,7 @@ class Tool:
             ValidationError: a bad tool name, ``*args`` / ``**kwargs`` / positional-only or
                 unannotated parameters, or annotations pydantic cannot build a schema for.
         """
-        tool_name = name or getattr(fn, "__name__", "")
+        tool_name = getattr(fn, "__name__", "") if name is None else name
         if not isinstance(tool_name, str) or not TOOL_NAME.match(tool_name):
             raise ValidationError(
                 f"tool name {tool_name!r}: use 1-64 letters, digits, '_' or '-' (what the model API accepts)")

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.text import Text
 
-from mindpalace.cli.app import AgentOpt, JsonOpt, UserOpt, WorkspaceOpt, app, console, err_console, print_json
+from mindpalace.cli.app import (
+    AgentOpt,
+    JsonOpt,
+    UserOpt,
+    WorkspaceOpt,
+    app,
+    console,
+    err_console,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from mindpalace.agent import Agent, AgentTurn
