@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from mindpalace import Memory
-from mindpalace.agent import Agent, Tool, tool
-from mindpalace.errors import ProviderError
+from mindpalace.agent import Agent, Tool, agent_llm, tool
+from mindpalace.errors import ConfigError, ProviderError
 from mindpalace.testing.openai_stub import StubServer, api_error, chat, serve_stub, tool_call
 
 BOOK = {"place": "Senso-ji", "date": "2025-05-20"}
@@ -303,6 +303,35 @@ class TestStops:
         assert turn is not None and turn.resumed and turn.reply == "Hello!"
         assert s.task.resume().next_step is None
         assert [m.message["role"] for m in s.messages.list()] == ["user", "assistant"]
+
+
+class TestConfiguration:
+    def test_the_endpoint_key_and_model_come_from_the_environment_when_settings_leave_them_unset(
+        self, tmp_path, stub, monkeypatch
+    ):
+        monkeypatch.setenv("OPENAI_BASE_URL", stub.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "env-key")
+        monkeypatch.setenv("OPENAI_MODEL", "env-model")
+        stub.script(chat("Hi <summary>hi</summary>"))
+        with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as m, \
+                Agent(m.session("s")) as agent:
+            agent.run("hello")
+        [req] = stub.requests
+        assert req["auth"] == "Bearer env-key" and req["json"]["model"] == "env-model"
+
+    def test_settings_win_over_the_environment(self, tmp_path, stub, monkeypatch):
+        monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+        monkeypatch.setenv("OPENAI_MODEL", "env-model")
+        with Memory.open(tmp_path / "ws", agent={"base_url": stub.url, "model": "mine"}) as m:
+            llm = agent_llm(m.settings, m.tokens)
+        assert llm.model == "mine" and str(llm.client.base_url).rstrip("/") == stub.url  # type: ignore[attr-defined]
+        llm.close()
+
+    def test_no_endpoint_and_no_key_is_a_config_error_naming_the_setting(self, tmp_path, monkeypatch):
+        for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+            monkeypatch.delenv(name, raising=False)
+        with Memory.open(tmp_path / "ws") as m, pytest.raises(ConfigError, match=r"agent\.base_url"):
+            Agent(m.session("s"))
 
 
 def child(ws: Path, stub: StubServer, effects: Path, *args: str) -> subprocess.Popen[str]:

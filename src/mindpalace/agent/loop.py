@@ -38,6 +38,7 @@ from mindpalace.agent.tools import Tool, as_tool, render_result
 from mindpalace.blocks import ToolSchema
 from mindpalace.context import BuiltContext
 from mindpalace.errors import (
+    ConfigError,
     ConstraintError,
     ContextBudgetError,
     EffectNotApplied,
@@ -145,7 +146,7 @@ def agent_llm(settings: Settings, counter: TokenCounter) -> LLMProvider:
     ``llm.model``. Timeouts, retries, backoff and the breaker are ``[llm]``'s.
 
     Raises:
-        ConfigError: no API key anywhere for the default (cloud) endpoint.
+        ConfigError: neither an endpoint nor an API key anywhere.
     """
     from mindpalace.providers.llm.openai import OpenAIProvider
     from mindpalace.settings import LLMSettings
@@ -158,6 +159,12 @@ def agent_llm(settings: Settings, counter: TokenCounter) -> LLMProvider:
         "api_key": a.api_key or (llm.api_key if mine else None) or os.environ.get("OPENAI_API_KEY") or None,
         "model": a.model or os.environ.get("OPENAI_MODEL") or llm.model,
     }
+    if values["base_url"] is None and values["api_key"] is None:
+        raise ConfigError(
+            "settings", "agent.base_url",
+            "the agent has no model endpoint: set agent.base_url (MINDPALACE_AGENT__BASE_URL, "
+            "`mindpalace chat --base-url`) or OPENAI_BASE_URL for an OpenAI-compatible server, "
+            "or agent.api_key / OPENAI_API_KEY for the OpenAI API")
     return OpenAIProvider(LLMSettings(**values), counter)
 
 
