@@ -4,7 +4,7 @@ loops measured in the same run with the same script and the same model client.
 Scenario (seed 004's long trip): T turns; in each the scripted model calls
 ``search_attraction(name)`` (read-only; ~``--result-tokens`` tokens of text) and
 ``book_ticket(place, date)``, then answers. Every ``--repeat-every``-th turn it has "forgotten"
-an earlier booking and books that place again with the same arguments (seed 004's triple
+the previous turn's booking and books that place again with the same arguments (seed 004's triple
 booking). The model is the package's OpenAI-compatible stub server; every loop talks to it
 through the same ``OpenAIProvider.chat`` over HTTP, so only the memory differs:
 
@@ -82,8 +82,8 @@ def script(turns: int, repeat_every: int) -> list[Reply]:
     for t in range(turns):
         place = PLACES[t % len(PLACES)]
         date = f"2025-05-{1 + t // len(PLACES):02d}"
-        if repeat_every and t and t % repeat_every == 0:  # forgot it: books an earlier one again
-            earlier = t - repeat_every
+        if repeat_every and t and t % repeat_every == 0:  # forgot it: books the previous one again
+            earlier = t - 1  # never a repeat turn itself (repeat_every >= 2)
             place, date = PLACES[earlier % len(PLACES)], f"2025-05-{1 + earlier // len(PLACES):02d}"
         replies.append(chat(f"<summary>turn {t}: search and book {place}</summary>", tool_calls=[
             tool_call("search_attraction", {"name": place}, id=f"s{t}"),
@@ -169,12 +169,14 @@ def commit() -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--turns", type=int, default=60)
-    p.add_argument("--repeat-every", type=int, default=5, help="every Nth turn re-books an earlier place (0 = never)")
+    p.add_argument("--repeat-every", type=int, default=5, help="every Nth turn re-books the previous turn's place (0 = never, else >= 2)")
     p.add_argument("--budget", type=int, default=4_000, help="prompt budget of the agent (tokens)")
     p.add_argument("--result-tokens", type=int, default=600, help="size of one search result (tokens)")
     p.add_argument("--fast", action="store_true", help="12 turns")
     p.add_argument("--json", type=Path, help="write the rows here")
     a = p.parse_args(argv)
+    if a.repeat_every == 1:
+        p.error("--repeat-every must be 0 or at least 2")
     turns = 12 if a.fast else a.turns
     rows = run_all(turns, a.repeat_every, a.budget, a.result_tokens)
     table = Table(title=f"agent loop, {turns} turns, budget {a.budget} tokens, re-booking every "

@@ -43,6 +43,7 @@ COMMANDS: dict[str, list[str]] = {
     "doctor": ["doctor", W],
     "embed sync": ["embed", "sync", W],
     "llm check": ["llm", "check", W],
+    "chat": ["chat", "--session", "s1", "--message", "hi", "-w", W],
 }
 CREATES_ON_PURPOSE = {"init", "demo"}
 NO_WORKSPACE = {"eval locomo", "eval spans"}
