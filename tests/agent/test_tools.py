@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from typing import Annotated, Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from mindpalace.agent import Tool, as_tool, render_result, tool
@@ -122,3 +125,23 @@ class TestParse:
 def test_results_are_rendered_as_text_or_json():
     assert render_result("plain") == "plain"
     assert render_result({"b": 1, "a": date(2025, 5, 20)}) == '{"a": "2025-05-20", "b": 1}'
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=200), JSON.map(json.dumps)))
+def test_any_text_from_the_model_is_either_valid_arguments_or_a_validation_error(raw: str) -> None:
+    t = Tool.from_function(reserve)
+    try:
+        kwargs, args = t.parse(raw)
+    except ValidationError as exc:
+        assert str(exc).startswith("invalid arguments for reserve")
+    else:
+        assert set(kwargs) == set(args) == {"flight", "when", "seat", "bags"}
+        json.dumps(args, allow_nan=False)  # what the ledger keeps is JSON
