@@ -14,7 +14,8 @@ import pytest
 
 from mindpalace import Memory
 from mindpalace.agent import Agent, Tool, agent_llm, tool
-from mindpalace.errors import ConfigError, ProviderError
+from mindpalace.errors import ConfigError, EffectNotApplied, InvalidTextError, ProviderError
+from mindpalace.session.lease import SessionBusyError
 from mindpalace.testing.openai_stub import StubServer, api_error, chat, serve_stub, tool_call
 
 BOOK = {"place": "Senso-ji", "date": "2025-05-20"}
@@ -187,6 +188,60 @@ class TestBadArguments:
             turn = agent.run("Book")
         assert effects == [] and turn.tool_calls[0].status == "invalid"
         assert "over the limit of 1000" in tool_results(stub, 1)["c1"]
+
+
+class TestToolFailures:
+    def test_failures_are_tool_results_and_only_a_proven_non_effect_may_run_again(self, mem, stub):
+        attempts: list[str] = []
+
+        @tool(side_effect=True)
+        def pay(amount: int) -> str:
+            """Pay an amount."""
+            attempts.append(f"pay {amount}")
+            if amount == 1:
+                raise EffectNotApplied("card declined before charging")
+            raise ConnectionResetError("connection reset after the request was sent")
+
+        def flaky(x: int) -> str:
+            """A read-only tool that fails."""
+            raise RuntimeError("index offline")
+
+        stub.script(
+            chat(None, tool_calls=[tool_call("pay", {"amount": 1}, id="declined"),
+                                   tool_call("pay", {"amount": 2}, id="reset"),
+                                   tool_call("flaky", {"x": 1}, id="ro")]),
+            chat(None, tool_calls=[tool_call("pay", {"amount": 1}, id="declined-again"),
+                                   tool_call("pay", {"amount": 2}, id="reset-again")]),
+            chat("Payment unclear. <summary>one declined, one unknown</summary>"),
+        )
+        with agent_for(mem, [pay, flaky]) as agent:
+            turn = agent.run("Pay")
+        assert [(c.call_id, c.status) for c in turn.tool_calls] == [
+            ("declined", "error"), ("reset", "unknown"), ("ro", "error"),
+            ("declined-again", "error"), ("reset-again", "unknown")]
+        assert attempts == ["pay 1", "pay 2", "pay 1"]  # the unknown outcome never ran again
+        first, second = tool_results(stub, 1), tool_results(stub, 2)
+        assert "did not take effect" in first["declined"] and "may be tried again" in first["declined"]
+        assert "outcome unknown" in first["reset"] and "ConnectionResetError" in first["reset"]
+        assert "RuntimeError: index offline" in first["ro"]
+        assert "outcome unknown, not run again" in second["reset-again"]
+        assert len(turn.unknown_calls) == 1 and turn.unknown_calls[0].startswith("pay:")
+
+
+class TestInput:
+    @pytest.mark.parametrize("message", ["", "   ", "a\x00b", "lone \ud800 surrogate"])
+    def test_an_unusable_message_is_refused_before_anything_is_stored(self, mem, stub, message):
+        with agent_for(mem, []) as agent, pytest.raises(InvalidTextError):
+            agent.run(message)
+        s = mem.session("trip", user="u1")
+        assert s.messages.count() == 0 and s.task.version == 0 and stub.requests == []
+
+    def test_a_session_with_a_turn_in_flight_elsewhere_is_refused(self, mem, stub):
+        s = mem.session("trip", user="u1")
+        with s.lease(holder="another agent"), agent_for(mem, []) as agent, \
+                pytest.raises(SessionBusyError, match="another agent"):
+            agent.run("hello")
+        assert stub.requests == [] and s.messages.count() == 0
 
 
 class TestReadFiles:
