@@ -1,11 +1,12 @@
 """The LLM provider protocol: typed results, per-job token budgets, the guarded `complete`
 and `chat` (a reply that may call tools, for the agent loop).
 
-Every provider implements one private method, `_complete` (and `_chat` when it can call tools);
-the public `complete` / `chat` do the cross-cutting work once (DESIGN.md §5, I4 "progress or stop"): it validates and copies the
-caller's messages, checks the job's token budget *before* calling, retries transient failures
-with bounded exponential backoff (tenacity), stops calling a failing provider through a circuit
-breaker (pybreaker), and charges the reply's usage to the budget.
+Every provider implements one private method, `_complete` (and `_chat` when it can call
+tools); the public `complete` / `chat` do the cross-cutting work once (DESIGN.md §5, I4
+"progress or stop"): they validate and copy the caller's messages, check the job's token budget
+*before* calling, retry transient failures with bounded exponential backoff (tenacity), stop
+calling a failing provider through a circuit breaker (pybreaker), and charge the reply's usage
+to the budget.
 """
 
 from __future__ import annotations
