@@ -16,6 +16,7 @@ from mindpalace import Memory
 from mindpalace.agent import Agent, Tool, agent_llm, tool
 from mindpalace.errors import ConfigError, EffectNotApplied, InvalidTextError, ProviderError
 from mindpalace.session.lease import SessionBusyError
+from mindpalace.tasks import NOT_RUN
 from mindpalace.testing.openai_stub import StubServer, api_error, chat, serve_stub, tool_call
 
 BOOK = {"place": "Senso-ji", "date": "2025-05-20"}
@@ -226,6 +227,36 @@ class TestToolFailures:
         assert "RuntimeError: index offline" in first["ro"]
         assert "outcome unknown, not run again" in second["reset-again"]
         assert len(turn.unknown_calls) == 1 and turn.unknown_calls[0].startswith("pay:")
+
+
+class TestLedgerOptions:
+    def test_a_reconcile_hook_settles_an_unknown_outcome_and_a_key_names_the_call(self, mem, stub):
+        charged: dict[str, int] = {}
+
+        def reconcile(entry: Any) -> Any:  # asks the payment system by the call's key
+            ref = entry.args["ref"]
+            return {"charged": charged[ref]} if ref in charged else NOT_RUN
+
+        @tool(side_effect=True, key=lambda args: args["ref"], reconcile=reconcile)
+        def pay(ref: str, amount: int) -> dict[str, int]:
+            """Charge an amount once per payment reference."""
+            charged[ref] = charged.get(ref, 0) + amount
+            if len(charged) == 1 and charged[ref] == amount:
+                raise ConnectionResetError("reset after the charge went through")
+            return {"charged": charged[ref]}
+
+        stub.script(
+            chat(None, tool_calls=[tool_call("pay", {"ref": "hotel-1", "amount": 100}, id="a")]),
+            chat(None, tool_calls=[tool_call("pay", {"ref": "hotel-1", "amount": 120}, id="b")]),
+            chat("Paid. <summary>paid hotel-1</summary>"),
+        )
+        with agent_for(mem, [pay]) as agent:
+            turn = agent.run("Pay the hotel")
+        assert [c.status for c in turn.tool_calls] == ["unknown", "replayed"]
+        assert charged == {"hotel-1": 100}  # the key made the second call the same call
+        assert '"charged": 100' in tool_results(stub, 2)["b"]
+        [entry] = mem.session("trip", user="u1").task.ledger_entries()
+        assert (entry.key, entry.status, entry.reconciled) == ("pay:hotel-1", "completed", True)
 
 
 class TestInput:
