@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from mindpalace import Memory
 from mindpalace.cli import app
-from mindpalace.testing.openai_stub import StubServer, api_error, chat, serve_stub
+from mindpalace.testing.openai_stub import StubServer, api_error, chat, serve_stub, tool_call
 
 ENTRY = [sys.executable, "-c", "from mindpalace.cli import main; main()"]
 
@@ -88,3 +88,34 @@ def test_an_unknown_workspace_is_refused(tmp_path: Path, stub: StubServer) -> No
     out = subprocess.run([*ENTRY, *chat_args(tmp_path / "nope", stub, "--message", "hi")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "not a mindpalace workspace" in out.stderr and stub.requests == []
+
+
+def test_tools_are_loaded_from_module_colon_name(
+    workspace: Path, stub: StubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "mytools.py").write_text(
+        "from mindpalace.agent import tool\n"
+        "BOOKED = []\n"
+        "@tool(side_effect=True)\n"
+        "def book(place: str) -> str:\n"
+        "    BOOKED.append(place)\n"
+        "    return f'booked {place}'\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    stub.script(chat(None, tool_calls=[tool_call("book", {"place": "Senso-ji"}, id="c1")]),
+                chat("Done. <summary>booked</summary>"))
+    result = CliRunner().invoke(app, chat_args(workspace, stub, "--tool", "mytools:book", "-m", "book it"))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Done.\n"
+    import mytools  # type: ignore[import-not-found]
+
+    assert mytools.BOOKED == ["Senso-ji"]
+    assert [t["function"]["name"] for t in stub.requests[0]["json"]["tools"]] == ["book", "update_working_checkpoint"]
+
+
+@pytest.mark.parametrize(("spec", "problem"), [("nocolon", "expected MODULE:NAME"),
+                                               ("no_such_module_xyz:f", "No module named"),
+                                               ("json:nope", "has no attribute"),
+                                               ("json:__doc__", "is not callable")])
+def test_a_bad_tool_spec_is_a_usage_error(workspace: Path, stub: StubServer, spec: str, problem: str) -> None:
+    result = CliRunner().invoke(app, chat_args(workspace, stub, "--tool", spec, "-m", "hi"))
+    assert result.exit_code == 2 and problem in result.output and stub.requests == []

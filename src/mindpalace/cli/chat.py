@@ -3,6 +3,8 @@ memory (a thin layer over :class:`mindpalace.agent.Agent`)."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,9 @@ def chat(
         None, "--message", "-m", help="Send one message, print the reply and exit (no REPL)."),
     correct: list[str] = typer.Option(
         [], "--correct", help="Record a user correction before the message (repeatable)."),
+    tools: list[str] = typer.Option(
+        [], "--tool", help="A tool as MODULE:NAME — a function decorated with mindpalace.agent.tool, "
+        "or a plain annotated function (read-only); repeatable."),
     model: str | None = typer.Option(None, "--model", help="Model name (default agent.model, OPENAI_MODEL, llm.model)."),
     base_url: str | None = typer.Option(
         None, "--base-url", help="OpenAI-compatible endpoint (default agent.base_url, llm.base_url, OPENAI_BASE_URL)."),
@@ -53,8 +58,9 @@ def chat(
     from mindpalace.memory import Memory
 
     overrides: dict[str, Any] = {k: v for k, v in (("model", model), ("base_url", base_url)) if v}
+    callables = [_load_tool(spec) for spec in tools]
     with Memory.open(workspace, create=False, agent=overrides or None) as mem, \
-            Agent(mem.session(session, user=user, agent=agent), holder="mindpalace chat") as bot:
+            Agent(mem.session(session, user=user, agent=agent), callables, holder="mindpalace chat") as bot:
         resumed = bot.resume()
         if resumed is not None:
             _show(resumed, as_json, note="continued an unfinished turn")
@@ -64,6 +70,23 @@ def chat(
             _show(bot.run(message), as_json)
             return
         _repl(bot, as_json)
+
+
+def _load_tool(spec: str) -> Any:
+    """The object named by MODULE:NAME (imported from the current folder too)."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise typer.BadParameter(f"{spec!r}: expected MODULE:NAME, e.g. mytools:book_ticket",
+                                 param_hint="--tool")
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # a tools module beside the user, as `python -m` would find it
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise typer.BadParameter(f"{spec!r}: {exc}", param_hint="--tool") from exc
+    if not callable(obj):
+        raise typer.BadParameter(f"{spec!r} is not callable", param_hint="--tool")
+    return obj
 
 
 def _repl(bot: Agent, as_json: bool) -> None:
