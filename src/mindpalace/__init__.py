@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
+        AuthError,
         CircuitOpenError,
         ConcurrencyError,
         ConfigError,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         MindPalaceError,
         NotFoundError,
         OutcomeUnknownError,
+        PermissionDeniedError,
         ProviderError,
         ProviderResponseError,
         ProviderTimeoutError,
@@ -58,10 +60,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
-    "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
+    "AuthError", "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
     "DatabaseCorruptError", "DimensionMismatchError", "DiskFullError", "EffectNotApplied",
     "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
-    "OutcomeUnknownError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
+    "OutcomeUnknownError", "PermissionDeniedError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
     "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
@@ -86,6 +88,7 @@ _LOCATIONS: dict[str, str] = {
 
 __all__ = [
     "ANY",
+    "AuthError",
     "AutoCompact",
     "BuiltContext",
     "CircuitOpenError",
@@ -113,6 +116,7 @@ __all__ = [
     "MindPalaceError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "PermissionDeniedError",
     "ProviderError",
     "ProviderResponseError",
     "ProviderTimeoutError",
