@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from mindpalace.aio import AsyncMemory, AsyncSession
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
+        AuthError,
         CircuitOpenError,
         ConcurrencyError,
         ConfigError,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         MindPalaceError,
         NotFoundError,
         OutcomeUnknownError,
+        PermissionDeniedError,
         ProviderError,
         ProviderResponseError,
         ProviderTimeoutError,
@@ -59,10 +61,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
-    "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
+    "AuthError", "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
     "DatabaseCorruptError", "DimensionMismatchError", "DiskFullError", "EffectNotApplied",
     "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
-    "OutcomeUnknownError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
+    "OutcomeUnknownError", "PermissionDeniedError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
     "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
@@ -90,6 +92,7 @@ __all__ = [
     "ANY",
     "AsyncMemory",
     "AsyncSession",
+    "AuthError",
     "AutoCompact",
     "BuiltContext",
     "CircuitOpenError",
@@ -117,6 +120,7 @@ __all__ = [
     "MindPalaceError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "PermissionDeniedError",
     "ProviderError",
     "ProviderResponseError",
     "ProviderTimeoutError",
