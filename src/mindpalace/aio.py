@@ -111,8 +111,10 @@ class AsyncMemory:
         self.memory = memory
         self._run = _Runner(max_threads)
         self._sessions: OrderedDict[Scope, Session] = OrderedDict()
+        self._tenants: dict[str, AsyncMemory] = {}
         self._lock = threading.Lock()
         self._warm = False
+        self._root = True  # closes the store on aclose (a for_tenant handle does not)
 
     @classmethod
     async def open(
@@ -134,6 +136,30 @@ class AsyncMemory:
     @property
     def tenant(self) -> str:
         return self.memory.tenant
+
+    def for_tenant(self, tenant: str) -> AsyncMemory:
+        """The handle of `tenant` on the same workspace: same store, services and thread
+        limiter (:meth:`Memory.for_tenant`); one per tenant, kept. Closing it closes nothing —
+        close this handle.
+
+        Raises:
+            ValidationError: `tenant` is not a valid scope field.
+        """
+        if tenant == self.tenant:
+            return self
+        with self._lock:
+            handle = self._tenants.get(tenant)
+            if handle is None:
+                handle = AsyncMemory.__new__(AsyncMemory)
+                handle.memory = self.memory.for_tenant(tenant)
+                handle._run = self._run
+                handle._sessions = OrderedDict()
+                handle._tenants = {}
+                handle._lock = threading.Lock()
+                handle._warm = self._warm
+                handle._root = False
+                self._tenants[tenant] = handle
+            return handle
 
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
         """A concrete scope in this handle's tenant (no I/O)."""
@@ -195,10 +221,13 @@ class AsyncMemory:
         return AsyncTask(self, task)
 
     async def aclose(self) -> None:
-        """Close the store and the LLM client (waits for no running call: close last)."""
+        """Close the store and the LLM client (waits for no running call: close last); a
+        :meth:`for_tenant` handle closes nothing."""
         with self._lock:
             self._sessions.clear()
-        await self._run(self.memory.close)
+            self._tenants.clear()
+        if self._root:
+            await self._run(self.memory.close)
 
     async def __aenter__(self) -> AsyncMemory:
         return self
