@@ -56,6 +56,7 @@ def http_server(workspace: Path, *args: str) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=30)
         drain.join(timeout=30)
+        proc.stderr.close()
 
 
 @asynccontextmanager

@@ -8,6 +8,7 @@ from typing import Any
 from mcp import Client
 
 from mindpalace.mcpserver import TOOL_NAMES
+
 from .helpers import call, names, refused
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 
 from mindpalace import Memory
+
 from .helpers import call, stdio_client
 from .scenarios import (
     bad_input_is_a_tool_error,
