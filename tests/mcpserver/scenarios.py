@@ -78,6 +78,7 @@ async def bad_input_is_a_tool_error(c: Client, **scope: Any) -> None:
         ("get_context", {"budget_tokens": -5}, "budget_tokens"),
         ("task_status", {"task_id": "a/b"}, "a/b"),
         ("no_such_tool", {}, "Unknown tool"),
+        ("remember", {"key": "user:x", "content": "x", "session_id": "mcp-idempotency"}, "reserved"),
     ]
     for tool, args, named in cases:
         message = await refused(c, tool, **{**scope, **args})
@@ -108,3 +109,8 @@ async def idempotency_key_replays(c: Client, **scope: Any) -> dict[str, Any]:
     await refused(c, "forget", key="nocolon", idempotency_key="bad-1", **scope)
     assert not (await call(c, "forget", key="user:nothing", idempotency_key="bad-1", **scope))["replayed"]
     return first
+
+
+async def resources_are_a_seam(c: Client) -> None:
+    """No knowledge files yet (issue 12): the server lists no resources, and says so cleanly."""
+    assert (await c.list_resources()).resources == []

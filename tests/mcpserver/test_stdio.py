@@ -14,6 +14,7 @@ from .scenarios import (
     bad_input_is_a_tool_error,
     every_tool_works,
     idempotency_key_replays,
+    resources_are_a_seam,
 )
 
 
@@ -24,6 +25,7 @@ def test_every_tool_bad_input_and_replay_across_a_restart(tmp_path: Path) -> Non
     async def main() -> None:
         async with stdio_client(ws, "--user", "u1", "--agent", "planner") as c:
             await every_tool_works(c)
+            await resources_are_a_seam(c)
             await bad_input_is_a_tool_error(c, session_id="bad")
             first = await idempotency_key_replays(c, session_id="idem")
         async with stdio_client(ws, "--user", "u1", "--agent", "planner") as c:  # a new process

@@ -34,7 +34,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from mindpalace.aio import AsyncMemory, AsyncSession
-from mindpalace.errors import MindPalaceError
+from mindpalace.errors import MindPalaceError, OutcomeUnknownError
 from mindpalace.mcpserver.idempotency import LEDGER_SESSION, run_once
 from mindpalace.mcpserver.keys import caller_key
 from mindpalace.mcpserver.models import (
@@ -107,6 +107,8 @@ class MemoryTools:
 
     def _session(self, mem: AsyncMemory, user_id: str | None, agent_id: str | None,
                  session_id: str | None) -> AsyncSession:
+        if session_id == LEDGER_SESSION:  # the idempotency ledger is not a tool's to touch
+            raise ToolError(f"session_id {LEDGER_SESSION!r} is reserved for idempotency keys")
         d = self.defaults
         return mem.session(d.session_id if session_id is None else session_id,
                            user=d.user_id if user_id is None else user_id,
@@ -118,6 +120,10 @@ class MemoryTools:
             return await call()
         except ToolError:
             raise
+        except OutcomeUnknownError as exc:
+            raise ToolError(f"OutcomeUnknownError: idempotency_key {exc.key.split(':', 1)[-1]!r}: "
+                            "a call with this key is still running or was interrupted; nothing "
+                            f"was written now ({exc})") from exc
         except MindPalaceError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
