@@ -235,26 +235,6 @@ class Memory:
             chunk_tokens=embed.chunk_tokens, overlap_tokens=embed.chunk_overlap_tokens,
         )
 
-    # Services that hold no tenant: a handle for another tenant shares them (see for_tenant).
-    _SHARED_SERVICES = ("tokens", "llm", "summarizer", "embedder", "retriever", "history")
-
-    def for_tenant(self, tenant: str) -> Memory:
-        """A handle on the same workspace, store and services, scoped to `tenant` (I10):
-        servers keep one per API key's tenant instead of re-opening the workspace (and
-        reloading an embedder) per tenant. Close only the handle it came from — they share
-        the store.
-
-        Raises:
-            ValidationError: `tenant` is not a valid scope field.
-        """
-        Scope(tenant)  # validates: a string, no NUL or lone surrogate, ≤ 200 characters
-        other = Memory(self.workspace, self.store, tenant=tenant,
-                       event_registry=self.event_registry)
-        for name in self._SHARED_SERVICES:  # only the ones built so far; the rest build lazily
-            if name in self.__dict__:
-                other.__dict__[name] = self.__dict__[name]
-        return other
-
     # -- sessions, tasks, maintenance ---------------------------------------------------------
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
         """A concrete scope in this handle's tenant."""
