@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         ProviderResponseError,
         ProviderTimeoutError,
         ReadOnlyWorkspaceError,
+        RemoteError,
         SchemaVersionError,
         StoreBusyError,
         StoreError,
@@ -64,7 +65,7 @@ _ERRORS = (
     "DatabaseCorruptError", "DimensionMismatchError", "DiskFullError", "EffectNotApplied",
     "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
     "OutcomeUnknownError", "PermissionDeniedError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
-    "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
+    "ReadOnlyWorkspaceError", "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
 _LOCATIONS: dict[str, str] = {
@@ -123,6 +124,7 @@ __all__ = [
     "ReadOnlyWorkspaceError",
     "RecallHit",
     "Remembered",
+    "RemoteError",
     "SchemaVersionError",
     "Scope",
     "Session",

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from mindpalace.auth import require_tenant
 from mindpalace.memory import Memory
 from mindpalace.rest import problems
+from mindpalace.rest.body import BodyLimit
 from mindpalace.rest.deps import TenantPool
 from mindpalace.rest.routes import ROUTERS
 from mindpalace.settings import ServerSettings
@@ -60,7 +61,6 @@ def create_app(
             memory.close()
 
     app = FastAPI(title=API_TITLE, version=__version__, lifespan=lifespan,
-                  max_body_size=server.max_body_bytes,
                   description="Memory for long-horizon LLM agents, scoped per tenant by API key.")
     app.state.pool = TenantPool(memory)
     app.state.auth = auth
@@ -68,6 +68,7 @@ def create_app(
     app.state.server_settings = server
     app.state.max_body_bytes = server.max_body_bytes
     problems.install(app)
+    app.add_middleware(BodyLimit, max_body_bytes=server.max_body_bytes)
     for router in ROUTERS:
         app.include_router(router)
     return app

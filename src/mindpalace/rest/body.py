@@ -1,4 +1,10 @@
-"""Strict JSON request bodies: what ``json.loads`` lets through but storage must not see.
+"""Request bodies: a size limit (413) and strict JSON — what ``json.loads`` lets through but
+storage must not see.
+
+:class:`BodyLimit` refuses a body over ``server.max_body_bytes`` before it is parsed: at once
+when Content-Length says so, else as the chunks arrive (chunked transfer encoding), with a 413
+problem. (Starlette's own limiter answers a declared-too-large body with text/plain, which
+would break the one-error-format rule.)
 
 Python's decoder accepts ``NaN`` / ``Infinity`` and ``"\\ud800"`` (a lone surrogate UTF-8 cannot
 encode) and recurses until a RecursionError on hostile nesting. :class:`StrictRoute` parses
@@ -15,8 +21,10 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mindpalace.rest.problems import BadBody
+from mindpalace.rest.problems import BadBody, problem
 from mindpalace.textsafe import MAX_JSON_DEPTH
 
 
@@ -109,3 +117,57 @@ class StrictRoute(APIRoute):
             return await handler(StrictRequest(request.scope, request.receive))
 
         return strict
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive`` when the chunks read so far pass the limit (rendered as 413)."""
+
+    def __init__(self) -> None:
+        super().__init__(413, "request body over the limit")
+
+
+class BodyLimit:
+    """ASGI middleware: at most `max_body_bytes` of request body, else a 413 problem.
+
+    Args:
+        app: the wrapped application.
+        max_body_bytes: the limit (bytes), ``server.max_body_bytes``.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_body_bytes:
+            response = problem(413, f"request body of {declared} bytes is over the limit of "
+                               f"{self.max_body_bytes} bytes (server.max_body_bytes)",
+                               Request(scope))
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    raise BodyTooLarge
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
