@@ -81,7 +81,7 @@ class TestErrorsMapBack:
         with pytest.raises(ValidationError, match="role"):
             s.add_message({"role": "wizard", "content": "x"})
         with pytest.raises(ValidationError, match="naive"):
-            s.add_message({"role": "user", "content": "x"}, timestamp=datetime(2025, 5, 1))  # noqa: DTZ001
+            s.add_message({"role": "user", "content": "x"}, timestamp=datetime(2025, 5, 1))
 
     def test_constraint(self, remote: RemoteMemory) -> None:
         s = remote.session(SESSION)
