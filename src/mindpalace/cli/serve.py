@@ -17,6 +17,8 @@ def serve(
     no_auth: bool = typer.Option(False, "--no-auth", help="Serve without API keys (loopback only)."),
     tenant: str = typer.Option("default", "--tenant", "-t", help="Tenant of every request with --no-auth."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log",
+                                    help="Log one line per request."),
 ) -> None:
     """Serve the REST API (OpenAPI at /openapi.json); every /v1 request needs an API key
     (`mindpalace keys create TENANT`) unless bound to loopback with --no-auth."""
@@ -38,4 +40,5 @@ def serve(
     if port is not None:
         settings.port = port
     check_auth(settings.host, not no_auth)
-    run(workspace, settings, auth=not no_auth, tenant=tenant, log_level=log_level)
+    run(workspace, settings, auth=not no_auth, tenant=tenant, log_level=log_level,
+        access_log=access_log)

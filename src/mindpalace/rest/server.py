@@ -43,6 +43,7 @@ def serve(
     auth: bool = True,
     tenant: str = "default",
     log_level: str = "info",
+    access_log: bool = True,
 ) -> None:
     """Serve the workspace until interrupted (blocks).
 
@@ -51,6 +52,7 @@ def serve(
         settings: host, port and limits (``[server]``, overridden by the command line).
         auth: require API keys; False only on loopback (see :func:`check_auth`).
         tenant: the tenant of every request when `auth` is False.
+        log_level / access_log: uvicorn's logging (one line per request when `access_log`).
 
     Raises:
         ConfigError: --no-auth off loopback. WorkspaceError: not a workspace.
@@ -62,4 +64,4 @@ def serve(
     check_auth(settings.host, auth)
     app = create_app(workspace, settings, auth=auth, tenant=tenant)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                server_header=False)
+                access_log=access_log, server_header=False)
