@@ -70,5 +70,5 @@ def create_app(
     problems.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=server.max_body_bytes)
     for router in ROUTERS:
-        app.include_router(router)
+        app.include_router(router, responses=problems.RESPONSES if router.prefix else None)
     return app

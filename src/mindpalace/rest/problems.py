@@ -21,6 +21,7 @@ from typing import Any, Final
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from mindpalace import errors as e
@@ -51,6 +52,27 @@ STATUS_OF: Final[tuple[tuple[type[e.MindPalaceError], int], ...]] = (
     (e.MindPalaceError, 500),
 )
 RETRY_AFTER_SECONDS: Final = 1  # StoreBusyError / CircuitOpenError: a short, bounded wait
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem object (``application/problem+json``), as every error reply is."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+    error: str | None = None
+
+
+def _documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    schema = {"schema": {"$ref": "#/components/schemas/Problem"}}
+    return {status: {"description": HTTPStatus(status).phrase, "model": Problem,
+                     "content": {MEDIA_TYPE: schema}} for status in statuses}
+
+
+RESPONSES: Final = _documented(401, 403, 404, 409, 413, 422, 503)
+"""The error replies every /v1 route may give, for the OpenAPI schema."""
 
 
 class BadBody(HTTPException):
