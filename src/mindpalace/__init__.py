@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         ProviderResponseError,
         ProviderTimeoutError,
         ReadOnlyWorkspaceError,
+        RemoteError,
         SchemaVersionError,
         StoreBusyError,
         StoreError,
@@ -65,7 +66,7 @@ _ERRORS = (
     "DatabaseCorruptError", "DimensionMismatchError", "DiskFullError", "EffectNotApplied",
     "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
     "OutcomeUnknownError", "PermissionDeniedError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
-    "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
+    "ReadOnlyWorkspaceError", "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
 _LOCATIONS: dict[str, str] = {
@@ -127,6 +128,7 @@ __all__ = [
     "ReadOnlyWorkspaceError",
     "RecallHit",
     "Remembered",
+    "RemoteError",
     "SchemaVersionError",
     "Scope",
     "Session",

@@ -23,6 +23,7 @@
     │   └── TokenBudgetExceededError        the job's token budget is spent
     ├── AuthError                           unknown, revoked or malformed API key (HTTP 401)
 │   └── PermissionDeniedError           the key lacks the scope the call needs (HTTP 403)
+├── RemoteError                         the REST server is unreachable or answered garbage
 ├── ConstraintError                     protected-constraint refusal or guard violation
     ├── OutcomeUnknownError                 a side effect started but its outcome is unknown
     └── EffectNotApplied                    raised BY a tool: its side effect did not happen
@@ -248,6 +249,20 @@ class PermissionDeniedError(AuthError):
             "create a key with that scope (`mindpalace keys create --scope ...`)"
         )
         self.problem = f"missing scope {needed!r}"
+
+
+class RemoteError(MindPalaceError):
+    """The REST server could not be reached, timed out, or answered with something that is not
+    a problem+json error (raised by :mod:`mindpalace.client` only).
+
+    Args:
+        message: what failed and what to do next.
+        status_code: the HTTP status, when there was an answer.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)
 
 
 class ConstraintError(MindPalaceError):

@@ -276,6 +276,16 @@ class ContextSettings(_Section):
     )
 
 
+class ServerSettings(_Section):
+    """The REST server (``mindpalace serve``; mindpalace.rest)."""
+
+    host: str = Field("127.0.0.1", description="Interface to bind; loopback by default. Anything else requires API keys.")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port (0 = any free port).")
+    max_body_bytes: int = Field(1_048_576, ge=1_024, description="Largest request body accepted (bytes); a larger one is refused with 413 before it is parsed, chunked bodies included.")
+    page_default_items: int = Field(50, ge=1, description="Items per page of a list route when the request names no limit.")
+    page_max_items: int = Field(500, ge=1, description="Largest limit a list route accepts (items).")
+
+
 class Settings(BaseSettings):
     """All settings of one workspace. See the section classes for each value's meaning and unit."""
 
@@ -294,6 +304,7 @@ class Settings(BaseSettings):
     facts: FactSettings = FactSettings()
     tasks: TaskSettings = TaskSettings()
     context: ContextSettings = ContextSettings()
+    server: ServerSettings = ServerSettings()
 
     @model_validator(mode="before")
     @classmethod

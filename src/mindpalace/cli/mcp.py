@@ -55,7 +55,9 @@ def mcp(
     http = HttpOptions(host=host, port=port, auth=not no_auth).check() \
         if transport is Transport.http else None
     defaults = ToolDefaults(tenant=tenant, user_id=user, agent_id=agent, session_id=session)
-    memory = AsyncMemory(open_memory(workspace).for_tenant(tenant), max_threads=max_threads)
+    root = open_memory(workspace)
+    memory = AsyncMemory(root if tenant == root.tenant else root.for_tenant(tenant),
+                         max_threads=max_threads)
 
     async def main() -> None:
         try:
@@ -64,6 +66,6 @@ def mcp(
             else:
                 await serve_http(memory, defaults, http)
         finally:
-            memory.memory.store.close()
+            root.close()
 
     anyio.run(main)
