@@ -7,6 +7,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mcp.server.mcpserver.exceptions import ToolError
 
 from mindpalace import Memory
@@ -79,3 +81,47 @@ def test_tenant_handles_share_the_store_and_nothing_else(tmp_path: Path) -> None
     anyio.run(main)
     with Memory.open(tmp_path / "ws2") as mem, pytest.raises(ValidationError, match=r"scope\.tenant"):
         mem.for_tenant(1)  # type: ignore[arg-type]
+
+
+_ids = st.sampled_from(["", "u1", "u2", "trip-42", "mcp"])
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writer=st.tuples(_ids, _ids, _ids), reader=st.tuples(_ids, _ids, _ids),
+       key=st.sampled_from(["same-key", "other-key"]))
+def test_i10_no_read_tool_of_another_tenant_sees_a_write(
+    tmp_path_factory: pytest.TempPathFactory, writer: tuple[str, str, str],
+    reader: tuple[str, str, str], key: str,
+) -> None:
+    """Whatever user / agent / session ids either side picks, nothing tenant a wrote comes back
+    through any read tool of tenant b, and an idempotency key of a's is unknown to b (I10)."""
+    ws = tmp_path_factory.mktemp("i10") / "ws"
+    secret = "tenant-a-secret-walrus"
+
+    async def main() -> None:
+        root = AsyncMemory(Memory.open(ws, embed={"provider": "hashing"}))
+        a = MemoryTools(root, ToolDefaults(tenant="a"))
+        b = MemoryTools(root, ToolDefaults(tenant="b"))
+        wu, wa, wsn = writer
+        ru, ra, rs = reader
+        w = {"user_id": wu, "agent_id": wa, "session_id": wsn or "s"}
+        r = {"user_id": ru, "agent_id": ra, "session_id": rs or "s"}
+        await a.remember("user:code", secret, importance=0.9, idempotency_key="same-key", **w)
+        step = await a.record_step(goal=f"note {secret}", evaluation="success", **w)
+        await a.set_constraint("code", secret, **w)
+        await a.checkpoint(artifacts={"code": secret}, **w)
+        seen = [
+            await b.recall(secret, limit=50, **r),
+            await b.read_records([f"step_{step.step}", "fact:user:code", "history:1"], **r),
+            await b.get_context(query=secret, **r),
+            await b.task_status(**r),
+        ]
+        assert all(secret not in out.model_dump_json() for out in seen)
+        assert not (await b.forget("user:code", **r)).forgotten
+        again = await b.remember("user:code", "b's own", importance=0.9, idempotency_key=key, **r)
+        assert not again.replayed
+        assert secret in (await a.recall(secret, **w)).model_dump_json()  # a's memory is intact
+        await root.aclose()
+
+    anyio.run(main)
