@@ -41,6 +41,7 @@ import anyio.to_thread
 
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext
+from mindpalace.errors import ValidationError
 from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
 from mindpalace.memory import Memory, Session, SessionStatus, SettingsOverride, WorkspaceStats
 from mindpalace.scope import Scope
@@ -85,8 +86,6 @@ class _Runner:
 
     def __init__(self, max_threads: int) -> None:
         if not isinstance(max_threads, int) or isinstance(max_threads, bool) or max_threads < 1:
-            from mindpalace.errors import ValidationError
-
             raise ValidationError(f"max_threads must be an int ≥ 1, got {max_threads!r}")
         self.limiter = anyio.CapacityLimiter(max_threads)
 
@@ -140,7 +139,8 @@ class AsyncMemory:
     def for_tenant(self, tenant: str) -> AsyncMemory:
         """The handle of `tenant` on the same workspace: same store, services and thread
         limiter (:meth:`Memory.for_tenant`); one per tenant, kept. Closing it closes nothing —
-        close this handle.
+        close this handle. Cheap once this handle's services are built (after its first
+        awaited call); before that, the first call here builds them in the calling thread.
 
         Raises:
             ValidationError: `tenant` is not a valid scope field.
@@ -156,7 +156,7 @@ class AsyncMemory:
                 handle._sessions = OrderedDict()
                 handle._tenants = {}
                 handle._lock = threading.Lock()
-                handle._warm = self._warm
+                handle._warm = True  # Memory.for_tenant shared every built service
                 handle._root = False
                 self._tenants[tenant] = handle
             return handle
@@ -236,17 +236,7 @@ class AsyncMemory:
         await self.aclose()
 
 
-class _View:
-    """Base of the async views: the handle that runs their calls."""
-
-    def __init__(self, owner: AsyncMemory) -> None:
-        self._owner = owner
-
-    async def _call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        return await self._owner.run(fn, *args, **kwargs)
-
-
-class AsyncSession(_View):
+class AsyncSession:
     """One agent conversation, async: :class:`~mindpalace.memory.Session` with awaitable calls.
 
     Views: :attr:`messages`, :attr:`facts`, :attr:`steps`, :attr:`tasks` (:attr:`task`,
@@ -255,7 +245,7 @@ class AsyncSession(_View):
     """
 
     def __init__(self, owner: AsyncMemory, sync: Session) -> None:
-        super().__init__(owner)
+        self._owner = owner
         self.sync = sync
         self._lock = threading.Lock()
         self._warm = False
