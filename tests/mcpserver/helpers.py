@@ -25,11 +25,12 @@ def cli(workspace: Path, *args: str) -> list[str]:
 
 
 @asynccontextmanager
-async def stdio_client(workspace: Path, *args: str) -> AsyncIterator[Client]:
-    """The SDK client on a fresh ``mindpalace mcp`` child process (stdio transport)."""
+async def stdio_client(workspace: Path, *args: str, mode: str = "auto") -> AsyncIterator[Client]:
+    """The SDK client on a fresh ``mindpalace mcp`` child process (stdio transport); `mode`
+    ``legacy`` speaks the pre-2026 initialize handshake, as many hosts still do."""
     command = cli(workspace, *args)
     params = StdioServerParameters(command=command[0], args=command[1:], env=ENV)
-    async with Client(params) as client:
+    async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
         yield client
 
 
@@ -60,11 +61,12 @@ def http_server(workspace: Path, *args: str) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def http_client(url: str, secret: str | None = None) -> AsyncIterator[Client]:
+async def http_client(url: str, secret: str | None = None, *, mode: str = "auto") -> AsyncIterator[Client]:
     """The SDK client over streamable HTTP, with ``Authorization: Bearer <secret>``."""
     headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
     async with (httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http,
-                Client(streamable_http_client(url, http_client=http)) as client):
+                Client(streamable_http_client(url, http_client=http),
+                       mode=mode) as client):  # type: ignore[arg-type]
         yield client
 
 

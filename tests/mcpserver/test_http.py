@@ -76,6 +76,17 @@ def test_every_tool_and_bad_input_over_http(url: str, keys: Keys) -> None:
     anyio.run(main)
 
 
+def test_both_protocol_eras_are_served(url: str, keys: Keys) -> None:
+    async def main() -> None:
+        for mode in ("auto", "legacy"):
+            async with http_client(url, keys.acme, mode=mode) as c:
+                assert (c.protocol_version >= "2026") == (mode == "auto"), c.protocol_version
+                await call(c, "checkpoint", artifacts={"mode": mode}, user_id="u-era")
+                assert (await call(c, "task_status", user_id="u-era"))["artifacts"] == {"mode": mode}
+
+    anyio.run(main)
+
+
 def test_a_request_without_a_live_key_is_refused(url: str, keys: Keys) -> None:
     assert post(url, None) == 401
     assert post(url, "mp_0123456789abcdef_" + "x" * 43) == 401  # well-formed, unknown

@@ -39,3 +39,17 @@ def test_every_tool_bad_input_and_replay_across_a_restart(tmp_path: Path) -> Non
         assert s.read_records(["step_1"]).found["step_1"].description.startswith("Step 1 (success)")
         pets = mem.session("idem", user="u1", agent="planner").facts.history("user:pet")
         assert len(pets) == 1  # three calls with one key (one after a restart): one write
+
+
+def test_a_host_on_the_legacy_handshake_is_served(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    Memory.open(ws).close()
+
+    async def main() -> None:
+        async with stdio_client(ws, mode="legacy") as c:
+            assert c.protocol_version < "2026"  # the initialize handshake, not the 2026 revision
+            await call(c, "remember", key="user:name", content="Ada", importance=0.9)
+            hits = await call(c, "recall", query="name")
+            assert hits["results"][0]["id"] == "fact:user:name"
+
+    anyio.run(main)
