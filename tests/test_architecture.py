@@ -13,12 +13,15 @@ PACKAGE = "mindpalace"
 # DESIGN.md §2, top first. Siblings inside one Layer may import each other (independent=False)
 # as long as no cycle forms; a lower layer never imports a higher one.
 LAYERS = (
-    grimp.Layer("cli", "demo", "eval", "replay", "testing", independent=False),  # interfaces
-    grimp.Layer("agent"),  # the agent loop: a client of the facade, driven by the interfaces
+    grimp.Layer("cli", "demo", "eval", "replay", "testing", "rest", "client", "mcpserver",
+                independent=False),  # interfaces
+    grimp.Layer("agent", "aio", independent=False),  # the agent loop and the async twin:
+    # clients of the facade, driven by the interfaces
     grimp.Layer("memory", "workspace", independent=False),  # the facade: the only wiring
     grimp.Layer("context", "recalled", independent=False),  # assembly: the only place a prompt is built
-    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs",
-                independent=False),  # components (refs: the read_files resolver over them)
+    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "auth",
+                independent=False),  # components (refs: the read_files resolver over them;
+    # auth: API keys per tenant)
     grimp.Layer("retrieval", "summary", "providers", "tokens", independent=False),  # services
     grimp.Layer("store"),  # persistence
     grimp.Layer("settings", "blocks", "checks", "scope", "textsafe", "timeutil", "errors",
@@ -70,7 +73,8 @@ def test_no_layer_imports_a_higher_one(graph: grimp.ImportGraph) -> None:
 def test_nothing_below_the_facade_imports_it(graph: grimp.ImportGraph) -> None:
     importers = graph.find_downstream_modules("mindpalace.memory")  # direct or indirect
     allowed = ("mindpalace.cli", "mindpalace.demo", "mindpalace.eval", "mindpalace.replay",
-               "mindpalace.testing", "mindpalace.agent")
+               "mindpalace.testing", "mindpalace.rest", "mindpalace.aio",
+               "mindpalace.mcpserver", "mindpalace.agent")
     below = sorted(m for m in importers if m != PACKAGE and not m.startswith(allowed))
     assert below == []
 

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mindpalace.agent import Agent, AgentTurn, Tool, tool
+    from mindpalace.aio import AsyncMemory, AsyncSession
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
+        AuthError,
         CircuitOpenError,
         ConcurrencyError,
         ConfigError,
@@ -30,10 +32,12 @@ if TYPE_CHECKING:
         MindPalaceError,
         NotFoundError,
         OutcomeUnknownError,
+        PermissionDeniedError,
         ProviderError,
         ProviderResponseError,
         ProviderTimeoutError,
         ReadOnlyWorkspaceError,
+        RemoteError,
         SchemaVersionError,
         StoreBusyError,
         StoreError,
@@ -59,16 +63,17 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
-    "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
+    "AuthError", "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
     "DatabaseCorruptError", "DimensionMismatchError", "DiskFullError", "EffectNotApplied",
     "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
-    "OutcomeUnknownError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
-    "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
+    "OutcomeUnknownError", "PermissionDeniedError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
+    "ReadOnlyWorkspaceError", "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
 _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "mindpalace.errors"),
     **dict.fromkeys(("Agent", "AgentTurn", "Tool", "tool"), "mindpalace.agent"),
+    **dict.fromkeys(("AsyncMemory", "AsyncSession"), "mindpalace.aio"),
     **dict.fromkeys(("BuiltContext", "ContextBuilder", "ContextReport"), "mindpalace.context"),
     **dict.fromkeys(("Fact", "FactMemory", "RecallHit", "Remembered"), "mindpalace.facts"),
     **dict.fromkeys(("Memory", "Session"), "mindpalace.memory"),
@@ -90,6 +95,9 @@ __all__ = [
     "ANY",
     "Agent",
     "AgentTurn",
+    "AsyncMemory",
+    "AsyncSession",
+    "AuthError",
     "AutoCompact",
     "BuiltContext",
     "CircuitOpenError",
@@ -117,12 +125,14 @@ __all__ = [
     "MindPalaceError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "PermissionDeniedError",
     "ProviderError",
     "ProviderResponseError",
     "ProviderTimeoutError",
     "ReadOnlyWorkspaceError",
     "RecallHit",
     "Remembered",
+    "RemoteError",
     "SchemaVersionError",
     "Scope",
     "Session",

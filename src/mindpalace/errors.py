@@ -21,7 +21,10 @@
     │   ├── ProviderResponseError           HTML error page, empty / malformed reply
     │   ├── CircuitOpenError                breaker open: provider failing, not called
     │   └── TokenBudgetExceededError        the job's token budget is spent
-    ├── ConstraintError                     protected-constraint refusal or guard violation
+    ├── AuthError                           unknown, revoked or malformed API key (HTTP 401)
+│   └── PermissionDeniedError           the key lacks the scope the call needs (HTTP 403)
+├── RemoteError                         the REST server is unreachable or answered garbage
+├── ConstraintError                     protected-constraint refusal or guard violation
     ├── OutcomeUnknownError                 a side effect started but its outcome is unknown
     └── EffectNotApplied                    raised BY a tool: its side effect did not happen
 
@@ -222,6 +225,44 @@ class TokenBudgetExceededError(ProviderError):
         self.job, self.budget, self.spent, self.needed = job, budget, spent, needed
         why = f"; the next call needs at least {needed}" if needed else ""
         super().__init__(f"job {job!r} spent {spent} of its {budget}-token budget{why}; stopping")
+
+
+class AuthError(MindPalaceError):
+    """An API key was missing, malformed, unknown or revoked; nothing was read or written.
+
+    Args:
+        problem: what was wrong with the key (never the secret itself).
+    """
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(f"API key refused: {problem}")
+
+
+class PermissionDeniedError(AuthError):
+    """A valid API key lacks the scope (``read`` / ``write``) the call needs."""
+
+    def __init__(self, key_id: str, needed: str, scopes: tuple[str, ...]) -> None:
+        self.key_id, self.needed, self.scopes = key_id, needed, scopes
+        MindPalaceError.__init__(
+            self, f"API key {key_id!r} has scopes {list(scopes)} but this call needs {needed!r}; "
+            "create a key with that scope (`mindpalace keys create --scope ...`)"
+        )
+        self.problem = f"missing scope {needed!r}"
+
+
+class RemoteError(MindPalaceError):
+    """The REST server could not be reached, timed out, or answered with something that is not
+    a problem+json error (raised by :mod:`mindpalace.client` only).
+
+    Args:
+        message: what failed and what to do next.
+        status_code: the HTTP status, when there was an answer.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)
 
 
 class ConstraintError(MindPalaceError):

@@ -123,6 +123,7 @@ class Memory:
         self.store = store
         self.tenant = tenant
         self.event_registry = event_registry
+        self._owns_store = True
 
     @classmethod
     def open(
@@ -237,6 +238,24 @@ class Memory:
             chunk_tokens=embed.chunk_tokens, overlap_tokens=embed.chunk_overlap_tokens,
         )
 
+    def for_tenant(self, tenant: str) -> Memory:
+        """A handle on the same workspace and store scoped to `tenant` (I10), sharing this
+        handle's services — token counter, summarizer (and so the LLM), embedder, retriever,
+        history log — so a server holding many tenants loads one model and one connection.
+
+        The returned handle does not own the store: close this one, not it. Every scope it
+        makes is in `tenant`; nothing it reads or writes is outside it.
+
+        Raises:
+            ValidationError: `tenant` is not a storable scope value.
+        """
+        Scope(tenant)  # validates the name before anything is shared
+        other = Memory(self.workspace, self.store, tenant=tenant, event_registry=self.event_registry)
+        for name in _SHARED_SERVICES:
+            other.__dict__[name] = getattr(self, name)
+        other._owns_store = False
+        return other
+
     # -- sessions, tasks, maintenance ---------------------------------------------------------
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
         """A concrete scope in this handle's tenant."""
@@ -273,6 +292,10 @@ class Memory:
                          registry=self.event_registry)
 
     def close(self) -> None:
+        """Close the LLM client (if built) and the store; a :meth:`for_tenant` handle closes
+        nothing — the handle it came from owns both."""
+        if not self._owns_store:
+            return
         if "llm" in self.__dict__:  # only if it was built: closes the HTTP pool of a real client
             self.llm.close()
         self.store.close()
@@ -282,6 +305,10 @@ class Memory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SHARED_SERVICES = ("tokens", "summarizer", "embedder", "retriever", "history")
+"""What :meth:`Memory.for_tenant` shares: services that hold no scope (they take one per call)."""
 
 
 class _FirstUse:

@@ -276,6 +276,14 @@ class ContextSettings(_Section):
     )
 
 
+class ServerSettings(_Section):
+    """The REST server (``mindpalace serve``; mindpalace.rest)."""
+
+    host: str = Field("127.0.0.1", description="Interface to bind; loopback by default. Anything else requires API keys.")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port (0 = any free port).")
+    max_body_bytes: int = Field(1_048_576, ge=1_024, description="Largest request body accepted (bytes); a larger one is refused with 413 before it is parsed, chunked bodies included.")
+    page_default_items: int = Field(50, ge=1, description="Items per page of a list route when the request names no limit.")
+    page_max_items: int = Field(500, ge=1, description="Largest limit a list route accepts (items).")
 class AgentSettings(_Section):
     """The tool-using agent loop (mindpalace.agent, ``mindpalace chat``) on an OpenAI-compatible
     model. Unset connection values fall back to ``[llm]`` (when its provider is 'openai'), then
@@ -311,6 +319,7 @@ class Settings(BaseSettings):
     facts: FactSettings = FactSettings()
     tasks: TaskSettings = TaskSettings()
     context: ContextSettings = ContextSettings()
+    server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
 
     @model_validator(mode="before")

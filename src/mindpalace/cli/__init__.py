@@ -12,8 +12,11 @@ from rich.text import Text
 
 from mindpalace.cli import chat as _chat  # noqa: F401  (registers commands)
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
+from mindpalace.cli import keys as _keys  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
+from mindpalace.cli import mcp as _mcp  # noqa: F401  (registers commands)
 from mindpalace.cli import recall as _recall  # noqa: F401  (registers commands)
+from mindpalace.cli import serve as _serve  # noqa: F401  (registers commands)
 from mindpalace.cli import session as _session  # noqa: F401  (registers commands)
 from mindpalace.cli import steps as _steps  # noqa: F401  (registers commands)
 from mindpalace.cli import tasks as _tasks  # noqa: F401  (registers commands)

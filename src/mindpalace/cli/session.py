@@ -81,15 +81,20 @@ def session_show(
 def history_tail(
     workspace: Path = WorkspaceOpt,
     n: int = typer.Option(10, "-n", "--lines", min=1, help="How many newest entries (≥ 1)."),
+    tenant: str | None = typer.Option(
+        None, "--tenant", "-t", help="Only this tenant's entries (default: every tenant)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Show the newest history.jsonl entries (cursor, time, session, kind, message range, text).
+
+    history.jsonl is one file for the whole workspace (an admin view): --tenant narrows it to
+    one tenant's sessions.
 
     Damaged lines (not JSON, not UTF-8, nested too deep, over the line cap) are skipped, each
     with a warning on stderr naming its line number."""
     with open_memory(workspace) as mem:
         scan = mem.history.scan()
-        entries = scan.entries[-n:]
+        entries = [e for e in scan.entries if tenant is None or e.scope.tenant == tenant][-n:]
         path = mem.history.path
     for bad in scan.damaged:
         err_console.print(Text.assemble(("warning:", "yellow"),

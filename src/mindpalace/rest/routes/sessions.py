@@ -1,0 +1,51 @@
+"""Sessions (list, status) and their messages (add, list)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from mindpalace.rest import views
+from mindpalace.rest.body import StrictRoute
+from mindpalace.rest.deps import ReadMemory, ReadSession, WriteSession
+from mindpalace.rest.models import Cursor, Limit, MessageIn, page_limit, paginate
+from mindpalace.scope import ANY, Scope
+from mindpalace.session.messages import STREAM
+
+router = APIRouter(prefix="/v1/sessions", route_class=StrictRoute, tags=["sessions"])
+
+
+@router.get("")
+def list_sessions(request: Request, mem: ReadMemory, limit: Limit = None,
+                  cursor: Cursor = None) -> dict[str, Any]:
+    """The tenant's sessions that hold messages: user, agent, session id, message count."""
+    streams = mem.store.list_streams(Scope(mem.tenant, ANY, ANY, ANY), prefix=STREAM)
+    rows = sorted(({"user": s.user, "agent": s.agent, "session": s.session, "messages": version}
+                   for s, name, version in streams if name == STREAM),
+                  key=lambda r: (str(r["user"]), str(r["agent"]), str(r["session"])))
+    return paginate(rows, page_limit(request, limit), cursor)
+
+
+@router.get("/{session_id}")
+def session_status(s: ReadSession, live_messages: int = 10) -> dict[str, Any]:
+    """Consolidation state, lease and the newest `live_messages` live messages (read-only)."""
+    return views.status(s.status(live_messages=max(0, min(live_messages, 100))))
+
+
+@router.post("/{session_id}/messages", status_code=201)
+def add_message(s: WriteSession, body: MessageIn) -> dict[str, int]:
+    """Append one OpenAI-format message; returns its 1-based index."""
+    return {"index": s.add_message(body.message, timestamp=body.timestamp)}
+
+
+@router.get("/{session_id}/messages")
+def list_messages(request: Request, s: ReadSession, limit: Limit = None,
+                  cursor: Cursor = None) -> dict[str, Any]:
+    """Messages oldest first; the cursor is the next message index."""
+    size = page_limit(request, limit)
+    first = max(1, int(cursor or 1))
+    found = s.messages.list(from_index=first, to_index=first + size - 1)
+    more = bool(found) and found[-1].index < s.messages.count()
+    return {"items": [views.message(m) for m in found],
+            "next_cursor": str(found[-1].index + 1) if more else None}
