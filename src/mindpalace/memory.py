@@ -23,6 +23,8 @@ from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, che
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
+from mindpalace.knowledge import KnowledgeBase
+from mindpalace.knowledge.view import SessionKnowledge
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
 from mindpalace.recalled import MemoryRecaller
@@ -210,6 +212,13 @@ class Memory:
         return HistoryLog(self.workspace.history_dir,
                           entry_max_chars=self.settings.session.history_entry_max_chars)
 
+    @cached_property
+    def knowledge(self) -> KnowledgeBase:
+        """The L0–L3 knowledge files of every scope, git-versioned in ``knowledge/`` (seeds
+        002, 003): ``apply`` patches, ``restore``, ``log``, ``diff``, ``sync`` hand edits."""
+        return KnowledgeBase(self.workspace.knowledge_dir, self.store, counter=self.tokens,
+                             settings=self.settings.knowledge)
+
     def stats(self) -> WorkspaceStats:
         """Counts and sizes of the workspace (an admin view over every scope of the store)."""
         facts = len(self.store.kv_list(Scope(self.tenant, ANY, ANY, ANY), FACTS_NAMESPACE))
@@ -346,6 +355,12 @@ class Session:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`."""
         return Recall(self.facts, self.memory.retriever, self.memory.settings.facts)(query, k)
+
+    @cached_property
+    def knowledge(self) -> SessionKnowledge:
+        """The knowledge files of this session's user and agent (``.user`` / ``.agent``
+        scopes, ``.apply``, ``.read``, ``.sync``); ``.base`` is :attr:`Memory.knowledge`."""
+        return SessionKnowledge.of(self.memory.knowledge, self.scope)
 
     # -- consolidation (seed 002; mindpalace.session.consolidator / autocompact) -------------
     @cached_property
