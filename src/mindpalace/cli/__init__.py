@@ -11,6 +11,7 @@ import sys
 from rich.text import Text
 
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
+from mindpalace.cli import knowledge as _knowledge  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
 from mindpalace.cli import recall as _recall  # noqa: F401  (registers commands)
 from mindpalace.cli import session as _session  # noqa: F401  (registers commands)
