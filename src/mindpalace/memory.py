@@ -416,11 +416,14 @@ class Session:
     def refs(self) -> RefResolver:
         """Resolves ``message:`` / ``history:`` / ``fact:`` references and record names."""
         return RefResolver(self.store, self.scope, history=self.memory.history,
-                           facts=lambda key: self.facts.get(key))
+                           facts=lambda key: self.facts.get(key),
+                           knowledge=lambda whose, file: self.knowledge.read(
+                               file, whose="agent" if whose == "agent" else "user"))
 
     def read_records(self, names: Iterable[str]) -> ReadResult:
         """Records and references by name (read_files protocol): ``step_12``, ``message:17``,
-        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``
+        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``,
+        ``knowledge:user/L2_facts.md``
         (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
         ``.missing``, not raised."""
         return self.refs.read(names)

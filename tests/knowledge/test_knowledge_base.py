@@ -272,3 +272,16 @@ def test_restore_moves_files_and_dream_cursor_back_in_one_commit(memory: Memory,
         kb.restore(scope, "deadbeef00")
     with pytest.raises(KnowledgeError, match="behind the committed cursor"):
         kb.apply(scope, [], author="dream", message="x", dream_cursor=2)
+
+
+def test_knowledge_references_read_back_whole_and_only_the_sessions_own(memory: Memory, s: Session, uid: str) -> None:
+    s.knowledge.apply([Patch.insert("L3/deploy.md", "# Deploy\nPitfall: flag", source=completed_call(s))],
+                      message="learned")
+    s.knowledge.apply([Patch.insert("SOUL.md", "calm")], whose="agent", message="persona")
+    got = s.read_records(["knowledge:user/L3/deploy.md", "knowledge:agent/SOUL.md", "knowledge:user/../x.md",
+                          "knowledge:user/L2_facts.md"])
+    assert got.found["knowledge:user/L3/deploy.md"].body.startswith("# Deploy\nPitfall: flag [source: ledger:")
+    assert got.found["knowledge:agent/SOUL.md"].body == "calm\n"
+    assert got.missing == ["knowledge:user/../x.md", "knowledge:user/L2_facts.md"]
+    other = memory.session(f"x-{uid}", user=f"other-{uid}", agent="planner")
+    assert other.read_records(["knowledge:user/L3/deploy.md"]).missing == ["knowledge:user/L3/deploy.md"]
