@@ -66,7 +66,7 @@ def test_a_no_op_returns_none_and_commits_nothing(memory: Memory, s: Session) ->
 # -- axiom a: no execution, no memory ------------------------------------------------------------
 
 def test_l2_and_l3_writes_need_a_completed_call_of_this_scope(memory: Memory, s: Session, uid: str) -> None:
-    with pytest.raises(AxiomViolation, match="no-execution-no-memory.*must name the source"):
+    with pytest.raises(AxiomViolation, match=r"no-execution-no-memory.*must name the source"):
         s.knowledge.apply([Patch.insert("L2_facts.md", "- repo at /srv/app")], message="x")
     with pytest.raises(AxiomViolation, match="no such tool call"):
         s.knowledge.apply([Patch.insert("L2_facts.md", "- repo at /srv/app", source="ledger:t/ls:abc")], message="x")
@@ -142,7 +142,7 @@ def l1_lines(n: int) -> str:
 
 def test_an_api_write_over_the_l1_limit_is_refused_with_numbers(memory: Memory, s: Session) -> None:
     s.knowledge.apply([Patch.insert("L1_index.md", l1_lines(30))], message="thirty pointers")
-    with pytest.raises(AxiomViolation, match="31 lines .* limits are 30 lines"):
+    with pytest.raises(AxiomViolation, match=r"31 lines .* limits are 30 lines"):
         s.knowledge.apply([Patch.insert("L1_index.md", "one more → L3/more.md")], message="x")
     assert len((s.knowledge.read("L1_index.md") or "").splitlines()) == 30
 
@@ -185,7 +185,7 @@ def test_a_restore_over_a_lowered_l1_limit_is_refused(workspace_dir: Path, uid: 
     assert first is not None
     with Memory.open(workspace_dir, embed={"provider": "none"}, knowledge={"l1_max_lines": 10}) as mem:
         head = subjects(mem)
-        with pytest.raises(AxiomViolation, match="20 lines .* limits are 10 lines"):
+        with pytest.raises(AxiomViolation, match=r"20 lines .* limits are 10 lines"):
             mem.knowledge.restore(scope, first.sha)
         assert subjects(mem) == head and len((mem.knowledge.read(scope, "L1_index.md") or "").splitlines()) == 5
 

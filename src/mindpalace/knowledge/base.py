@@ -226,6 +226,12 @@ class KnowledgeBase:
             KnowledgeError: unknown revision."""
         return self.git.diff(self.git.resolve(rev), scope.folder if scope is not None else None)
 
+    def files_of(self, scopes: Sequence[KnowledgeScope]) -> dict[KnowledgeScope, dict[str, str]]:
+        """:meth:`files` of several scopes at the last commit, read in one go (the prompt's path)."""
+        found = self.git.read_folders([s.folder for s in scopes])
+        return {s: {k: v.decode("utf-8", errors="replace") for k, v in sorted(found[s.folder].items())}
+                for s in scopes}
+
     def scopes(self) -> list[KnowledgeScope]:
         """Every scope with a folder on disk or in the last commit."""
         found: set[str] = set()

@@ -42,6 +42,7 @@ message says what changed and why, so `git log -p` shows how the agent's knowled
 You may edit any file by hand: mindpalace notices it, checks it and commits it as a hand edit.
 """
 _AUTHOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._@+-]{0,63}$")
+_CACHE_TREES: Final = 256  # folder trees whose files are kept in memory (cleared when full)
 _HEAD_N = re.compile(r"^(HEAD|@)(?:~(\d+))?$")
 
 
@@ -101,6 +102,7 @@ class GitStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._cache: dict[ObjectID, dict[str, bytes]] = {}  # folder tree id → its files
 
     @property
     def meta_dir(self) -> Path:
@@ -180,12 +182,30 @@ class GitStore:
 
     def read_folder(self, folder: str, rev: ObjectID | None = None) -> dict[str, bytes]:
         """{path relative to `folder`: content} of every file under `folder` at `rev`."""
+        return self.read_folders([folder], rev)[folder]
+
+    def read_folders(self, folders: list[str], rev: ObjectID | None = None) -> dict[str, dict[str, bytes]]:
+        """:meth:`read_folder` of several folders with one repository open; a folder's files
+        are cached by its tree id (content-addressed, so the cache is never stale)."""
+        out: dict[str, dict[str, bytes]] = {}
         with self._repo() as repo:
-            tree = _subtree(repo, rev, folder)
-            if tree is None:
-                return {}
-            return {e.path.decode(): repo[e.sha].as_raw_string()
-                    for e in repo.object_store.iter_tree_contents(tree) if e.path and e.sha}
+            if rev is None:
+                rev = _head(repo)
+            root = repo[rev].tree if rev is not None else None  # type: ignore[attr-defined]
+            for folder in folders:
+                tree = _subtree_of(repo, root, folder) if root is not None else None
+                if tree is None:
+                    out[folder] = {}
+                    continue
+                cached = self._cache.get(tree)
+                if cached is None:
+                    cached = {e.path.decode(): repo[e.sha].as_raw_string()
+                              for e in repo.object_store.iter_tree_contents(tree) if e.path and e.sha}
+                    if len(self._cache) >= _CACHE_TREES:
+                        self._cache.clear()
+                    self._cache[tree] = cached
+                out[folder] = dict(cached)
+        return out
 
     def folder_blobs(self, folder: str, rev: ObjectID | None = None) -> dict[str, str]:
         """{path relative to `folder`: blob id (hex)} at `rev` — compares content by hash."""
