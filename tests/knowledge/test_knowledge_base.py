@@ -285,3 +285,15 @@ def test_knowledge_references_read_back_whole_and_only_the_sessions_own(memory: 
     assert got.missing == ["knowledge:user/../x.md", "knowledge:user/L2_facts.md"]
     other = memory.session(f"x-{uid}", user=f"other-{uid}", agent="planner")
     assert other.read_records(["knowledge:user/L3/deploy.md"]).missing == ["knowledge:user/L3/deploy.md"]
+
+
+def test_preview_is_the_diff_apply_would_commit_and_writes_nothing(memory: Memory, s: Session) -> None:
+    kb, scope = memory.knowledge, s.knowledge.scope()
+    kb.apply(scope, [Patch.insert("USER.md", "- likes tea")], author="api", message="seed")
+    head = subjects(memory)
+    diff = kb.preview(scope, [Patch.replace("USER.md", "tea", "green tea")], dream_cursor=5)
+    assert "-- likes tea" in diff and "+- likes green tea" in diff and "+5" in diff
+    assert subjects(memory) == head and kb.read_cursor(scope) == 0
+    assert kb.preview(scope, [Patch.insert("USER.md", "- likes tea")]) == ""
+    with pytest.raises(AxiomViolation, match="must name the source"):
+        kb.preview(scope, [Patch.insert("L2_facts.md", "- x")])

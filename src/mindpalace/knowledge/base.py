@@ -22,6 +22,7 @@ not indexed — the last good version stays in git and in the prompt until it is
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -141,7 +142,7 @@ class KnowledgeBase:
         fault: FaultHook | None = None,
     ) -> None:
         self.root = Path(root)
-        self.git = GitStore.init(self.root) if not (self.root / ".git").exists() else GitStore(self.root)
+        self.git = GitStore.init(self.root)  # idempotent: completes an interrupted init
         self.store = store
         self.counter = counter
         self.settings = settings or KnowledgeSettings()
@@ -297,48 +298,83 @@ class KnowledgeBase:
         cursor = None if dream_cursor is None else _check_cursor(dream_cursor)
         with self.lock(scope):
             self._sync_locked(scope, SyncReport(scope))
-            blocked = {rel: problem for rel, (change, _, problem) in self._scan(scope).items()}
-            committed = self.git.read_folder(scope.folder)
-            texts = {k: v.decode("utf-8", errors="replace") for k, v in committed.items()}
-            new = dict(texts)
-            lines, sources = [], []
-            for p in batch:
-                if p.file == CURSOR_FILE:
-                    raise KnowledgeError("the dream cursor moves with dream_cursor=, not by a patch")
-                if p.file in blocked:
-                    raise KnowledgeError(
-                        f"{p.file} has a hand edit that was not committed ({blocked[p.file] or 'pending'}); "
-                        "fix it or revert it with `git checkout` in the knowledge folder first")
-                before = new.get(p.file)
-                needs_source = layer_of(p.file) in (Layer.L2, Layer.L3) and p.op != "remove"
-                # the provenance goes into the text, so a re-run of the same patch is a no-op
-                sourced = _with_source(p, p.source.strip()) if needs_source and p.source else p
-                after = apply_patch(before, sourced)
-                if after == before:
-                    continue
-                if needs_source:  # axiom a: no execution, no memory
-                    sources.append(self.verifier.verify(scope, p.file, p.source).ref)
-                new[p.file] = after
-                lines.append(p.describe())
-            old_cursor = _cursor_value(texts.get(CURSOR_FILE, "0"))
-            if cursor is not None and cursor != old_cursor:
-                if cursor < old_cursor:
-                    raise KnowledgeError(
-                        f"dream_cursor {cursor} is behind the committed cursor {old_cursor}; the "
-                        "cursor only moves back with restore")
-                new[CURSOR_FILE] = f"{cursor}\n"
-                lines.append(f"dream cursor: {old_cursor} → {cursor}")
-            changes = {k: v.encode("utf-8") for k, v in new.items() if texts.get(k) != v}
-            if not changes:
+            plan = self._plan(scope, batch, cursor)
+            if plan is None:
                 return None
-            for rel, data in changes.items():
-                self._check_content(rel, data)
+            changes, lines, sources = plan
             body = why + "\n\n" + "\n".join(f"- {ln}" for ln in lines)
             if sources:
                 body += "\n\n" + "\n".join(f"Verified-by: {s}" for s in dict.fromkeys(sources))
             commit = self._commit(scope, dict(changes), who, body)
             self.index.refresh(scope, self.git)
             return commit
+
+    def preview(self, scope: KnowledgeScope, patches: Sequence[Patch], *,
+                dream_cursor: int | None = None) -> str:
+        """The unified diff :meth:`apply` would commit now ('' when nothing would change),
+        checked exactly as :meth:`apply` checks it — nothing is written, no lock is taken, and
+        pending hand edits are not committed (``mindpalace dream --dry-run``).
+
+        Raises:
+            AxiomViolation / KnowledgeError: as :meth:`apply`."""
+        batch = list(patches)
+        if not all(isinstance(p, Patch) for p in batch):
+            raise KnowledgeError("patches must be Patch objects (Patch.replace / insert / remove)")
+        cursor = None if dream_cursor is None else _check_cursor(dream_cursor)
+        plan = self._plan(scope, batch, cursor)
+        if plan is None:
+            return ""
+        committed = self.git.read_folder(scope.folder)
+        out: list[str] = []
+        for rel, data in sorted(plan[0].items()):
+            old = committed.get(rel, b"").decode("utf-8", errors="replace").splitlines(keepends=True)
+            new = (data or b"").decode("utf-8").splitlines(keepends=True)
+            out.extend(difflib.unified_diff(old, new, f"a/{scope.folder}/{rel}", f"b/{scope.folder}/{rel}"))
+        return "".join(out)
+
+    def _plan(self, scope: KnowledgeScope, batch: list[Patch], cursor: int | None,
+              ) -> tuple[dict[str, bytes | None], list[str], list[str]] | None:
+        """(file → new content, commit message lines, verified sources) of `batch` over the
+        committed files, every check done; None when nothing would change. Writes nothing."""
+        blocked = {rel: problem for rel, (change, _, problem) in self._scan(scope).items()}
+        committed = self.git.read_folder(scope.folder)
+        texts = {k: v.decode("utf-8", errors="replace") for k, v in committed.items()}
+        new = dict(texts)
+        lines: list[str] = []
+        sources: list[str] = []
+        for p in batch:
+            if p.file == CURSOR_FILE:
+                raise KnowledgeError("the dream cursor moves with dream_cursor=, not by a patch")
+            if p.file in blocked:
+                raise KnowledgeError(
+                    f"{p.file} has a hand edit that was not committed ({blocked[p.file] or 'pending'}); "
+                    "fix it or revert it with `git checkout` in the knowledge folder first")
+            before = new.get(p.file)
+            needs_source = layer_of(p.file) in (Layer.L2, Layer.L3) and p.op != "remove"
+            # the provenance goes into the text, so a re-run of the same patch is a no-op
+            sourced = _with_source(p, p.source.strip()) if needs_source and p.source else p
+            after = apply_patch(before, sourced)
+            if after == before:
+                continue
+            if needs_source:  # axiom a: no execution, no memory
+                sources.append(self.verifier.verify(scope, p.file, p.source).ref)
+            new[p.file] = after
+            lines.append(p.describe())
+        old_cursor = _cursor_value(texts.get(CURSOR_FILE, "0"))
+        if cursor is not None and cursor != old_cursor:
+            if cursor < old_cursor:
+                raise KnowledgeError(
+                    f"dream_cursor {cursor} is behind the committed cursor {old_cursor}; the "
+                    "cursor only moves back with restore")
+            new[CURSOR_FILE] = f"{cursor}\n"
+            lines.append(f"dream cursor: {old_cursor} → {cursor}")
+        changes: dict[str, bytes | None] = {k: v.encode("utf-8") for k, v in new.items() if texts.get(k) != v}
+        if not changes:
+            return None
+        for rel, data in changes.items():
+            assert data is not None
+            self._check_content(rel, data)
+        return changes, lines, sources
 
     def restore(self, scope: KnowledgeScope, rev: str, *, author: str = "api", reason: str = "") -> Commit | None:
         """Make `scope`'s files **and** dream cursor what they were at commit `rev`, as one new
