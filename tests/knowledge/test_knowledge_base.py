@@ -297,3 +297,58 @@ def test_preview_is_the_diff_apply_would_commit_and_writes_nothing(memory: Memor
     assert kb.preview(scope, [Patch.insert("USER.md", "- likes tea")]) == ""
     with pytest.raises(AxiomViolation, match="must name the source"):
         kb.preview(scope, [Patch.insert("L2_facts.md", "- x")])
+
+
+def test_any_sequence_of_writes_keeps_l1_in_limits_and_disk_equal_to_git(tmp_path: Path) -> None:
+    """API inserts and removals, restores and hand edits in any order: every commit keeps L1
+    within its limits (d, on every path) and the files on disk are the last commit."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    ops = st.lists(st.one_of(
+        st.tuples(st.just("insert"), st.integers(0, 6)),
+        st.tuples(st.just("remove"), st.integers(0, 20)),
+        st.tuples(st.just("restore"), st.integers(1, 5)),
+        st.tuples(st.just("hand"), st.integers(0, 12)),
+    ), max_size=10)
+    mem = Memory.open(tmp_path / "ws", embed={"provider": "none"}, knowledge={"l1_max_lines": 8})
+    counter = iter(range(10**6))
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(ops)
+    def run(sequence: list[tuple[str, int]]) -> None:
+        scope = KnowledgeScope.user(f"p{next(counter)}")
+        kb, d = mem.knowledge, mem.workspace.knowledge_dir / scope.folder
+        for op, n in sequence:
+            try:
+                if op == "insert":
+                    kb.apply(scope, [Patch.insert("L1_index.md", "".join(
+                        f"k{next(counter)} → L3/x.md\n" for _ in range(n + 1)))], author="api", message="add")
+                elif op == "remove":
+                    lines = (kb.read(scope, "L1_index.md") or "").splitlines()
+                    if lines:
+                        kb.apply(scope, [Patch.remove("L1_index.md", lines[n % len(lines)], reason="r")],
+                                 author="api", message="rm")
+                elif op == "restore":
+                    log = kb.log(scope)
+                    if len(log) > n:
+                        kb.restore(scope, log[n].sha)
+                else:
+                    d.mkdir(parents=True, exist_ok=True)
+                    (d / "L1_index.md").write_text("".join(f"h{i} → L3/h.md\n" for i in range(n)))
+                    kb.sync(scope)
+                    if n > 8:  # refused: put the committed version back, as a person would
+                        (d / "L1_index.md").write_text(kb.read(scope, "L1_index.md") or "")
+                        if kb.read(scope, "L1_index.md") is None:
+                            (d / "L1_index.md").unlink()
+            except AxiomViolation as exc:
+                assert exc.axiom == "l1-limits"
+            committed = kb.read(scope, "L1_index.md") or ""
+            assert len([ln for ln in committed.splitlines() if ln.strip()]) <= 8
+            on_disk = (d / "L1_index.md").read_text() if (d / "L1_index.md").exists() else ""
+            assert on_disk == committed and kb.pending(scope) == []
+
+    try:
+        run()
+    finally:
+        mem.close()
