@@ -352,3 +352,15 @@ def test_any_sequence_of_writes_keeps_l1_in_limits_and_disk_equal_to_git(tmp_pat
         run()
     finally:
         mem.close()
+
+
+def test_a_damaged_repository_is_a_store_error_not_a_raw_git_one(memory: Memory, s: Session) -> None:
+    from mindpalace.errors import StoreError
+
+    s.knowledge.apply([Patch.insert("USER.md", "- likes tea")], message="seed")
+    objects = memory.workspace.knowledge_dir / ".git" / "objects"
+    for path in objects.rglob("*"):
+        if path.is_file():
+            path.unlink()
+    with pytest.raises(StoreError, match="git operation failed"):
+        s.knowledge.apply([Patch.insert("USER.md", "- likes jazz")], message="x")

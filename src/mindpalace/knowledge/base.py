@@ -26,7 +26,7 @@ import difflib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -37,9 +37,13 @@ from dulwich.objects import Blob, ObjectID
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
-from mindpalace.errors import AxiomViolation, KnowledgeError, MindPalaceError, StoreBusyError
+from mindpalace.errors import (
+    KnowledgeError,
+    MindPalaceError,
+    StoreBusyError,
+    StoreError,
+)
 from mindpalace.knowledge.axioms import (
-    NO_EXECUTION_NO_MEMORY,
     L1Limits,
     SourceVerifier,
     check_l1,
@@ -548,7 +552,11 @@ class KnowledgeBase:
             journal.parent.mkdir(parents=True, exist_ok=True)
             record = {"commit": prepared.sha.decode(), "old_tree": _hex(prepared.old_tree),
                       "new_tree": _hex(prepared.new_tree), "files": sorted(changes)}
-            atomic_write(journal, json.dumps(record).encode())
+            try:
+                atomic_write(journal, json.dumps(record).encode())
+            except OSError as exc:  # before the commit point: nothing changed
+                raise StoreError(f"{journal}: cannot write the journal ({exc.strerror}); nothing was "
+                                 "changed") from exc
             self._crash_point("journal-written")
             self.git.publish(prepared)
             self._crash_point("published")
@@ -560,6 +568,13 @@ class KnowledgeBase:
         return replace(self.git.commit_info(prepared.sha), files=prepared.changed)
 
     def _write_files(self, folder: Path, changes: dict[str, bytes | None]) -> None:
+        try:
+            self._replace_files(folder, changes)
+        except OSError as exc:  # the commit stands: the journal finishes the files next time
+            raise StoreError(f"{folder}: could not write the committed files ({exc.strerror}); "
+                             "they are written on the next call for this scope") from exc
+
+    def _replace_files(self, folder: Path, changes: dict[str, bytes | None]) -> None:
         for rel, data in changes.items():
             path = folder / rel
             if path.parent != folder and path.parent.is_symlink():
@@ -657,11 +672,3 @@ def _change_summary(old: bytes | None, new: bytes | None) -> str:
     added = len([ln for ln in b if ln not in set(a)])
     return f"edited by hand (+{added} / -{removed} lines)"
 
-
-def patches_for(items: Iterable[dict[str, Any]]) -> list[Patch]:
-    """Patches from their JSON form (CLI, REST, dream --dry-run output)."""
-    return [Patch.from_json(item) for item in items]
-
-
-__all__ = ["HAND_EDIT_AUTHOR", "NO_EXECUTION_NO_MEMORY", "AxiomViolation", "HandEdit",
-           "KnowledgeBase", "SyncReport", "patches_for"]

@@ -28,7 +28,7 @@ from dulwich.patch import write_tree_diff
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from mindpalace.errors import KnowledgeError, StoreError
+from mindpalace.errors import KnowledgeError, MindPalaceError, StoreError
 
 FILE_MODE: Final = 0o100644
 HEAD: Final = Ref(b"HEAD")
@@ -119,6 +119,11 @@ class GitStore:
                              "run `mindpalace init` on the workspace") from exc
         try:
             yield repo
+        except MindPalaceError:
+            raise
+        except Exception as exc:  # dulwich / OS errors never reach a caller raw
+            raise StoreError(f"{self.root}: git operation failed ({type(exc).__name__}: {exc}); "
+                             "check the folder (disk space, permissions, `git fsck`)") from exc
         finally:
             repo.close()
 
