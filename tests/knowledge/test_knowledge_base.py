@@ -364,3 +364,16 @@ def test_a_damaged_repository_is_a_store_error_not_a_raw_git_one(memory: Memory,
             path.unlink()
     with pytest.raises(StoreError, match="git operation failed"):
         s.knowledge.apply([Patch.insert("USER.md", "- likes jazz")], message="x")
+
+
+def test_reading_never_creates_the_repository_a_write_does(memory: Memory, s: Session) -> None:
+    import shutil
+
+    shutil.rmtree(memory.workspace.knowledge_dir)
+    fresh = Memory(memory.workspace, memory.store)  # a new handle: nothing cached
+    session = fresh.session(s.id, user=str(s.scope.user), agent=str(s.scope.agent))
+    built = session.context(4_000, system_prompt="sys")
+    assert built.report.total_tokens <= 4_000 and session.knowledge.read("USER.md") is None
+    assert not memory.workspace.knowledge_dir.exists()
+    assert session.knowledge.apply([Patch.insert("USER.md", "- likes tea")], message="seed") is not None
+    assert subjects(fresh)[-1] == "mindpalace|init knowledge repository"

@@ -146,7 +146,7 @@ class KnowledgeBase:
         fault: FaultHook | None = None,
     ) -> None:
         self.root = Path(root)
-        self.git = GitStore.init(self.root)  # idempotent: completes an interrupted init
+        self.git = GitStore(self.root)  # created on the first write: reading never writes
         self.store = store
         self.counter = counter
         self.settings = settings or KnowledgeSettings()
@@ -160,6 +160,7 @@ class KnowledgeBase:
     def _file_lock(self, name: str) -> FileLock:
         lock = self._locks.get(name)
         if lock is None:
+            GitStore.init(self.root)  # idempotent: a missing or half-made repository is completed
             folder = self.git.meta_dir / "locks"
             folder.mkdir(parents=True, exist_ok=True)
             lock = self._locks[name] = FileLock(str(folder / f"{name}.lock"))

@@ -149,8 +149,14 @@ class GitStore:
                 repo.get_worktree().stage(["README.md"])
         return store
 
-    # -- reading ------------------------------------------------------------------------------
+    # -- reading (a folder with no repository yet reads as an empty one) -----------------------
+    @property
+    def exists(self) -> bool:
+        return (self.root / ".git").is_dir()
+
     def head(self) -> ObjectID | None:
+        if not self.exists:
+            return None
         with self._repo() as repo:
             try:
                 return repo.refs[HEAD]
@@ -182,6 +188,8 @@ class GitStore:
 
     def scope_tree(self, folder: str, rev: ObjectID | None = None) -> ObjectID | None:
         """The tree id of `folder` at `rev` (None = HEAD); None when the folder is absent."""
+        if not self.exists:
+            return None
         with self._repo() as repo:
             return _subtree(repo, rev, folder)
 
@@ -192,7 +200,9 @@ class GitStore:
     def read_folders(self, folders: list[str], rev: ObjectID | None = None) -> dict[str, dict[str, bytes]]:
         """:meth:`read_folder` of several folders with one repository open; a folder's files
         are cached by its tree id (content-addressed, so the cache is never stale)."""
-        out: dict[str, dict[str, bytes]] = {}
+        out: dict[str, dict[str, bytes]] = {f: {} for f in folders}
+        if not self.exists:
+            return out
         with self._repo() as repo:
             if rev is None:
                 rev = _head(repo)
@@ -214,6 +224,8 @@ class GitStore:
 
     def folder_blobs(self, folder: str, rev: ObjectID | None = None) -> dict[str, str]:
         """{path relative to `folder`: blob id (hex)} at `rev` — compares content by hash."""
+        if not self.exists:
+            return {}
         with self._repo() as repo:
             tree = _subtree(repo, rev, folder)
             if tree is None:
@@ -223,6 +235,8 @@ class GitStore:
 
     def paths(self) -> list[str]:
         """Every file path of the last commit."""
+        if not self.exists:
+            return []
         with self._repo() as repo:
             try:
                 head = repo.refs[HEAD]
@@ -236,6 +250,8 @@ class GitStore:
         changed inside it."""
         prefix = (folder.rstrip("/") + "/").encode() if folder else b""
         out: list[Commit] = []
+        if not self.exists:
+            return out
         with self._repo() as repo:
             try:
                 head = repo.refs[HEAD]
