@@ -131,6 +131,8 @@ class KnowledgeBase:
         counter: the token counter (L1's token limit).
         settings: the ``[knowledge]`` section.
         clock: UTC now, for commit times.
+        verifier: checks the sources of L2/L3 writes (default: the ledger rows and records
+            of `store`, :class:`~mindpalace.knowledge.axioms.SourceVerifier`).
         fault: crash-point hook for tests (see :data:`FaultHook`).
     """
 
