@@ -19,7 +19,7 @@ LAYERS = (
     # clients of the facade, driven by the interfaces
     grimp.Layer("memory", "workspace", independent=False),  # the facade: the only wiring
     grimp.Layer("context", "recalled", independent=False),  # assembly: the only place a prompt is built
-    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "auth",
+    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "auth", "knowledge",
                 independent=False),  # components (refs: the read_files resolver over them;
     # auth: API keys per tenant)
     grimp.Layer("retrieval", "summary", "providers", "tokens", independent=False),  # services

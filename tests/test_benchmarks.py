@@ -94,3 +94,12 @@ class TestBenchAgent:
         assert agent["over_budget"] == 0 and agent["peak_prompt_tokens"] <= 3000
         assert agent["duplicates"] == 0 and full["duplicates"] == window["duplicates"] == 1
         assert full["peak_prompt_tokens"] > 3000  # the budget binds: the baseline goes over it
+
+
+class TestBenchKnowledge:
+    def test_tiny_run_measures_both_sides_of_every_row(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_knowledge").main(["--repeats", "1", "--json", str(out)]) == 0
+        rows = json.loads(out.read_text())
+        assert len(rows) == 4 and all(r["mindpalace_ms"] > 0 and r["baseline_ms"] > 0 for r in rows)
+        assert "block" in rows[2]["what"] and "0 tokens" not in rows[2]["what"]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
         AuthError,
+        AxiomViolation,
         CircuitOpenError,
         ConcurrencyError,
         ConfigError,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         EffectNotApplied,
         InvalidNameError,
         InvalidTextError,
+        KnowledgeError,
         MindPalaceError,
         NotFoundError,
         OutcomeUnknownError,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     )
     from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
     from mindpalace.history import HistoryLog
+    from mindpalace.knowledge import KnowledgeBase, KnowledgeScope, Patch
     from mindpalace.memory import Memory, Session
     from mindpalace.providers.embed import Embedder
     from mindpalace.providers.llm import LLMProvider
@@ -68,6 +71,10 @@ _ERRORS = (
     "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
     "OutcomeUnknownError", "PermissionDeniedError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
     "ReadOnlyWorkspaceError", "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
+    "AxiomViolation", "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
+    "InvalidNameError", "InvalidTextError", "KnowledgeError", "MindPalaceError", "NotFoundError",
+    "OutcomeUnknownError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
+    "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
 _LOCATIONS: dict[str, str] = {
@@ -84,6 +91,7 @@ _LOCATIONS: dict[str, str] = {
     "Consolidator": "mindpalace.session.consolidator",
     "Embedder": "mindpalace.providers.embed",
     "HistoryLog": "mindpalace.history",
+    **dict.fromkeys(("KnowledgeBase", "KnowledgeScope", "Patch"), "mindpalace.knowledge"),
     "LLMProvider": "mindpalace.providers.llm",
     "MessageLog": "mindpalace.session",
     "StepMemory": "mindpalace.steps",
@@ -99,6 +107,7 @@ __all__ = [
     "AsyncSession",
     "AuthError",
     "AutoCompact",
+    "AxiomViolation",
     "BuiltContext",
     "CircuitOpenError",
     "ConcurrencyError",
@@ -119,12 +128,16 @@ __all__ = [
     "HistoryLog",
     "InvalidNameError",
     "InvalidTextError",
+    "KnowledgeBase",
+    "KnowledgeError",
+    "KnowledgeScope",
     "LLMProvider",
     "Memory",
     "MessageLog",
     "MindPalaceError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "Patch",
     "PermissionDeniedError",
     "ProviderError",
     "ProviderResponseError",

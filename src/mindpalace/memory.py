@@ -23,6 +23,9 @@ from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, che
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
+from mindpalace.knowledge import KnowledgeBase
+from mindpalace.knowledge.block import KnowledgePrompt
+from mindpalace.knowledge.view import SessionKnowledge
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
 from mindpalace.recalled import MemoryRecaller
@@ -213,6 +216,13 @@ class Memory:
         return HistoryLog(self.workspace.history_dir,
                           entry_max_chars=self.settings.session.history_entry_max_chars)
 
+    @cached_property
+    def knowledge(self) -> KnowledgeBase:
+        """The L0–L3 knowledge files of every scope, git-versioned in ``knowledge/`` (seeds
+        002, 003): ``apply`` patches, ``restore``, ``log``, ``diff``, ``sync`` hand edits."""
+        return KnowledgeBase(self.workspace.knowledge_dir, self.store, counter=self.tokens,
+                             settings=self.settings.knowledge)
+
     def stats(self) -> WorkspaceStats:
         """Counts and sizes of the workspace (an admin view over every scope of the store)."""
         facts = len(self.store.kv_list(Scope(self.tenant, ANY, ANY, ANY), FACTS_NAMESPACE))
@@ -374,7 +384,14 @@ class Session:
     def recall(self, query: str, k: int | None = None) -> list[RecallHit]:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`."""
-        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts)(query, k)
+        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts,
+                      extra_scopes=self._knowledge_scopes())(query, k)
+
+    @cached_property
+    def knowledge(self) -> SessionKnowledge:
+        """The knowledge files of this session's user and agent (``.user`` / ``.agent``
+        scopes, ``.apply``, ``.read``, ``.sync``); ``.base`` is :attr:`Memory.knowledge`."""
+        return SessionKnowledge.of(self.memory.knowledge, self.scope)
 
     # -- consolidation (seed 002; mindpalace.session.consolidator / autocompact) -------------
     @cached_property
@@ -428,11 +445,14 @@ class Session:
     def refs(self) -> RefResolver:
         """Resolves ``message:`` / ``history:`` / ``fact:`` references and record names."""
         return RefResolver(self.store, self.scope, history=self.memory.history,
-                           facts=lambda key: self.facts.get(key))
+                           facts=lambda key: self.facts.get(key),
+                           knowledge=lambda whose, file: self.knowledge.read(
+                               file, whose="agent" if whose == "agent" else "user"))
 
     def read_records(self, names: Iterable[str]) -> ReadResult:
         """Records and references by name (read_files protocol): ``step_12``, ``message:17``,
-        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``
+        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``,
+        ``knowledge:user/L2_facts.md``
         (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
         ``.missing``, not raised."""
         return self.refs.read(names)
@@ -445,8 +465,15 @@ class Session:
         sources = SessionSources(self.messages, self.steps, self.consolidator, self.tasks)
         recaller = MemoryRecaller(self.store, self.scope, mem.tokens, mem.retriever,
                                   settings=mem.settings.context, fact_settings=mem.settings.facts,
-                                  facts=self.facts)
-        return ContextBuilder(sources, mem.tokens, recaller, mem.settings.context, mem.settings.session)
+                                  facts=self.facts, extra_scopes=self._knowledge_scopes())
+        knowledge = KnowledgePrompt(mem.knowledge, self.knowledge.scopes, mem.tokens,
+                                    mem.settings.knowledge)
+        return ContextBuilder(sources, mem.tokens, recaller, mem.settings.context, mem.settings.session,
+                              knowledge=knowledge)
+
+    def _knowledge_scopes(self) -> list[Scope]:
+        """Where this session's knowledge files are indexed for recall (its user's, its agent's)."""
+        return [s.store_scope for s in self.knowledge.scopes]
 
     def context(
         self,
@@ -493,7 +520,10 @@ class Session:
     ) -> BuiltContext:
         """The agent path, before every model call: make room, then build (seed 002).
 
-        When the stored conversation with every fixed part of the prompt is over the budget,
+        Hand edits of the session's knowledge files are noticed first (committed as
+        ``hand-edit`` when they keep the axioms, reported in ``report.knowledge`` when refused;
+        a scope a dream run holds is skipped, not waited for). When the stored conversation
+        with every fixed part of the prompt is over the budget,
         older messages are consolidated at a safe boundary (never inside a tool call/result
         group) into history.jsonl with a gated summary, down to ``consolidation_ratio`` of
         the budget; documents not yet embedded get their vectors (so the recalled-memory
@@ -520,13 +550,31 @@ class Session:
         budget = self._budget(budget_tokens)
         check_queries(query)
         fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
+        noticed = self._sync_knowledge()  # after the request is known good: it may commit
+        if any("committed" in line or "finished" in line for line in noticed):  # the block changed
+            fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
         result = self.consolidator.maybe_consolidate(
             system_tokens=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
         if self.memory.settings.context.recall_share > 0:
             self.memory.retriever.sync_embeddings()
         built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools, query=query)
         built.report.consolidation = result
+        built.report.knowledge = noticed
         return built
+
+    def _sync_knowledge(self) -> list[str]:
+        """Notice hand edits of this session's knowledge files (commit valid ones, report
+        refused ones) without waiting for a dream run that holds a scope; report lines."""
+        lines = []
+        for report in self.knowledge.sync(wait=False):
+            if report.recovered:
+                lines.append(f"{report.scope}: finished an interrupted write of {', '.join(report.recovered)}")
+            if report.committed is not None:
+                lines.append(f"{report.scope}: committed hand edit {report.committed.short} "
+                             f"({', '.join(report.committed.files)})")
+            lines.extend(f"{report.scope}: {e.file}: hand edit refused, not committed: {e.problem}"
+                         for e in report.refused)
+        return lines
 
     def _budget(self, budget_tokens: int | None) -> int:
         return self.memory.settings.session.input_budget_tokens if budget_tokens is None else budget_tokens

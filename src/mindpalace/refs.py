@@ -8,6 +8,8 @@ the full raw text. Grammar:
 - ``message:<N>@<session>``  message N of another session of the same tenant / user / agent
 - ``history:<cursor>``       the history.jsonl entry with that cursor (raw archive of a range)
 - ``fact:<entity:attribute>`` the current value of a fact
+- ``knowledge:<user|agent>/<file>`` a committed knowledge file of the session's user or agent
+  (``knowledge:user/L2_facts.md``, ``knowledge:agent/L3/deploy.md``)
 - anything else              a step / info / snapshot record name exactly as today (``step_12``)
 
 Unknown, malformed or out-of-scope references come back in ``ReadResult.missing`` (never
@@ -37,6 +39,8 @@ FACT: Final = "fact"
 _MESSAGE = re.compile(r"message:([1-9][0-9]{0,17})(?:@(.+))?\Z", re.DOTALL)
 _HISTORY = re.compile(r"history:([1-9][0-9]{0,17})\Z")
 _FACT = re.compile(r"fact:(\S+:\S+)\Z")
+KNOWLEDGE: Final = "knowledge"
+_KNOWLEDGE = re.compile(r"knowledge:(user|agent)/(\S+)\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +72,15 @@ class RecordRef:
     name: str
 
 
-Ref = MessageRef | HistoryRef | FactRef | RecordRef
+@dataclass(frozen=True, slots=True)
+class KnowledgeRef:
+    """``knowledge:<user|agent>/<file>``: a committed knowledge file of the session's user or agent."""
+
+    whose: str
+    file: str
+
+
+Ref = MessageRef | HistoryRef | FactRef | KnowledgeRef | RecordRef
 """A parsed reference."""
 
 
@@ -97,6 +109,9 @@ def parse_ref(text: str) -> Ref | None:
     if kind == FACT:
         f = _FACT.match(text)
         return FactRef(f.group(1)) if f else None
+    if kind == KNOWLEDGE:
+        k = _KNOWLEDGE.match(text)
+        return KnowledgeRef(k.group(1), k.group(2)) if k else None
     return RecordRef(text)
 
 
@@ -119,6 +134,10 @@ def format_ref(ref: Ref) -> str:
         if _FACT.match(f"fact:{ref.key}") is None:
             raise ValidationError(f"a fact reference needs an entity:attribute key, got {ref.key!r}")
         return f"fact:{ref.key}"
+    if isinstance(ref, KnowledgeRef):
+        if _KNOWLEDGE.match(f"knowledge:{ref.whose}/{ref.file}") is None:
+            raise ValidationError(f"a knowledge reference is knowledge:<user|agent>/<file>, got {ref}")
+        return f"knowledge:{ref.whose}/{ref.file}"
     return ref.name
 
 
@@ -132,6 +151,9 @@ def history_ref(cursor: int) -> str:
     return format_ref(HistoryRef(cursor))
 
 
+KnowledgeReader = Callable[[str, str], str | None]
+"""``reader(whose, file)`` → the committed text of the user's / agent's knowledge file, None when
+absent (it may raise a MindPalaceError for a bad name: the reference is then missing)."""
 FactReader = Callable[[str], object | None]
 """Returns the current fact of a key (anything with ``key``, ``content``, ``id``,
 ``created_at``), None when unknown; :meth:`mindpalace.facts.FactMemory.get` is one."""
@@ -150,12 +172,14 @@ class RefResolver:
         scope: the concrete session scope; references resolve inside its tenant / user / agent.
         history: the history.jsonl log (read when an entry is not in the store's index).
         facts: reads the current value of a fact key; None = ``fact:`` refs are missing.
+        knowledge: reads a committed knowledge file; None = ``knowledge:`` refs are missing.
     """
 
     def __init__(
         self, store: Store, scope: Scope, *, history: HistoryLog | None = None,
-        facts: FactReader | None = None,
+        facts: FactReader | None = None, knowledge: KnowledgeReader | None = None,
     ) -> None:
+        self.knowledge = knowledge
         self.store = store
         self.scope = scope.require_concrete()
         self.history = history
@@ -200,6 +224,8 @@ class RefResolver:
                 return self._history(name, ref)
             if isinstance(ref, FactRef):
                 return self._fact(name, ref)
+            if isinstance(ref, KnowledgeRef):
+                return self._knowledge(name, ref)
         except MindPalaceError:  # a session id or key the scope / fact rules refuse: not found
             return None
         return None
@@ -258,3 +284,12 @@ class RefResolver:
                       description=f"current value of {getattr(fact, 'key', ref.key)}",
                       created_at=getattr(fact, "created_at", None),
                       meta={"id": getattr(fact, "id", "") or "working memory"})
+
+    def _knowledge(self, name: str, ref: KnowledgeRef) -> Record | None:
+        if self.knowledge is None:
+            return None
+        text = self.knowledge(ref.whose, ref.file)
+        if text is None:
+            return None
+        return Record(self.scope, name, KNOWLEDGE, text,
+                      description=f"knowledge file {ref.file} of the session's {ref.whose} (last commit)")
