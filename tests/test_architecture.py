@@ -13,8 +13,9 @@ PACKAGE = "mindpalace"
 # DESIGN.md §2, top first. Siblings inside one Layer may import each other (independent=False)
 # as long as no cycle forms; a lower layer never imports a higher one.
 LAYERS = (
-    grimp.Layer("cli", "demo", "eval", "replay", "testing", "rest", "client",
+    grimp.Layer("cli", "demo", "eval", "replay", "testing", "rest", "client", "mcpserver",
                 independent=False),  # interfaces
+    grimp.Layer("aio", independent=False),  # the async twin of the facade: delegates only
     grimp.Layer("memory", "workspace", independent=False),  # the facade: the only wiring
     grimp.Layer("context", "recalled", independent=False),  # assembly: the only place a prompt is built
     grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "auth",
@@ -71,7 +72,8 @@ def test_no_layer_imports_a_higher_one(graph: grimp.ImportGraph) -> None:
 def test_nothing_below_the_facade_imports_it(graph: grimp.ImportGraph) -> None:
     importers = graph.find_downstream_modules("mindpalace.memory")  # direct or indirect
     allowed = ("mindpalace.cli", "mindpalace.demo", "mindpalace.eval", "mindpalace.replay",
-               "mindpalace.testing", "mindpalace.rest")
+               "mindpalace.testing", "mindpalace.rest", "mindpalace.aio",
+               "mindpalace.mcpserver")
     below = sorted(m for m in importers if m != PACKAGE and not m.startswith(allowed))
     assert below == []
 

@@ -43,6 +43,12 @@ COMMANDS: dict[str, list[str]] = {
     "doctor": ["doctor", W],
     "embed sync": ["embed", "sync", W],
     "llm check": ["llm", "check", W],
+    "mcp": ["mcp", "-w", W],
+    "mcp --transport http": ["mcp", "-w", W, "--transport", "http", "--port", "0"],
+    "keys create": ["keys", "create", "acme", "-w", W],
+    "keys list": ["keys", "list", "-w", W],
+    "keys revoke": ["keys", "revoke", "0123456789abcdef", "-w", W],
+    "serve": ["serve", "-w", W, "--port", "0"],
 }
 CREATES_ON_PURPOSE = {"init", "demo"}
 NO_WORKSPACE = {"eval locomo", "eval spans"}

@@ -13,6 +13,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mindpalace.aio import AsyncMemory, AsyncSession
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
         AuthError,
@@ -70,6 +71,7 @@ _ERRORS = (
 )
 _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "mindpalace.errors"),
+    **dict.fromkeys(("AsyncMemory", "AsyncSession"), "mindpalace.aio"),
     **dict.fromkeys(("BuiltContext", "ContextBuilder", "ContextReport"), "mindpalace.context"),
     **dict.fromkeys(("Fact", "FactMemory", "RecallHit", "Remembered"), "mindpalace.facts"),
     **dict.fromkeys(("Memory", "Session"), "mindpalace.memory"),
@@ -89,6 +91,8 @@ _LOCATIONS: dict[str, str] = {
 
 __all__ = [
     "ANY",
+    "AsyncMemory",
+    "AsyncSession",
     "AuthError",
     "AutoCompact",
     "BuiltContext",

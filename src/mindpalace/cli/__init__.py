@@ -13,6 +13,7 @@ from rich.text import Text
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
 from mindpalace.cli import keys as _keys  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
+from mindpalace.cli import mcp as _mcp  # noqa: F401  (registers commands)
 from mindpalace.cli import recall as _recall  # noqa: F401  (registers commands)
 from mindpalace.cli import serve as _serve  # noqa: F401  (registers commands)
 from mindpalace.cli import session as _session  # noqa: F401  (registers commands)

@@ -1,0 +1,127 @@
+"""The tools in-process (no transport): concurrent calls, one idempotency key raced by many
+requests, tenant handles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mindpalace import Memory
+from mindpalace.aio import AsyncMemory
+from mindpalace.errors import ValidationError
+from mindpalace.mcpserver import MemoryTools, ToolDefaults
+
+
+def _tools(ws: Path) -> MemoryTools:
+    return MemoryTools(AsyncMemory(Memory.open(ws, embed={"provider": "hashing"})),
+                       ToolDefaults(user_id="u1", session_id="s1"))
+
+
+def test_one_key_raced_by_many_requests_writes_once(tmp_path: Path) -> None:
+    tools = _tools(tmp_path / "ws")
+    outcomes: list[str] = []
+
+    async def one() -> None:
+        try:
+            r = await tools.remember("user:city", "Kyoto", importance=0.9, idempotency_key="race")
+            outcomes.append("replayed" if r.replayed else "wrote")
+        except ToolError as exc:  # the key is in flight in another request: nothing written
+            assert "still running or was interrupted" in str(exc)
+            outcomes.append("in flight")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(one)
+        after = await tools.remember("user:city", "Kyoto", importance=0.9, idempotency_key="race")
+        assert after.replayed
+        await tools.memory.aclose()
+
+    anyio.run(main)
+    assert outcomes.count("wrote") == 1 and len(outcomes) == 20
+    with Memory.open(tmp_path / "ws", create=False) as mem:
+        assert len(mem.session("s1", user="u1").facts.history("user:city")) == 1
+
+
+def test_many_concurrent_writes_on_one_session_lose_nothing(tmp_path: Path) -> None:
+    tools = _tools(tmp_path / "ws")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(lambda i=i: tools.remember(f"item{i}:name", f"thing {i}",
+                                                         importance=0.9, idempotency_key=f"k{i}"))
+                tg.start_soon(lambda i=i: tools.checkpoint(artifacts={f"a{i}": i}))
+        status = await tools.task_status()
+        assert status.version == 30
+        assert {f"item{i}:name" for i in range(30)} <= {
+            h.key for h in (await tools.recall("thing", limit=100)).results if h.key}
+        await tools.memory.aclose()
+
+    anyio.run(main)
+
+
+def test_tenant_handles_share_the_store_and_nothing_else(tmp_path: Path) -> None:
+    async def main() -> None:
+        root = AsyncMemory(Memory.open(tmp_path / "ws", embed={"provider": "hashing"}))
+        a, b = root.for_tenant("a"), root.for_tenant("b")
+        assert root.for_tenant("a") is a and a.memory.store is root.memory.store
+        await a.session("s", user="u").remember("user:x", "only a", importance=0.9)
+        assert await b.session("s", user="u").facts.get("user:x") is None
+        assert (await a.session("s", user="u").facts.get("user:x")) is not None
+        await a.aclose()  # a tenant handle closes nothing
+        assert (await root.for_tenant("a").session("s", user="u").recall("only a"))
+        await root.aclose()
+
+    anyio.run(main)
+    with Memory.open(tmp_path / "ws2") as mem, pytest.raises(ValidationError, match=r"scope\.tenant"):
+        mem.for_tenant(1)  # type: ignore[arg-type]
+
+
+_ids = st.sampled_from(["", "u1", "u2", "trip-42", "mcp"])
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(writer=st.tuples(_ids, _ids, _ids), reader=st.tuples(_ids, _ids, _ids),
+       key=st.sampled_from(["same-key", "other-key"]))
+def test_i10_no_read_tool_of_another_tenant_sees_a_write(
+    tmp_path_factory: pytest.TempPathFactory, writer: tuple[str, str, str],
+    reader: tuple[str, str, str], key: str,
+) -> None:
+    """Whatever user / agent / session ids either side picks, nothing tenant a wrote comes back
+    through any read tool of tenant b, and an idempotency key of a's is unknown to b (I10)."""
+    ws = tmp_path_factory.mktemp("i10") / "ws"
+    secret = "tenant-a-secret-walrus"
+
+    async def main() -> None:
+        root = AsyncMemory(Memory.open(ws, embed={"provider": "hashing"}))
+        a = MemoryTools(root, ToolDefaults(tenant="a"))
+        b = MemoryTools(root, ToolDefaults(tenant="b"))
+        wu, wa, wsn = writer
+        ru, ra, rs = reader
+        w = {"user_id": wu, "agent_id": wa, "session_id": wsn or "s"}
+        r = {"user_id": ru, "agent_id": ra, "session_id": rs or "s"}
+        await a.remember("user:code", secret, importance=0.9, idempotency_key="same-key", **w)
+        step = await a.record_step(goal=f"note {secret}", evaluation="success", **w)
+        await a.set_constraint("code", secret, **w)
+        await a.checkpoint(artifacts={"code": secret}, **w)
+        seen = [
+            await b.recall(secret, limit=50, **r),
+            await b.read_records([f"step_{step.step}", "fact:user:code", "history:1"], **r),
+            await b.get_context(query=secret, **r),
+            await b.task_status(**r),
+        ]
+        assert all(secret not in out.model_dump_json() for out in seen)
+        assert not (await b.forget("user:code", **r)).forgotten
+        again = await b.remember("user:code", "b's own", importance=0.9, idempotency_key=key, **r)
+        assert not again.replayed
+        assert secret in (await a.recall(secret, **w)).model_dump_json()  # a's memory is intact
+        await root.aclose()
+
+    anyio.run(main)
