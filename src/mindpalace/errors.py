@@ -24,9 +24,9 @@
     │   ├── CircuitOpenError                breaker open: provider failing, not called
     │   └── TokenBudgetExceededError        the job's token budget is spent
     ├── AuthError                           unknown, revoked or malformed API key (HTTP 401)
-│   └── PermissionDeniedError           the key lacks the scope the call needs (HTTP 403)
-├── RemoteError                         the REST server is unreachable or answered garbage
-├── ConstraintError                     protected-constraint refusal or guard violation
+    │   └── PermissionDeniedError           the key lacks the scope the call needs (HTTP 403)
+    ├── RemoteError                         REST client: server unreachable or no problem reply
+    ├── ConstraintError                     protected-constraint refusal or guard violation
     ├── OutcomeUnknownError                 a side effect started but its outcome is unknown
     └── EffectNotApplied                    raised BY a tool: its side effect did not happen
 

@@ -2,8 +2,9 @@
 
 Thin over the facade (DESIGN.md §2, §7): every route parses a pydantic body, makes one facade
 call on the caller's tenant handle and returns JSON; errors are problem+json
-(:mod:`mindpalace.rest.problems`). Endpoints are plain ``def`` functions, run in FastAPI's
-thread pool — the facade is synchronous and thread-safe (the store serialises writers).
+(:mod:`mindpalace.rest.problems`). Endpoints are ``async`` over the async facade
+(:mod:`mindpalace.aio`): each call runs the sync facade in a worker thread under one bounded
+limiter (``max_threads``), so the event loop never blocks on SQLite, an embedder or a model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from mindpalace.aio import DEFAULT_MAX_THREADS, AsyncMemory
 from mindpalace.auth import require_tenant
 from mindpalace.memory import Memory
 from mindpalace.rest import problems
@@ -31,6 +33,7 @@ def create_app(
     *,
     auth: bool = True,
     tenant: str = "default",
+    max_threads: int = DEFAULT_MAX_THREADS,
 ) -> FastAPI:
     """Build the REST API over one workspace.
 
@@ -42,6 +45,7 @@ def create_app(
             serves every request as `tenant` — only :func:`mindpalace.rest.server.serve`
             decides when that is allowed (loopback, asked for explicitly).
         tenant: the tenant of every request when `auth` is False.
+        max_threads: facade calls running at once in worker threads (≥ 1).
 
     Raises:
         WorkspaceError: the folder is not a workspace. ValidationError: a bad tenant name.
@@ -53,16 +57,18 @@ def create_app(
     memory = (workspace_or_memory if isinstance(workspace_or_memory, Memory)
               else Memory.open(workspace_or_memory, create=False))
     server = settings or memory.settings.server
+    root = AsyncMemory(memory, max_threads=max_threads)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await root.run(lambda: None)  # build the shared services before the first request
         yield
         if owned:
-            memory.close()
+            await root.aclose()
 
     app = FastAPI(title=API_TITLE, version=__version__, lifespan=lifespan,
                   description="Memory for long-horizon LLM agents, scoped per tenant by API key.")
-    app.state.pool = TenantPool(memory)
+    app.state.pool = TenantPool(root)
     app.state.auth = auth
     app.state.tenant = tenant
     app.state.server_settings = server

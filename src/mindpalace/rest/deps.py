@@ -2,7 +2,9 @@
 
 Every route depends on :func:`reader` or :func:`writer`; both resolve the request's
 ``Authorization: Bearer <key>`` to its :class:`~mindpalace.auth.ApiKey`, check its scope, and
-return the :class:`~mindpalace.memory.Memory` handle of the key's tenant. A route never sees a
+return the :class:`~mindpalace.aio.AsyncMemory` handle of the key's tenant (the async facade:
+every call runs the sync facade in a worker thread under one bounded limiter, and sessions
+stay warm between requests). A route never sees a
 tenant name from the request itself, so no path, query or body can reach another tenant (I10).
 With auth disabled (loopback only, see :mod:`mindpalace.rest.server`) every request is the
 server's one configured tenant.
@@ -10,40 +12,37 @@ server's one configured tenant.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from mindpalace.aio import AsyncMemory, AsyncSession
 from mindpalace.auth import SCOPES, ApiKey, ApiKeys
 from mindpalace.errors import AuthError
-from mindpalace.memory import Memory, Session
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `mindpalace keys create`.")
 
 
 class TenantPool:
-    """One :class:`Memory` handle per tenant over one store, made on first use.
+    """The async handle of every tenant over one store (:meth:`AsyncMemory.for_tenant`: one
+    store, one set of services, one thread limiter), and the API keys of that store.
 
     Args:
-        memory: the server's handle; its store, settings and services are shared by every
-            tenant handle (:meth:`Memory.for_tenant`), and only it is closed.
+        root: the server's handle; only it is closed.
     """
 
-    def __init__(self, memory: Memory) -> None:
-        self.memory = memory
-        self.keys = ApiKeys(memory.store)
-        self._handles: dict[str, Memory] = {}
-        self._lock = threading.Lock()
+    def __init__(self, root: AsyncMemory) -> None:
+        self.root = root
+        self.keys = ApiKeys(root.memory.store)
 
-    def get(self, tenant: str) -> Memory:
-        with self._lock:
-            handle = self._handles.get(tenant)
-            if handle is None:
-                handle = self._handles[tenant] = self.memory.for_tenant(tenant)
-            return handle
+    def get(self, tenant: str) -> AsyncMemory:
+        return self.root.for_tenant(tenant)
+
+    async def verify(self, secret: str) -> ApiKey:
+        """:meth:`ApiKeys.verify` in a worker thread (a store read)."""
+        return await self.root.run(self.keys.verify, secret)
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class Caller:
             self.key.require(scope)
 
 
-def caller(
+async def caller(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
@@ -68,22 +67,22 @@ def caller(
         return Caller(state.tenant, None)
     if credentials is None:
         raise AuthError("missing Authorization: Bearer <key> header")
-    key = state.pool.keys.verify(credentials.credentials)
+    key = await state.pool.verify(credentials.credentials)
     return Caller(key.tenant, key)
 
 
-def _memory(request: Request, who: Caller, scope: str) -> Memory:
+def _memory(request: Request, who: Caller, scope: str) -> AsyncMemory:
     who.require(scope)
     pool: TenantPool = request.app.state.pool
     return pool.get(who.tenant)
 
 
-def reader(request: Request, who: Annotated[Caller, Depends(caller)]) -> Memory:
+async def reader(request: Request, who: Annotated[Caller, Depends(caller)]) -> AsyncMemory:
     """The caller's tenant handle, for a route that only reads (key scope ``read``)."""
     return _memory(request, who, SCOPES[0])
 
 
-def writer(request: Request, who: Annotated[Caller, Depends(caller)]) -> Memory:
+async def writer(request: Request, who: Annotated[Caller, Depends(caller)]) -> AsyncMemory:
     """The caller's tenant handle, for a route that writes (key scope ``write``)."""
     return _memory(request, who, SCOPES[1])
 
@@ -93,22 +92,22 @@ UserQ = Annotated[str, Query(max_length=200, description="User id of the session
 AgentQ = Annotated[str, Query(max_length=200, description="Agent id of the session scope.")]
 
 
-def read_session(
-    mem: Annotated[Memory, Depends(reader)], session_id: SessionId, user: UserQ = "",
+async def read_session(
+    mem: Annotated[AsyncMemory, Depends(reader)], session_id: SessionId, user: UserQ = "",
     agent: AgentQ = "",
-) -> Session:
+) -> AsyncSession:
     """The session (tenant from the key; user, agent, session from the request) for reading."""
     return mem.session(session_id, user=user, agent=agent)
 
 
-def write_session(
-    mem: Annotated[Memory, Depends(writer)], session_id: SessionId, user: UserQ = "",
+async def write_session(
+    mem: Annotated[AsyncMemory, Depends(writer)], session_id: SessionId, user: UserQ = "",
     agent: AgentQ = "",
-) -> Session:
+) -> AsyncSession:
     """The session for a route that writes."""
     return mem.session(session_id, user=user, agent=agent)
 
 
-ReadSession = Annotated[Session, Depends(read_session)]
-WriteSession = Annotated[Session, Depends(write_session)]
-ReadMemory = Annotated[Memory, Depends(reader)]
+ReadSession = Annotated[AsyncSession, Depends(read_session)]
+WriteSession = Annotated[AsyncSession, Depends(write_session)]
+ReadMemory = Annotated[AsyncMemory, Depends(reader)]

@@ -15,17 +15,16 @@ router = APIRouter(prefix="/v1/sessions/{session_id}", route_class=StrictRoute, 
 
 
 @router.post("/context")
-def build_context(s: ReadSession, body: ContextIn) -> dict[str, Any]:
+async def build_context(s: ReadSession, body: ContextIn) -> dict[str, Any]:
     """The prompt as the stored state gives it now — read-only, never over the budget."""
-    built = s.context(body.budget_tokens, system_prompt=body.system_prompt,
-                      tools=body.tools, messages=body.messages,
-                      query=body.query)
+    built = await s.context(body.budget_tokens, system_prompt=body.system_prompt,
+                            tools=body.tools, messages=body.messages, query=body.query)
     return views.built(built)
 
 
 @router.post("/turn")
-def turn(s: WriteSession, body: TurnIn) -> dict[str, Any]:
+async def turn(s: WriteSession, body: TurnIn) -> dict[str, Any]:
     """The agent path before a model call: consolidate if over budget, then build (writes)."""
-    built = s.prepare(body.budget_tokens, system_prompt=body.system_prompt,
-                      tools=body.tools, query=body.query)
+    built = await s.prepare(body.budget_tokens, system_prompt=body.system_prompt,
+                            tools=body.tools, query=body.query)
     return views.built(built)

@@ -18,40 +18,40 @@ FactKey = Annotated[str, Path(min_length=1, max_length=300, description="entity:
 
 
 @router.post("/recall")
-def recall(s: ReadSession, body: RecallIn) -> dict[str, Any]:
+async def recall(s: ReadSession, body: RecallIn) -> dict[str, Any]:
     """Working memory first, then hybrid keyword + vector search, scoped to the caller's
     tenant and this user. Counts hits (working-memory bookkeeping); stores nothing new."""
-    return {"hits": [views.hit(h) for h in s.recall(body.query, body.k)]}
+    return {"hits": [views.hit(h) for h in await s.recall(body.query, body.k)]}
 
 
 @router.post("/facts", status_code=201)
-def remember(s: WriteSession, body: FactIn) -> dict[str, Any]:
+async def remember(s: WriteSession, body: FactIn) -> dict[str, Any]:
     """Remember key = content: what was kept, archived long-term and evicted."""
-    return views.remembered(s.remember(body.key, body.content, importance=body.importance,
-                                       source=body.source))
+    return views.remembered(await s.remember(body.key, body.content, importance=body.importance,
+                                             source=body.source))
 
 
 @router.get("/facts")
-def list_facts(request: Request, s: ReadSession, limit: Limit = None,
-               cursor: Cursor = None) -> dict[str, Any]:
+async def list_facts(request: Request, s: ReadSession, limit: Limit = None,
+                     cursor: Cursor = None) -> dict[str, Any]:
     """Current facts by key: long-term ones and working-memory-only items."""
-    page = paginate(s.facts.list(), page_limit(request, limit), cursor)
+    page = paginate(await s.facts.list(), page_limit(request, limit), cursor)
     page["items"] = [views.fact(f) for f in page["items"]]
     return page
 
 
 @router.get("/facts/{key}")
-def get_fact(s: ReadSession, key: FactKey) -> dict[str, Any]:
+async def get_fact(s: ReadSession, key: FactKey) -> dict[str, Any]:
     """The current value of a key (read-only: nothing promoted); unknown → 404."""
-    found = s.facts.peek(key)
+    found = await s.facts.peek(key)
     if found is None:
         raise NotFoundError("fact", key, s.scope)
     return views.fact(found)
 
 
 @router.delete("/facts/{key}")
-def forget(s: WriteSession, key: FactKey) -> dict[str, bool]:
+async def forget(s: WriteSession, key: FactKey) -> dict[str, bool]:
     """Forget a fact for good (tombstone); unknown → 404."""
-    if not s.forget(key):
+    if not await s.forget(key):
         raise NotFoundError("fact", key, s.scope)
     return {"forgotten": True}

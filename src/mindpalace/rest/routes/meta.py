@@ -12,13 +12,13 @@ router = APIRouter(route_class=StrictRoute, tags=["meta"])
 
 
 @router.get("/health")
-def health() -> dict[str, str]:
+async def health() -> dict[str, str]:
     """Liveness: the server answers."""
     return {"status": "ok"}
 
 
 @router.get("/version")
-def version() -> dict[str, Any]:
+async def version() -> dict[str, Any]:
     """The mindpalace version and the API version prefix."""
     from mindpalace import __version__
 

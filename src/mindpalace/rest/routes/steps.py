@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
+from mindpalace.errors import NotFoundError
+from mindpalace.memory import Session
 from mindpalace.rest import views
 from mindpalace.rest.body import StrictRoute
 from mindpalace.rest.deps import ReadSession, WriteSession
@@ -26,52 +28,52 @@ RecordName = Annotated[str, Path(min_length=1, max_length=300)]
 
 
 @router.post("/steps", status_code=201)
-def begin_step(s: WriteSession, body: StepIn) -> dict[str, int]:
+async def begin_step(s: WriteSession, body: StepIn) -> dict[str, int]:
     """Start a step (a pending line); returns its id (seed 000)."""
-    return {"step": s.steps.begin(body.goal, action=body.action)}
+    return {"step": await s.steps.begin(body.goal, action=body.action)}
 
 
 @router.post("/steps/{step}/evaluate")
-def evaluate_step(s: WriteSession, step: StepId, body: EvaluationIn) -> dict[str, Any]:
+async def evaluate_step(s: WriteSession, step: StepId, body: EvaluationIn) -> dict[str, Any]:
     """Evaluate a pending step: its line moves to recent, the record step_N is saved."""
-    saved = s.steps.evaluate(step, body.evaluation, analysis=body.analysis,
-                             tool_outputs=body.tool_outputs)
+    saved = await s.steps.evaluate(step, body.evaluation, analysis=body.analysis,
+                                   tool_outputs=body.tool_outputs)
     return views.record(saved)
 
 
-@router.get("/steps")
-def list_steps(s: ReadSession) -> dict[str, Any]:
-    """The tiers (pending, recent, summary), counters, checkpoint and last <summary> lines."""
-    steps = s.steps
-    data = steps.state.to_json()
-    data["summary_lines"] = steps.summary_lines
+def _tiers(sync: Session) -> dict[str, Any]:
+    data = sync.steps.state.to_json()
+    data["summary_lines"] = sync.steps.summary_lines
     return data
 
 
+@router.get("/steps")
+async def list_steps(s: ReadSession) -> dict[str, Any]:
+    """The tiers (pending, recent, summary), counters, checkpoint and last <summary> lines."""
+    return await s.run(_tiers)
+
+
 @router.get("/records")
-def list_records(request: Request, s: ReadSession,
-                 type: Annotated[str | None, Query(max_length=50)] = None,
-                 limit: Limit = None, cursor: Cursor = None) -> dict[str, Any]:
+async def list_records(request: Request, s: ReadSession,
+                       type: Annotated[str | None, Query(max_length=50)] = None,
+                       limit: Limit = None, cursor: Cursor = None) -> dict[str, Any]:
     """Records newest first, without bodies (read one by name for its body)."""
-    records = s.steps.records.list(type=type)
-    page = paginate(records, page_limit(request, limit), cursor)
+    page = paginate(await s.steps.records(type=type), page_limit(request, limit), cursor)
     page["items"] = [views.record_summary(r) for r in page["items"]]
     return page
 
 
 @router.get("/records/{name}")
-def read_record(s: ReadSession, name: RecordName) -> dict[str, Any]:
+async def read_record(s: ReadSession, name: RecordName) -> dict[str, Any]:
     """One record by name (step_12) or reference (message:17, history:3, fact:user:city);
     unknown → 404 naming it."""
-    from mindpalace.errors import NotFoundError
-
-    found = s.read_records([name]).found.get(name)
+    found = (await s.read_records([name])).found.get(name)
     if found is None:
         raise NotFoundError("record", name, s.scope)
     return views.record(found)
 
 
 @router.post("/records/read")
-def read_records(s: ReadSession, body: ReadRecordsIn) -> dict[str, Any]:
+async def read_records(s: ReadSession, body: ReadRecordsIn) -> dict[str, Any]:
     """The read_files protocol: the records found (request order) and the names missing."""
-    return views.read_result(s.read_records(body.names))
+    return views.read_result(await s.read_records(body.names))
