@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
@@ -210,6 +211,18 @@ class Memory:
         return HistoryLog(self.workspace.history_dir,
                           entry_max_chars=self.settings.session.history_entry_max_chars)
 
+    @cached_property
+    def archive(self) -> SessionArchive:
+        """This tenant's L4 archive (``archive/<tenant>/YYYY-MM.jsonl.gz``, seed 003)."""
+        return SessionArchive(self.store, self.workspace.archive_dir, self.tenant,
+                              settings=self.settings.knowledge)
+
+    def archive_idle(self) -> list[ArchiveOutcome]:
+        """Archive every session of this tenant with no message for
+        ``knowledge.archive_idle_hours`` (sessions with a turn in flight are skipped). See
+        :class:`~mindpalace.archive.SessionArchive`."""
+        return self.archive.archive_idle(Scope(self.tenant, ANY, ANY, ANY))
+
     def stats(self) -> WorkspaceStats:
         """Counts and sizes of the workspace (an admin view over every scope of the store)."""
         facts = len(self.store.kv_list(Scope(self.tenant, ANY, ANY, ANY), FACTS_NAMESPACE))
@@ -382,6 +395,18 @@ class Session:
             live[-live_messages:] if live_messages > 0 else [],
         )
 
+    def archive(self) -> ArchiveOutcome:
+        """Archive this (finished) session to L4 now: its messages after the archive cursor,
+        compressed into exchanges, de-duplicated, appended to the monthly file and indexed for
+        recall (``archive:<hash>`` reads one back). Never while a turn holds the lease
+        (status ``busy``); a second run with no new messages changes nothing (I5).
+
+        Raises:
+            StoreBusyError: another process held the archive lock too long.
+            StoreError: the archive file or the store could not be written (re-run to finish).
+        """
+        return self.memory.archive.archive(self.scope)
+
     def compact(self) -> CompactOutcome:
         """Archive this session down to its recent window now, idle or not (never while a turn
         holds the lease). Running it again with no new messages changes nothing (I5)."""
@@ -397,14 +422,15 @@ class Session:
 
     @cached_property
     def refs(self) -> RefResolver:
-        """Resolves ``message:`` / ``history:`` / ``fact:`` references and record names."""
+        """Resolves ``message:`` / ``history:`` / ``fact:`` / ``archive:`` references and record
+        names."""
         return RefResolver(self.store, self.scope, history=self.memory.history,
-                           facts=lambda key: self.facts.get(key))
+                           facts=lambda key: self.facts.get(key), archive=self.memory.archive)
 
     def read_records(self, names: Iterable[str]) -> ReadResult:
         """Records and references by name (read_files protocol): ``step_12``, ``message:17``,
-        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``
-        (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
+        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``,
+        ``archive:<hash>`` (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
         ``.missing``, not raised."""
         return self.refs.read(names)
 

@@ -211,6 +211,8 @@ class KnowledgeSettings(_Section):
     l1_reinject_every_turns: int = Field(10, ge=1, description="L1 re-injected every N turns.")
     dream_interval_hours: float = Field(2.0, gt=0, description="Dream curation period (hours).")
     archive_interval_hours: float = Field(12.0, gt=0, description="L4 raw-session archiving period (hours).")
+    archive_idle_hours: float = Field(12.0, gt=0, description="A session with no message for this long is archived to L4 by `mindpalace archive --idle` (hours).")
+    archive_tool_output_max_chars: int = Field(2_000, ge=100, description="A tool result longer than this is archived as its head plus a message:<N>@<session> reference to the full text (characters).")
 
 
 class FactSettings(_Section):
