@@ -45,7 +45,8 @@ def archive(
     for r in rows:
         console.print(f"{r['session']}: {r['status']}, {r['exchanges']} exchanges "
                       f"({r['appended']} appended, {r['duplicates']} already archived), "
-                      f"archived through message #{r['through']}")
+                      f"archived through message #{r['through']}",
+                      soft_wrap=True)
     if not rows:
         console.print("no sessions")
 
