@@ -16,7 +16,7 @@ LAYERS = (
     grimp.Layer("cli", "demo", "eval", "replay", "testing", independent=False),  # interfaces
     grimp.Layer("memory", "workspace", independent=False),  # the facade: the only wiring
     grimp.Layer("context", "recalled", independent=False),  # assembly: the only place a prompt is built
-    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "archive",
+    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "knowledge", "archive",
                 independent=False),  # components (refs: the read_files resolver over them)
     grimp.Layer("retrieval", "summary", "providers", "tokens", independent=False),  # services
     grimp.Layer("store"),  # persistence

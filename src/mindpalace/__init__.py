@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
+        AxiomViolation,
         CircuitOpenError,
         ConcurrencyError,
         ConfigError,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         EffectNotApplied,
         InvalidNameError,
         InvalidTextError,
+        KnowledgeError,
         MindPalaceError,
         NotFoundError,
         OutcomeUnknownError,
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     )
     from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
     from mindpalace.history import HistoryLog
+    from mindpalace.knowledge import KnowledgeBase, KnowledgeScope, Patch
     from mindpalace.memory import Memory, Session
     from mindpalace.providers.embed import Embedder
     from mindpalace.providers.llm import LLMProvider
@@ -58,9 +61,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
-    "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
+    "AxiomViolation", "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
     "DatabaseCorruptError", "DimensionMismatchError", "DiskFullError", "EffectNotApplied",
-    "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
+    "InvalidNameError", "InvalidTextError", "KnowledgeError", "MindPalaceError", "NotFoundError",
     "OutcomeUnknownError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
     "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
@@ -77,6 +80,7 @@ _LOCATIONS: dict[str, str] = {
     "Consolidator": "mindpalace.session.consolidator",
     "Embedder": "mindpalace.providers.embed",
     "HistoryLog": "mindpalace.history",
+    **dict.fromkeys(("KnowledgeBase", "KnowledgeScope", "Patch"), "mindpalace.knowledge"),
     "LLMProvider": "mindpalace.providers.llm",
     "MessageLog": "mindpalace.session",
     "StepMemory": "mindpalace.steps",
@@ -87,6 +91,7 @@ _LOCATIONS: dict[str, str] = {
 __all__ = [
     "ANY",
     "AutoCompact",
+    "AxiomViolation",
     "BuiltContext",
     "CircuitOpenError",
     "ConcurrencyError",
@@ -107,12 +112,16 @@ __all__ = [
     "HistoryLog",
     "InvalidNameError",
     "InvalidTextError",
+    "KnowledgeBase",
+    "KnowledgeError",
+    "KnowledgeScope",
     "LLMProvider",
     "Memory",
     "MessageLog",
     "MindPalaceError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "Patch",
     "ProviderError",
     "ProviderResponseError",
     "ProviderTimeoutError",

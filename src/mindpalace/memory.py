@@ -24,6 +24,8 @@ from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, che
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
+from mindpalace.knowledge import KnowledgeBase
+from mindpalace.knowledge.view import SessionKnowledge
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
 from mindpalace.recalled import MemoryRecaller
@@ -212,6 +214,13 @@ class Memory:
                           entry_max_chars=self.settings.session.history_entry_max_chars)
 
     @cached_property
+    def knowledge(self) -> KnowledgeBase:
+        """The L0–L3 knowledge files of every scope, git-versioned in ``knowledge/`` (seeds
+        002, 003): ``apply`` patches, ``restore``, ``log``, ``diff``, ``sync`` hand edits."""
+        return KnowledgeBase(self.workspace.knowledge_dir, self.store, counter=self.tokens,
+                             settings=self.settings.knowledge)
+
+    @cached_property
     def archive(self) -> SessionArchive:
         """This tenant's L4 archive (``archive/<tenant>/YYYY-MM.jsonl.gz``, seed 003)."""
         return SessionArchive(self.store, self.workspace.archive_dir, self.tenant,
@@ -359,6 +368,12 @@ class Session:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`."""
         return Recall(self.facts, self.memory.retriever, self.memory.settings.facts)(query, k)
+
+    @cached_property
+    def knowledge(self) -> SessionKnowledge:
+        """The knowledge files of this session's user and agent (``.user`` / ``.agent``
+        scopes, ``.apply``, ``.read``, ``.sync``); ``.base`` is :attr:`Memory.knowledge`."""
+        return SessionKnowledge.of(self.memory.knowledge, self.scope)
 
     # -- consolidation (seed 002; mindpalace.session.consolidator / autocompact) -------------
     @cached_property

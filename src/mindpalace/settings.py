@@ -205,10 +205,14 @@ class SessionSettings(_Section):
 
 
 class KnowledgeSettings(_Section):
-    """Curated long-term knowledge (seed 003 GenericAgent L0–L4, seed 002 Dream)."""
+    """Curated long-term knowledge (seed 003 GenericAgent L0–L4, seed 002 Dream;
+    :mod:`mindpalace.knowledge`)."""
 
-    l1_max_lines: int = Field(30, ge=1, description="L1 insight index size (lines, ~1K tokens).")
-    l1_reinject_every_turns: int = Field(10, ge=1, description="L1 re-injected every N turns.")
+    l1_max_lines: int = Field(30, ge=1, description="L1 insight index size limit (non-blank lines); every write path refuses more.")
+    l1_max_tokens: int = Field(1_024, ge=16, description="L1 insight index size limit (tokens, ~1K); every write path refuses more.")
+    l1_reinject_every_turns: int = Field(10, ge=1, description="In a conversation of more than N user turns, L1 is shown again before the user turn that opened the current window of N turns.")
+    prompt_share: float = Field(0.15, ge=0, le=1, description="Share of the prompt budget the knowledge block (SOUL, USER, MEMORY, L0, L1) may fill (tokens = share × budget); 0 = no block.")
+    lock_timeout_seconds: float = Field(30.0, gt=0, description="How long a knowledge write waits for its scope's lock (another writer or a dream run) before StoreBusyError (seconds).")
     dream_interval_hours: float = Field(2.0, gt=0, description="Dream curation period (hours).")
     archive_interval_hours: float = Field(12.0, gt=0, description="L4 raw-session archiving period (hours).")
     archive_idle_hours: float = Field(12.0, gt=0, description="A session with no message for this long is archived to L4 by `mindpalace archive --idle` (hours).")
