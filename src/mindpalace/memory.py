@@ -21,10 +21,13 @@ from typing import Any
 from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
+from mindpalace.errors import ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.knowledge import KnowledgeBase
+from mindpalace.knowledge.dream import Dream, DreamReport
+from mindpalace.knowledge.layout import KnowledgeScope
 from mindpalace.knowledge.view import SessionKnowledge
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
@@ -225,6 +228,42 @@ class Memory:
         """This tenant's L4 archive (``archive/<tenant>/YYYY-MM.jsonl.gz``, seed 003)."""
         return SessionArchive(self.store, self.workspace.archive_dir, self.tenant,
                               settings=self.settings.knowledge)
+
+    @cached_property
+    def dreamer(self) -> Dream:
+        """The dream job over this workspace (seed 002): the configured LLM curates, or — with
+        the offline ``extractive`` provider — the deterministic curator."""
+        s = self.settings
+        llm = None if s.llm.provider == "extractive" else self.llm
+        return Dream(self.knowledge, self.history, self.store, counter=self.tokens,
+                     settings=s.knowledge, fact_settings=s.facts, llm=llm)
+
+    def dream(
+        self, *, user: str | None = None, agent: str | None = None, dry_run: bool = False,
+        wait_seconds: float | None = None,
+    ) -> list[DreamReport]:
+        """Run the dream once: for `user`'s files, `agent`'s, or (neither) every scope of this
+        tenant with history. Each run reads the history after the scope's ``.dream_cursor``,
+        applies small patches and advances the cursor in one commit, under the scope's
+        cross-process lock and ``knowledge.dream_token_budget`` (see
+        :mod:`mindpalace.knowledge.dream`).
+
+        Args:
+            user / agent: the knowledge scope (at most one); None for both = every scope.
+            dry_run: compute the patches, change nothing.
+            wait_seconds: wait for another run of the scope this long (None = the lock
+                timeout, 0 = refuse at once).
+        Raises:
+            ValidationError: both `user` and `agent` given.
+            StoreBusyError: another process is dreaming (or writing) the scope past the wait.
+        """
+        if user is not None and agent is not None:
+            raise ValidationError("dream: give a user or an agent scope, not both")
+        if user is None and agent is None:
+            return self.dreamer.run_all(self.tenant, dry_run=dry_run, wait_seconds=wait_seconds)
+        scope = (KnowledgeScope.user(user, self.tenant) if user is not None
+                 else KnowledgeScope.agent(agent or "", self.tenant))
+        return [self.dreamer.run(scope, dry_run=dry_run, wait_seconds=wait_seconds)]
 
     def archive_idle(self) -> list[ArchiveOutcome]:
         """Archive every session of this tenant with no message for
