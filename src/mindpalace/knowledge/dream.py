@@ -72,8 +72,9 @@ _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 Status = Literal["committed", "unchanged", "dry-run", "stopped", "failed"]
 StageHook = Callable[[str], None]
-"""Called with a stage name (``read``, ``proposed``, ``applied``) — for tests that order a
-second process or a kill against a run; never needed in production."""
+"""Called with a stage name (``lock`` before the scope's lock is requested, ``read``,
+``proposed``, ``applied``) — for tests that order a second process or a kill against a run;
+never needed in production."""
 
 
 @dataclass
@@ -208,6 +209,7 @@ class Dream:
             StoreError: history.jsonl cannot be read.
         """
         budget = TokenBudget(f"dream {scope}", self.settings.dream_token_budget)
+        self._stage("lock")
         with self.kb.lock(scope, timeout=wait_seconds):
             before = self.kb.read_cursor(scope)
             report = DreamReport(str(scope), "unchanged", self.mode, cursor_before=before,
