@@ -246,3 +246,16 @@ class TestProcesses:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert out.strip().endswith("dream schedule stopped")
+
+
+def test_an_entry_larger_than_the_budget_can_pay_is_sent_cut_and_never_blocks_the_cursor(
+        tmp_path: Path) -> None:
+    with serve_stub() as stub:
+        stub.script(chat(patches(), usage=None))  # usage counted locally: the real prompt size
+        with llm_memory(tmp_path / "ws", stub, dream_token_budget=1_500, dream_batch_tokens=4_000) as mem:
+            [c] = history(mem, "[1] u1: " + "I keep a log of every flight I take. " * 400)  # ~4,000 tokens
+            [report] = mem.dream(user="u1")
+            assert (report.status, report.cursor_after, report.llm_calls) == ("committed", c, 1)
+            assert report.tokens_spent <= 1_500
+            sent = stub.requests[0]["json"]["messages"][-1]["content"]
+            assert sent.endswith("… [cut to fit the dream budget]")

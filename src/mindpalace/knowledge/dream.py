@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from mindpalace.errors import (
@@ -68,6 +68,8 @@ from mindpalace.tokens import TokenCounter
 AUTHOR: Final = "dream"
 DREAM_FILES: Final = (SOUL, USER, MEMORY)  # seed 002: the dream edits these three
 REPLY_MAX_TOKENS: Final = 1_024  # one batch's patches: a few dozen short lines
+MIN_ENTRY_TOKENS: Final = 64  # less room than this for history is not worth a model call
+REPLY_RESERVE_TOKENS: Final = 256  # sizing a batch: room kept for the reply (usually a few lines)
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 Status = Literal["committed", "unchanged", "dry-run", "stopped", "failed"]
@@ -295,12 +297,23 @@ class Dream:
     def _propose_llm(self, scope: KnowledgeScope, new: list[HistoryEntry], files: dict[str, str | None],
                      budget: TokenBudget, report: DreamReport) -> int | None:
         """Batches of entries → model → validated patches. Returns the last consumed cursor
-        (None when the budget could not pay for the first batch)."""
+        (None when the budget could not pay for the first batch).
+
+        Each batch is sized to what the budget has left: at most ``dream_batch_tokens`` of
+        entry text and never more than the remaining budget minus the fixed prompt and the
+        room kept for the reply; an entry larger than that alone is sent cut to fit (its full text stays in
+        history.jsonl), so an oversized entry never blocks the cursor."""
         assert self.llm is not None
         working = dict(files)
         consumed: int | None = None
-        for batch in self._batches(new):
+        pending = list(new)
+        while pending:
+            fixed = self._fixed_tokens(scope, working) + REPLY_RESERVE_TOKENS
+            batch = self._next_batch(pending, min(self.settings.dream_batch_tokens, budget.remaining - fixed))
             try:
+                if not batch:  # not even a cut entry can be paid: stop before calling
+                    raise TokenBudgetExceededError(budget.job, budget.limit_tokens, budget.spent,
+                                                   fixed + MIN_ENTRY_TOKENS)
                 accepted = self._ask(scope, batch, working, budget, report)
             except TokenBudgetExceededError as exc:
                 report.budget_stopped = True
@@ -310,7 +323,32 @@ class Dream:
                 return consumed
             report.patches += accepted
             consumed = batch[-1].cursor
+            del pending[:len(batch)]
         return consumed
+
+    def _fixed_tokens(self, scope: KnowledgeScope, files: dict[str, str | None]) -> int:
+        """Tokens of a dream prompt without entries (instructions, the files, framing)."""
+        return self.counter.count_messages([
+            {"role": "system", "content": load_prompt("dream")},
+            {"role": "user", "content": _dream_input(scope, [], files)}])
+
+    def _next_batch(self, pending: list[HistoryEntry], room: int) -> list[HistoryEntry]:
+        """The next consecutive entries within `room` tokens; the first one cut to fit when it
+        alone is larger; [] when not even a cut entry fits (< MIN_ENTRY_TOKENS of room)."""
+        if room < MIN_ENTRY_TOKENS:
+            return []
+        batch: list[HistoryEntry] = []
+        size = 0
+        for e in pending:
+            tokens = self.counter.count(_entry_line(e)) + 1
+            if size + tokens > room:
+                if not batch:  # one oversized entry: send the part that fits
+                    cut = self.counter.truncate(e.content, room - (tokens - self.counter.count(e.content)) - 8)
+                    batch.append(replace(e, content=cut + " … [cut to fit the dream budget]"))
+                break
+            batch.append(e)
+            size += tokens
+        return batch
 
     def _ask(self, scope: KnowledgeScope, batch: list[HistoryEntry], working: dict[str, str | None],
              budget: TokenBudget, report: DreamReport) -> list[Patch]:
@@ -338,20 +376,6 @@ class Dream:
                             "or {\"patches\": []} to drop them."}]
         return accepted
 
-    def _batches(self, entries: list[HistoryEntry]) -> list[list[HistoryEntry]]:
-        """Consecutive entries of at most ``dream_batch_tokens`` tokens (one entry at least)."""
-        out: list[list[HistoryEntry]] = []
-        size = 0
-        for e in entries:
-            tokens = self.counter.count(e.content)
-            if out and size + tokens <= self.settings.dream_batch_tokens:
-                out[-1].append(e)
-                size += tokens
-            else:
-                out.append([e])
-                size = tokens
-        return out
-
     def _message(self, report: DreamReport, before: int, consumed: int) -> str:
         what = (f"{len(report.patches)} patch(es)" if report.patches else "nothing to promote")
         by = "offline curator" if self.llm is None else f"LLM {self.llm.model}"
@@ -370,8 +394,12 @@ def _dream_input(scope: KnowledgeScope, batch: Sequence[HistoryEntry], files: di
     for name in DREAM_FILES:
         parts += [f"=== {name} ===", files.get(name) or "(empty: create it with an insert)", ""]
     parts.append("=== new history (cite as history:<cursor>) ===")
-    parts += [f"[history:{e.cursor}] ({e.kind}, session {e.session}) {e.content}" for e in batch]
+    parts += [_entry_line(e) for e in batch]
     return "\n".join(parts)
+
+
+def _entry_line(e: HistoryEntry) -> str:
+    return f"[history:{e.cursor}] ({e.kind}, session {e.session}) {e.content}"
 
 
 def _validate(text: str, working: dict[str, str | None]) -> tuple[list[Patch], list[dict[str, Any]]]:
