@@ -26,6 +26,7 @@ from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.knowledge import KnowledgeBase
+from mindpalace.knowledge.block import KnowledgePrompt
 from mindpalace.knowledge.dream import Dream, DreamReport
 from mindpalace.knowledge.layout import KnowledgeScope
 from mindpalace.knowledge.view import SessionKnowledge
@@ -406,7 +407,8 @@ class Session:
     def recall(self, query: str, k: int | None = None) -> list[RecallHit]:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`."""
-        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts)(query, k)
+        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts,
+                      extra_scopes=self._knowledge_scopes())(query, k)
 
     @cached_property
     def knowledge(self) -> SessionKnowledge:
@@ -479,12 +481,15 @@ class Session:
         """Resolves ``message:`` / ``history:`` / ``fact:`` / ``archive:`` references and record
         names."""
         return RefResolver(self.store, self.scope, history=self.memory.history,
-                           facts=lambda key: self.facts.get(key), archive=self.memory.archive)
+                           facts=lambda key: self.facts.get(key), archive=self.memory.archive,
+                           knowledge=lambda whose, file: self.knowledge.read(
+                               file, whose="agent" if whose == "agent" else "user"))
 
     def read_records(self, names: Iterable[str]) -> ReadResult:
         """Records and references by name (read_files protocol): ``step_12``, ``message:17``,
         ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``,
-        ``archive:<hash>`` (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
+        ``archive:<hash>``, ``knowledge:user/L2_facts.md``
+        (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
         ``.missing``, not raised."""
         return self.refs.read(names)
 
@@ -496,8 +501,15 @@ class Session:
         sources = SessionSources(self.messages, self.steps, self.consolidator, self.tasks)
         recaller = MemoryRecaller(self.store, self.scope, mem.tokens, mem.retriever,
                                   settings=mem.settings.context, fact_settings=mem.settings.facts,
-                                  facts=self.facts)
-        return ContextBuilder(sources, mem.tokens, recaller, mem.settings.context, mem.settings.session)
+                                  facts=self.facts, extra_scopes=self._knowledge_scopes())
+        knowledge = KnowledgePrompt(mem.knowledge, self.knowledge.scopes, mem.tokens,
+                                    mem.settings.knowledge)
+        return ContextBuilder(sources, mem.tokens, recaller, mem.settings.context, mem.settings.session,
+                              knowledge=knowledge)
+
+    def _knowledge_scopes(self) -> list[Scope]:
+        """Where this session's knowledge files are indexed for recall (its user's, its agent's)."""
+        return [s.store_scope for s in self.knowledge.scopes]
 
     def context(
         self,
@@ -570,6 +582,8 @@ class Session:
         """
         budget = self._budget(budget_tokens)
         check_queries(query)
+        self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)  # refuse first
+        noticed = self._sync_knowledge()
         fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
         result = self.consolidator.maybe_consolidate(
             system_tokens=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
@@ -577,7 +591,22 @@ class Session:
             self.memory.retriever.sync_embeddings()
         built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools, query=query)
         built.report.consolidation = result
+        built.report.knowledge = noticed
         return built
+
+    def _sync_knowledge(self) -> list[str]:
+        """Notice hand edits of this session's knowledge files (commit valid ones, report
+        refused ones) without waiting for a dream run that holds a scope; report lines."""
+        lines = []
+        for report in self.knowledge.sync(wait=False):
+            if report.recovered:
+                lines.append(f"{report.scope}: finished an interrupted write of {', '.join(report.recovered)}")
+            if report.committed is not None:
+                lines.append(f"{report.scope}: committed hand edit {report.committed.short} "
+                             f"({', '.join(report.committed.files)})")
+            lines.extend(f"{report.scope}: {e.file}: hand edit refused, not committed: {e.problem}"
+                         for e in report.refused)
+        return lines
 
     def _budget(self, budget_tokens: int | None) -> int:
         return self.memory.settings.session.input_budget_tokens if budget_tokens is None else budget_tokens

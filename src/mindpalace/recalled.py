@@ -46,8 +46,10 @@ from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
 from mindpalace.facts.longterm import LongTermStore
 from mindpalace.facts.recall import WORKING_MIN_TERM_SHARE
+from mindpalace.knowledge.index import KIND as KNOWLEDGE_KIND
+from mindpalace.knowledge.index import file_of_ref
 from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, asks, stems
-from mindpalace.scope import ANY, Scope
+from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
 from mindpalace.store.textindex import query_terms
@@ -140,7 +142,9 @@ class MemoryRecaller:
         settings: ContextSettings | None = None,
         fact_settings: FactSettings | None = None,
         facts: FactMemory | None = None,
+        extra_scopes: Sequence[Scope] = (),
     ) -> None:
+        self.extra_scopes = list(extra_scopes)
         self.store = store
         self.scope = scope.require_concrete()
         self.counter = counter
@@ -156,8 +160,8 @@ class MemoryRecaller:
         """The scopes searched (I10): every session of this user and agent
         (``facts.recall_scope = "user"``) or this session plus the user-level facts."""
         if self.fact_settings.recall_scope == "user":
-            return [self.scope.with_(session=ANY)]
-        return [self.scope, self.scope.with_(session="")]
+            return add_scopes([self.scope.with_(session=ANY)], self.extra_scopes)
+        return add_scopes([self.scope, self.scope.with_(session="")], self.extra_scopes)
 
     # -- 1. candidates -----------------------------------------------------------------------
     def candidates(self, queries: Sequence[str]) -> list[RecalledItem]:
@@ -196,7 +200,7 @@ class MemoryRecaller:
         """created_at of the record hits (step / info / snapshot …), one read per scope."""
         names: dict[Scope, list[str]] = {}
         for h in hits:
-            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND, ARCHIVE_KIND):
+            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND, ARCHIVE_KIND, KNOWLEDGE_KIND):
                 names.setdefault(h.scope, []).append(h.ref)
         out: dict[tuple[Scope, str], datetime | None] = {}
         for scope, refs in names.items():
@@ -234,6 +238,13 @@ class MemoryRecaller:
                 return None  # newest wins: a corrected or forgotten value is never shown
             item = RecalledItem(f"fact:{fact.key}", FACT_KIND, "fact", "", fact.created_at,
                                 fact.content, hit.score, why, session=session, terms=hit.why.terms)
+        elif hit.tier == KNOWLEDGE_KIND:
+            if meta.get("injected"):
+                return None  # SOUL / USER / MEMORY / L0 / L1 are in the knowledge block already
+            whose = "user" if hit.scope.user else "agent"
+            item = RecalledItem(f"knowledge:{whose}/{meta.get('file') or file_of_ref(hit.ref)}", KNOWLEDGE_KIND,
+                                "knowledge", "", None, hit.text, hit.score, why, session=session,
+                                terms=hit.why.terms)
         elif hit.tier == HISTORY_KIND:
             if meta.get("kind") == "raw" and meta.get("messages"):
                 return None  # a raw archive of messages that are themselves recallable, one by one

@@ -10,6 +10,8 @@ the full raw text. Grammar:
 - ``fact:<entity:attribute>`` the current value of a fact
 - ``archive:<hash>``         an exchange of the L4 archive (:mod:`mindpalace.archive`), read
   back verbatim from its monthly file (same tenant / user / agent, any session)
+- ``knowledge:<user|agent>/<file>`` a committed knowledge file of the session's user or agent
+  (``knowledge:user/L2_facts.md``, ``knowledge:agent/L3/deploy.md``)
 - anything else              a step / info / snapshot record name exactly as today (``step_12``)
 
 Unknown, malformed or out-of-scope references come back in ``ReadResult.missing`` (never
@@ -43,6 +45,8 @@ _MESSAGE = re.compile(r"message:([1-9][0-9]{0,17})(?:@(.+))?\Z", re.DOTALL)
 _HISTORY = re.compile(r"history:([1-9][0-9]{0,17})\Z")
 _FACT = re.compile(r"fact:(\S+:\S+)\Z")
 _ARCHIVE = re.compile(rf"archive:([0-9a-f]{{{HASH_CHARS}}})\Z")
+KNOWLEDGE: Final = "knowledge"
+_KNOWLEDGE = re.compile(r"knowledge:(user|agent)/(\S+)\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +85,15 @@ class RecordRef:
     name: str
 
 
-Ref = MessageRef | HistoryRef | FactRef | ArchiveRef | RecordRef
+@dataclass(frozen=True, slots=True)
+class KnowledgeRef:
+    """``knowledge:<user|agent>/<file>``: a committed knowledge file of the session's user or agent."""
+
+    whose: str
+    file: str
+
+
+Ref = MessageRef | HistoryRef | FactRef | ArchiveRef | KnowledgeRef | RecordRef
 """A parsed reference."""
 
 
@@ -114,6 +126,9 @@ def parse_ref(text: str) -> Ref | None:
     if kind == ARCHIVE:
         a = _ARCHIVE.match(text)
         return ArchiveRef(a.group(1)) if a else None
+    if kind == KNOWLEDGE:
+        k = _KNOWLEDGE.match(text)
+        return KnowledgeRef(k.group(1), k.group(2)) if k else None
     return RecordRef(text)
 
 
@@ -140,6 +155,10 @@ def format_ref(ref: Ref) -> str:
         if _ARCHIVE.match(f"archive:{ref.key}") is None:
             raise ValidationError(f"an archive reference needs a {HASH_CHARS}-hex-digit hash, got {ref.key!r}")
         return f"archive:{ref.key}"
+    if isinstance(ref, KnowledgeRef):
+        if _KNOWLEDGE.match(f"knowledge:{ref.whose}/{ref.file}") is None:
+            raise ValidationError(f"a knowledge reference is knowledge:<user|agent>/<file>, got {ref}")
+        return f"knowledge:{ref.whose}/{ref.file}"
     return ref.name
 
 
@@ -158,6 +177,9 @@ def archive_ref(key: str) -> str:
     return format_ref(ArchiveRef(key))
 
 
+KnowledgeReader = Callable[[str, str], str | None]
+"""``reader(whose, file)`` → the committed text of the user's / agent's knowledge file, None when
+absent (it may raise a MindPalaceError for a bad name: the reference is then missing)."""
 FactReader = Callable[[str], object | None]
 """Returns the current fact of a key (anything with ``key``, ``content``, ``id``,
 ``created_at``), None when unknown; :meth:`mindpalace.facts.FactMemory.get` is one."""
@@ -177,12 +199,15 @@ class RefResolver:
         history: the history.jsonl log (read when an entry is not in the store's index).
         facts: reads the current value of a fact key; None = ``fact:`` refs are missing.
         archive: the tenant's L4 archive; None = ``archive:`` refs are missing.
+        knowledge: reads a committed knowledge file; None = ``knowledge:`` refs are missing.
     """
 
     def __init__(
         self, store: Store, scope: Scope, *, history: HistoryLog | None = None,
         facts: FactReader | None = None, archive: SessionArchive | None = None,
+        knowledge: KnowledgeReader | None = None,
     ) -> None:
+        self.knowledge = knowledge
         self.store = store
         self.scope = scope.require_concrete()
         self.history = history
@@ -230,6 +255,8 @@ class RefResolver:
                 return self._fact(name, ref)
             if isinstance(ref, ArchiveRef):
                 return self._archive(name, ref)
+            if isinstance(ref, KnowledgeRef):
+                return self._knowledge(name, ref)
         except MindPalaceError:  # a session id or key the scope / fact rules refuse: not found
             return None
         return None
@@ -301,3 +328,12 @@ class RefResolver:
                       created_at=found.started_at,
                       meta={"month": found.month, "messages": [found.first, found.last],
                             "turns": [t.to_json() for t in found.turns]})
+
+    def _knowledge(self, name: str, ref: KnowledgeRef) -> Record | None:
+        if self.knowledge is None:
+            return None
+        text = self.knowledge(ref.whose, ref.file)
+        if text is None:
+            return None
+        return Record(self.scope, name, KNOWLEDGE, text,
+                      description=f"knowledge file {ref.file} of the session's {ref.whose} (last commit)")

@@ -13,6 +13,7 @@ from rich.text import Text
 from mindpalace.cli import archive as _archive  # noqa: F401  (registers commands)
 from mindpalace.cli import dream as _dream  # noqa: F401  (registers commands)
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
+from mindpalace.cli import knowledge as _knowledge  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
 from mindpalace.cli import recall as _recall  # noqa: F401  (registers commands)
 from mindpalace.cli import session as _session  # noqa: F401  (registers commands)

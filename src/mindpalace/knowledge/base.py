@@ -370,8 +370,9 @@ class KnowledgeBase:
             info = self.git.commit_info(sha)
             body = (f"restore {scope} to {info.short} ({info.message.splitlines()[0] if info.message else ''})"
                     + (f": {reason}" if reason else "") + "\n\n"
-                    + "\n".join(f"- {rel}: {'removed' if d is None else 'restored'}" for rel, d in changes.items())
-                    + f"\n- dream cursor: {old_c} → {new_c}")
+                    + "\n".join(f"- {rel}: {'removed' if d is None else 'restored'}" for rel, d in changes.items()
+                                if rel != CURSOR_FILE)
+                    + (f"\n- dream cursor: {old_c} → {new_c}" if old_c != new_c else ""))
             commit = self._commit(scope, changes, who, body)
             self.index.refresh(scope, self.git)
             return commit
