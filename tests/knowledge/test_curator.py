@@ -88,3 +88,13 @@ class TestPromotion:
         new = [entry(1, "- user: I prefer aisle seats on long flights.")]
         patches, promoted = curate(new, new, {"MEMORY.md": None}, settings=CuratorSettings(user_file=False))
         assert {p.file for p in patches} <= {"MEMORY.md"} and all(p.file == "MEMORY.md" for p in promoted)
+
+    def test_nothing_from_a_system_prompt_or_a_tool_output_is_promoted(self) -> None:
+        prompt = ("# Airline policy\n\n- All payment methods must already be in user profile for safety reasons.\n"
+                  "\n## Cancel\n\n- The agent must first obtain the user id and the reservation id.")
+        quote = ("- All payment methods must already be in user profile for safety reasons. - The agent must "
+                 "first obtain the user id and the reservation id.")
+        entries = [entry(1, quote), entry(2, quote + "\n- tool: Error: payment amount does not add up at all"),
+                   entry(3, "- tool: Error: payment amount does not add up at all\n- user: My user ID is mia_li_3668.")]
+        _, promoted = curate(entries, entries, {"USER.md": None, "MEMORY.md": None}, prompts=[prompt])
+        assert [(p.file, p.text) for p in promoted] == [("USER.md", "My user ID is mia_li_3668.")]

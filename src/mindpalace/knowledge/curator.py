@@ -7,8 +7,9 @@ rules, so the embedded default curates fully offline and the result is reproduci
 * **User preferences and identity → USER.md**: first-person statements of a user-side speaker
   (anyone but ``assistant`` / ``tool`` / ``system``) that state a preference, habit or stable
   fact — "I prefer …", "I always / never / usually …", "I love / like / hate …", "my <x> is …",
-  "I'm a …", "I live / work / grew up …", "call me …".
-* **Decisions and repeated facts → MEMORY.md**: statements of a decision ("we decided …",
+  "I'm a … / from … / allergic …", "I live / work / grew up / moved …", "call me …".
+* **Decisions and repeated facts → MEMORY.md**: statements (never a system prompt's or a tool
+  output's text — nobody said those) of a decision ("we decided …",
   "let's go with …", "decision: …") and any substantive statement (≥ ``MIN_WORDS`` words) seen
   in at least ``min_repeats`` distinct history entries, one of them new since the cursor.
 * **Important long-term facts → USER.md / MEMORY.md**: current facts of the scope with
@@ -42,6 +43,7 @@ from mindpalace.knowledge.patches import Patch
 MIN_WORDS: Final = 5  # a repeated "Thanks, Mel!" is chatter, not a fact
 MAX_LINE_CHARS: Final = 400  # a promoted sentence longer than this is a paragraph, not a fact
 NON_USER_SPEAKERS: Final = frozenset({"assistant", "tool", "system", "agent"})
+NOT_SAID: Final = frozenset({"tool", "system"})  # a prompt or a tool's output: nobody said it
 HEADERS: Final = {
     USER: "# USER\n\nStable facts and preferences of the user (curated by dream; sources in brackets).\n",
     MEMORY: "# MEMORY\n\nProject facts and decisions (curated by dream; sources in brackets).\n",
@@ -52,18 +54,22 @@ _TURN = re.compile(r"(?:^|\s)\[(\d+)\]\s+([^\[\]:\n]{1,60}):\s")
 _LINE_SPEAKER = re.compile(r"^\s*(?:[-*]\s+)?([A-Za-z][\w .'-]{0,40}):\s+(.*)$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(\[])|\n+")
 _PREFERENCE = re.compile(
-    r"\b(?:I\s+(?:really\s+|also\s+|definitely\s+|still\s+)?(?:prefer|always|never|usually|"
-    r"love|like|enjoy|hate|dislike|can't stand|am allergic|'m allergic|live|work|grew up|"
-    r"was born|moved|study|studied|identify|have been|'ve been|plan to|want to|am|'m)\b"
-    r"|\bI'm\b|\bmy\s+(?:[\w-]+\s+){0,2}(?:is|are|was|were)\b|\bcall me\b|\bI have (?:a|an|two|three)\b)",
+    r"\bI\s+(?:really\s+|also\s+|definitely\s+|still\s+|usually\s+)?(?:prefer|always|never|usually|"
+    r"love|like|enjoy|hate|dislike|can't stand|live|work|grew up|was born|moved|study|studied|"
+    r"identify|have been|'ve been|plan to|want to|went|started|joined|got|have|"
+    r"(?:don't|do not) (?:want|like|eat|drink|fly))\b"
+    r"|\bI(?:'m| am)\b"
+    r"|\bmy\s+(?:[\w-]+\s+){0,2}(?:is|are|was|were)\b|\bcall me\b|\bI have (?:a|an|two|three)\b",
     re.IGNORECASE,
 )
 _NOT_A_FACT = re.compile(
     r"^(?:thanks|thank you|wow|hey|hi|hello|yeah|yes|no|ok|okay|sure|cool|awesome|great|bye)\b"
-    r"|\?\s*$|\bcan'?t wait\b|\b(?:I'm (?:so |really )?(?:glad|happy|sorry|sure|excited|thrilled|proud|thinking|"
+    r"|\?\s*$|\bcan'?t wait\b|\bI(?:'d| would) like\b|\bI'm afraid\b|\bI'm not sure\b"
+    r"|\bI (?:don't|do not|can't|cannot|didn't) (?:have|remember|know|recall)\b|\b(?:I'm (?:so |really )?(?:glad|happy|sorry|sure|excited|thrilled|proud|thinking|"
     r"wondering|curious))\b",
     re.IGNORECASE,
 )
+_IDENTITY = re.compile(r"\bmy\s+(?:[\w-]+\s+){0,2}(?:is|are)\b", re.IGNORECASE)  # "my user id is …"
 _DECISION = re.compile(
     r"\b(?:we|I)\s+(?:have\s+)?(?:decided|agreed|chose|settled on|will use|are going with)\b"
     r"|\blet's go with\b|^\s*decision\s*:", re.IGNORECASE)
@@ -140,6 +146,7 @@ def curate(
     files: Mapping[str, str | None],
     facts: Sequence[Fact] = (),
     settings: CuratorSettings | None = None,
+    prompts: Sequence[str] = (),
 ) -> tuple[list[Patch], list[Promotion]]:
     """The patches (one insert per file) and the promotions they carry.
 
@@ -149,6 +156,8 @@ def curate(
         files: current text of USER.md / MEMORY.md (None = the file does not exist yet).
         facts: current long-term facts of the scope.
         settings: thresholds and caps.
+        prompts: the system prompts of the entries' sessions: a sentence taken from one (a
+            summary may quote the prompt) is not something anybody said, never promoted.
     Returns:
         ``(patches, promotions)``; both empty when there is nothing new to promote.
     """
@@ -165,13 +174,15 @@ def curate(
             return
         picked[key] = Promotion(file, speaker, text, why, sources)
 
-    new_statements = [st for e in new for st in statements(e)]
+    quoted = set().union(*(_grams(norm(p)) for p in prompts)) if prompts else set()
+    new_statements = [st for e in new for st in statements(e) if not _from(quoted, st.text)]
     occurrences: dict[str, set[int]] = defaultdict(set)
     for e in seen:
         for st in statements(e):
             occurrences[norm(st.text)].add(e.cursor)
     for st in new_statements:
-        if _NOT_A_FACT.search(st.text) or len(_WORD.findall(st.text)) < 3:
+        chatter = _NOT_A_FACT.search(st.text) and not _IDENTITY.search(st.text)
+        if st.speaker.casefold() in NOT_SAID or chatter or len(_WORD.findall(st.text)) < 3:
             continue
         user_side = st.speaker.casefold() not in NON_USER_SPEAKERS
         sources = [f"history:{c}" for c in sorted(occurrences.get(norm(st.text), {st.cursor}))]
@@ -201,6 +212,20 @@ def curate(
         patches.append(Patch.insert(file, body, reason=f"dream: {len(lines)} promoted "
                                     f"{'preferences and facts' if file == USER else 'facts and decisions'}"))
     return patches, chosen
+
+
+def _grams(text: str, n: int = 4) -> set[tuple[str, ...]]:
+    words = text.split()
+    return {tuple(words[i:i + n]) for i in range(max(1, len(words) - n + 1))}
+
+
+def _from(quoted: set[tuple[str, ...]], text: str) -> bool:
+    """True when most of `text` is a quote of a prompt (half its word 4-grams are in it): a
+    summary flattens a prompt's lists, so a sentence may join pieces of two of its lines."""
+    if not quoted:
+        return False
+    grams = _grams(norm(text))
+    return len(grams & quoted) * 2 >= len(grams)
 
 
 def _in_file(key: str, file_norm: str) -> bool:

@@ -61,6 +61,7 @@ from mindpalace.knowledge.patches import Patch, apply_patch
 from mindpalace.providers.llm import LLMProvider, TokenBudget
 from mindpalace.providers.llm.base import load_prompt
 from mindpalace.scope import ANY, Scope
+from mindpalace.session.messages import MessageLog
 from mindpalace.settings import FactSettings, KnowledgeSettings
 from mindpalace.store import Store
 from mindpalace.tokens import TokenCounter
@@ -291,8 +292,19 @@ class Dream:
                                    importance_threshold=self.fact_settings.importance_threshold,
                                    max_promotions=self.settings.dream_max_promotions,
                                    user_file=scope.kind == "user")
-        report.patches, report.promotions = curate(new, seen, files, self._facts(scope), settings)
+        report.patches, report.promotions = curate(new, seen, files, self._facts(scope), settings,
+                                                   prompts=self._system_prompts(new))
         return last
+
+    def _system_prompts(self, entries: Sequence[HistoryEntry]) -> list[str]:
+        """The newest system message of each session the entries come from."""
+        out = []
+        for scope in dict.fromkeys(e.scope for e in entries):
+            found = MessageLog(self.store, scope).latest_system()
+            content = found.get("content") if found else None
+            if isinstance(content, str):
+                out.append(content)
+        return out
 
     def _propose_llm(self, scope: KnowledgeScope, new: list[HistoryEntry], files: dict[str, str | None],
                      budget: TokenBudget, report: DreamReport) -> int | None:
