@@ -239,13 +239,14 @@ class TestProcesses:
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        assert first.startswith("dream schedule: interval[41 days, 16:00:00]")
+        assert first.startswith("schedule: archive interval[12:00:00], dream interval[41 days, 16:00:00]")
+        assert proc.stdout.readline().startswith("archive: 0 idle sessions archived")  # runs first
         report = proc.stdout.readline()
         assert report.startswith("user:u1: committed (curator), 3 new entries")
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
-        assert out.strip().endswith("dream schedule stopped")
+        assert out.strip().endswith("schedule stopped")
 
 
 def test_an_entry_larger_than_the_budget_can_pay_is_sent_cut_and_never_blocks_the_cursor(

@@ -30,8 +30,9 @@ def dream(
     agent: str | None = typer.Option(None, "--agent", "-a", help="Curate this agent's files only."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the patches; change nothing."),
     schedule: bool = typer.Option(
-        False, "--schedule", help="Run every knowledge.dream_interval_hours (or on knowledge.dream_cron) "
-        "in the foreground until SIGTERM / Ctrl-C."),
+        False, "--schedule", help="Run every knowledge.dream_interval_hours (or on knowledge.dream_cron), "
+        "and archive idle sessions every knowledge.archive_interval_hours, in the foreground until "
+        "SIGTERM / Ctrl-C."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Refuse at once when another dream of the scope runs."),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -48,20 +49,31 @@ def dream(
 
 def _scheduled(workspace: Path, user: str | None, agent: str | None, wait: float | None, as_json: bool) -> None:
     from mindpalace.errors import MindPalaceError
-    from mindpalace.knowledge.schedule import dream_trigger, run_schedule
+    from mindpalace.knowledge.schedule import archive_trigger, dream_trigger, run_schedule
 
     with open_memory(workspace) as mem:
-        trigger = dream_trigger(mem.settings.knowledge)
+        triggers = (archive_trigger(mem.settings.knowledge), dream_trigger(mem.settings.knowledge))
 
-        def job() -> None:
+        def archive() -> None:
+            try:
+                outs = mem.archive_idle()
+            except MindPalaceError as exc:  # the schedule goes on; the next run retries
+                err_console.print(f"archive failed: {exc}", soft_wrap=True)
+                return
+            done = [o for o in outs if o.status == "archived"]
+            console.print(f"archive: {len(done)} idle sessions archived, "
+                          f"{sum(o.appended for o in done)} exchanges appended", soft_wrap=True)
+
+        def dream() -> None:
             try:
                 _print(mem.dream(user=user, agent=agent, wait_seconds=wait), as_json)
-            except MindPalaceError as exc:  # the schedule goes on; the next run retries
+            except MindPalaceError as exc:
                 err_console.print(f"dream failed: {exc}", soft_wrap=True)
 
-        console.print(f"dream schedule: {trigger} (SIGTERM or Ctrl-C stops it)", soft_wrap=True)
-        run_schedule(job, trigger)
-    console.print("dream schedule stopped")
+        console.print(f"schedule: archive {triggers[0]}, dream {triggers[1]} (SIGTERM or Ctrl-C stops it)",
+                      soft_wrap=True)
+        run_schedule([("archive", archive, triggers[0]), ("dream", dream, triggers[1])])
+    console.print("schedule stopped")
 
 
 def _print(reports: list[DreamReport], as_json: bool) -> None:

@@ -1,18 +1,22 @@
-"""The dream schedule: run a job every ``dream_interval_hours`` or on a cron string, in the
-foreground until SIGTERM / SIGINT (seed 002: Dream is a periodic cron job; APScheduler 3.x).
+"""The maintenance schedule: the dream every ``dream_interval_hours`` (or on a cron string) and
+L4 archiving of idle sessions every ``archive_interval_hours``, in the foreground until SIGTERM
+/ SIGINT (seed 002: Dream is a periodic cron job; seed 003: L4 archiving every 12 h;
+APScheduler 3.x).
 
-Runs never overlap (``max_instances=1``), missed runs collapse into one (``coalesce``), and a
-signal lets a run in progress finish before the process exits — each run is one atomic commit
-anyway, so even a kill leaves the knowledge files consistent.
+Jobs run one at a time (one worker thread), a job never overlaps itself (``max_instances=1``),
+missed runs collapse into one (``coalesce``), and a signal lets a run in progress finish before
+the process exits — each run is atomic anyway (one commit; one file rename and one store
+transaction), so even a kill leaves files, cursors and git consistent.
 """
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
@@ -38,28 +42,37 @@ def dream_trigger(settings: KnowledgeSettings) -> BaseTrigger:
     return IntervalTrigger(seconds=settings.dream_interval_hours * 3600, timezone=UTC)
 
 
+def archive_trigger(settings: KnowledgeSettings) -> BaseTrigger:
+    """Every ``archive_interval_hours`` (GenericAgent archives every 12 h)."""
+    return IntervalTrigger(seconds=settings.archive_interval_hours * 3600, timezone=UTC)
+
+
+Job = tuple[str, Callable[[], None], BaseTrigger]
+"""(name, one run, its trigger)."""
+
+
 def run_schedule(
-    job: Callable[[], None],
-    trigger: BaseTrigger,
+    jobs: Sequence[Job],
     *,
     run_now: bool = True,
     signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
     on_start: Callable[[BlockingScheduler], None] | None = None,
 ) -> None:
-    """Run `job` on `trigger` in the foreground until one of `signals` arrives.
+    """Run each job on its trigger in the foreground until one of `signals` arrives.
 
     Args:
-        job: one dream pass (its exceptions are logged by APScheduler and the schedule goes on).
-        trigger: from :func:`dream_trigger`.
-        run_now: also run once at start (then on the trigger).
+        jobs: (name, run, trigger); a run's exceptions are logged by APScheduler and the
+            schedule goes on (the callers catch and report their own errors).
+        run_now: also run every job once at start, in the given order (then on its trigger).
         signals: the signals that stop the schedule (a run in progress finishes first).
         on_start: called with the scheduler before it blocks (tests, status lines).
     """
-    scheduler = BlockingScheduler(timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1})
-    scheduler.add_job(job, trigger, id="dream", name="dream",
-                      next_run_time=datetime.now(UTC) if run_now else None)
-    if not run_now:  # add_job with next_run_time=None would pause it: let the trigger decide
-        scheduler.get_job("dream").modify(next_run_time=trigger.get_next_fire_time(None, datetime.now(UTC)))
+    scheduler = BlockingScheduler(timezone=UTC, executors={"default": ThreadPoolExecutor(max_workers=1)},
+                                  job_defaults={"coalesce": True, "max_instances": 1})
+    now = datetime.now(UTC)
+    for i, (name, job, trigger) in enumerate(jobs):
+        first = now + timedelta(microseconds=i) if run_now else trigger.get_next_fire_time(None, now)
+        scheduler.add_job(job, trigger, id=name, name=name, next_run_time=first)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         scheduler.shutdown(wait=False)
