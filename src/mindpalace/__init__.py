@@ -13,6 +13,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mindpalace.archive import ArchiveOutcome, SessionArchive
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
         AxiomViolation,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
     from mindpalace.history import HistoryLog
     from mindpalace.knowledge import KnowledgeBase, KnowledgeScope, Patch
+    from mindpalace.knowledge.dream import Dream, DreamReport
     from mindpalace.memory import Memory, Session
     from mindpalace.providers.embed import Embedder
     from mindpalace.providers.llm import LLMProvider
@@ -76,6 +78,8 @@ _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(("ANY", "Scope"), "mindpalace.scope"),
     **dict.fromkeys(("Settings", "load_settings"), "mindpalace.settings"),
     **dict.fromkeys(("EventRegistry", "Task", "Tasks"), "mindpalace.tasks"),
+    **dict.fromkeys(("ArchiveOutcome", "SessionArchive"), "mindpalace.archive"),
+    **dict.fromkeys(("Dream", "DreamReport"), "mindpalace.knowledge.dream"),
     "AutoCompact": "mindpalace.session.autocompact",
     "Consolidator": "mindpalace.session.consolidator",
     "Embedder": "mindpalace.providers.embed",
@@ -90,6 +94,7 @@ _LOCATIONS: dict[str, str] = {
 
 __all__ = [
     "ANY",
+    "ArchiveOutcome",
     "AutoCompact",
     "AxiomViolation",
     "BuiltContext",
@@ -104,6 +109,8 @@ __all__ = [
     "DatabaseCorruptError",
     "DimensionMismatchError",
     "DiskFullError",
+    "Dream",
+    "DreamReport",
     "EffectNotApplied",
     "Embedder",
     "EventRegistry",
@@ -131,6 +138,7 @@ __all__ = [
     "SchemaVersionError",
     "Scope",
     "Session",
+    "SessionArchive",
     "Settings",
     "StepMemory",
     "StoreBusyError",
