@@ -98,3 +98,12 @@ class TestBenchDream:
         assert methods[0].startswith("dream curator") and len(methods) == 4
         ceiling = rows["reachability"][-1]["all"]
         assert all(r["all"]["reached"] <= ceiling["reached"] for r in rows["reachability"][1:])
+
+
+class TestBenchKnowledge:
+    def test_tiny_run_measures_both_sides_of_every_row(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_knowledge").main(["--repeats", "1", "--json", str(out)]) == 0
+        rows = json.loads(out.read_text())
+        assert len(rows) == 4 and all(r["mindpalace_ms"] > 0 and r["baseline_ms"] > 0 for r in rows)
+        assert "block" in rows[2]["what"] and "0 tokens" not in rows[2]["what"]

@@ -556,7 +556,10 @@ class Session:
     ) -> BuiltContext:
         """The agent path, before every model call: make room, then build (seed 002).
 
-        When the stored conversation with every fixed part of the prompt is over the budget,
+        Hand edits of the session's knowledge files are noticed first (committed as
+        ``hand-edit`` when they keep the axioms, reported in ``report.knowledge`` when refused;
+        a scope a dream run holds is skipped, not waited for). When the stored conversation
+        with every fixed part of the prompt is over the budget,
         older messages are consolidated at a safe boundary (never inside a tool call/result
         group) into history.jsonl with a gated summary, down to ``consolidation_ratio`` of
         the budget; documents not yet embedded get their vectors (so the recalled-memory
@@ -582,9 +585,10 @@ class Session:
         """
         budget = self._budget(budget_tokens)
         check_queries(query)
-        self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)  # refuse first
-        noticed = self._sync_knowledge()
         fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
+        noticed = self._sync_knowledge()  # after the request is known good: it may commit
+        if any("committed" in line or "finished" in line for line in noticed):  # the block changed
+            fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
         result = self.consolidator.maybe_consolidate(
             system_tokens=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
         if self.memory.settings.context.recall_share > 0:

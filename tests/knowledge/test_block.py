@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mindpalace import Memory, Session
+from mindpalace import Memory
 from mindpalace.blocks import Block, is_memory_message
 from mindpalace.errors import ContextBudgetError
 from mindpalace.knowledge import Patch

@@ -66,7 +66,7 @@ def test_a_no_op_returns_none_and_commits_nothing(memory: Memory, s: Session) ->
 # -- axiom a: no execution, no memory ------------------------------------------------------------
 
 def test_l2_and_l3_writes_need_a_completed_call_of_this_scope(memory: Memory, s: Session, uid: str) -> None:
-    with pytest.raises(AxiomViolation, match="no-execution-no-memory.*must name the source"):
+    with pytest.raises(AxiomViolation, match=r"no-execution-no-memory.*must name the source"):
         s.knowledge.apply([Patch.insert("L2_facts.md", "- repo at /srv/app")], message="x")
     with pytest.raises(AxiomViolation, match="no such tool call"):
         s.knowledge.apply([Patch.insert("L2_facts.md", "- repo at /srv/app", source="ledger:t/ls:abc")], message="x")
@@ -142,7 +142,7 @@ def l1_lines(n: int) -> str:
 
 def test_an_api_write_over_the_l1_limit_is_refused_with_numbers(memory: Memory, s: Session) -> None:
     s.knowledge.apply([Patch.insert("L1_index.md", l1_lines(30))], message="thirty pointers")
-    with pytest.raises(AxiomViolation, match="31 lines .* limits are 30 lines"):
+    with pytest.raises(AxiomViolation, match=r"31 lines .* limits are 30 lines"):
         s.knowledge.apply([Patch.insert("L1_index.md", "one more → L3/more.md")], message="x")
     assert len((s.knowledge.read("L1_index.md") or "").splitlines()) == 30
 
@@ -185,7 +185,7 @@ def test_a_restore_over_a_lowered_l1_limit_is_refused(workspace_dir: Path, uid: 
     assert first is not None
     with Memory.open(workspace_dir, embed={"provider": "none"}, knowledge={"l1_max_lines": 10}) as mem:
         head = subjects(mem)
-        with pytest.raises(AxiomViolation, match="20 lines .* limits are 10 lines"):
+        with pytest.raises(AxiomViolation, match=r"20 lines .* limits are 10 lines"):
             mem.knowledge.restore(scope, first.sha)
         assert subjects(mem) == head and len((mem.knowledge.read(scope, "L1_index.md") or "").splitlines()) == 5
 
@@ -285,3 +285,95 @@ def test_knowledge_references_read_back_whole_and_only_the_sessions_own(memory: 
     assert got.missing == ["knowledge:user/../x.md", "knowledge:user/L2_facts.md"]
     other = memory.session(f"x-{uid}", user=f"other-{uid}", agent="planner")
     assert other.read_records(["knowledge:user/L3/deploy.md"]).missing == ["knowledge:user/L3/deploy.md"]
+
+
+def test_preview_is_the_diff_apply_would_commit_and_writes_nothing(memory: Memory, s: Session) -> None:
+    kb, scope = memory.knowledge, s.knowledge.scope()
+    kb.apply(scope, [Patch.insert("USER.md", "- likes tea")], author="api", message="seed")
+    head = subjects(memory)
+    diff = kb.preview(scope, [Patch.replace("USER.md", "tea", "green tea")], dream_cursor=5)
+    assert "-- likes tea" in diff and "+- likes green tea" in diff and "+5" in diff
+    assert subjects(memory) == head and kb.read_cursor(scope) == 0
+    assert kb.preview(scope, [Patch.insert("USER.md", "- likes tea")]) == ""
+    with pytest.raises(AxiomViolation, match="must name the source"):
+        kb.preview(scope, [Patch.insert("L2_facts.md", "- x")])
+
+
+def test_any_sequence_of_writes_keeps_l1_in_limits_and_disk_equal_to_git(tmp_path: Path) -> None:
+    """API inserts and removals, restores and hand edits in any order: every commit keeps L1
+    within its limits (d, on every path) and the files on disk are the last commit."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    ops = st.lists(st.one_of(
+        st.tuples(st.just("insert"), st.integers(0, 6)),
+        st.tuples(st.just("remove"), st.integers(0, 20)),
+        st.tuples(st.just("restore"), st.integers(1, 5)),
+        st.tuples(st.just("hand"), st.integers(0, 12)),
+    ), max_size=10)
+    mem = Memory.open(tmp_path / "ws", embed={"provider": "none"}, knowledge={"l1_max_lines": 8})
+    counter = iter(range(10**6))
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(ops)
+    def run(sequence: list[tuple[str, int]]) -> None:
+        scope = KnowledgeScope.user(f"p{next(counter)}")
+        kb, d = mem.knowledge, mem.workspace.knowledge_dir / scope.folder
+        for op, n in sequence:
+            try:
+                if op == "insert":
+                    kb.apply(scope, [Patch.insert("L1_index.md", "".join(
+                        f"k{next(counter)} → L3/x.md\n" for _ in range(n + 1)))], author="api", message="add")
+                elif op == "remove":
+                    lines = (kb.read(scope, "L1_index.md") or "").splitlines()
+                    if lines:
+                        kb.apply(scope, [Patch.remove("L1_index.md", lines[n % len(lines)], reason="r")],
+                                 author="api", message="rm")
+                elif op == "restore":
+                    log = kb.log(scope)
+                    if len(log) > n:
+                        kb.restore(scope, log[n].sha)
+                else:
+                    d.mkdir(parents=True, exist_ok=True)
+                    (d / "L1_index.md").write_text("".join(f"h{i} → L3/h.md\n" for i in range(n)))
+                    kb.sync(scope)
+                    if n > 8:  # refused: put the committed version back, as a person would
+                        (d / "L1_index.md").write_text(kb.read(scope, "L1_index.md") or "")
+                        if kb.read(scope, "L1_index.md") is None:
+                            (d / "L1_index.md").unlink()
+            except AxiomViolation as exc:
+                assert exc.axiom == "l1-limits"
+            committed = kb.read(scope, "L1_index.md") or ""
+            assert len([ln for ln in committed.splitlines() if ln.strip()]) <= 8
+            on_disk = (d / "L1_index.md").read_text() if (d / "L1_index.md").exists() else ""
+            assert on_disk == committed and kb.pending(scope) == []
+
+    try:
+        run()
+    finally:
+        mem.close()
+
+
+def test_a_damaged_repository_is_a_store_error_not_a_raw_git_one(memory: Memory, s: Session) -> None:
+    from mindpalace.errors import StoreError
+
+    s.knowledge.apply([Patch.insert("USER.md", "- likes tea")], message="seed")
+    objects = memory.workspace.knowledge_dir / ".git" / "objects"
+    for path in objects.rglob("*"):
+        if path.is_file():
+            path.unlink()
+    with pytest.raises(StoreError, match="git operation failed"):
+        s.knowledge.apply([Patch.insert("USER.md", "- likes jazz")], message="x")
+
+
+def test_reading_never_creates_the_repository_a_write_does(memory: Memory, s: Session) -> None:
+    import shutil
+
+    shutil.rmtree(memory.workspace.knowledge_dir)
+    fresh = Memory(memory.workspace, memory.store)  # a new handle: nothing cached
+    session = fresh.session(s.id, user=str(s.scope.user), agent=str(s.scope.agent))
+    built = session.context(4_000, system_prompt="sys")
+    assert built.report.total_tokens <= 4_000 and session.knowledge.read("USER.md") is None
+    assert not memory.workspace.knowledge_dir.exists()
+    assert session.knowledge.apply([Patch.insert("USER.md", "- likes tea")], message="seed") is not None
+    assert subjects(fresh)[-1] == "mindpalace|init knowledge repository"

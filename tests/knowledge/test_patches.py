@@ -28,7 +28,7 @@ def test_an_anchor_that_is_absent_is_refused() -> None:
 
 
 def test_a_removal_needs_a_reason() -> None:
-    with pytest.raises(AxiomViolation, match="no-silent-deletion.*reason"):
+    with pytest.raises(AxiomViolation, match=r"no-silent-deletion.*reason"):
         Patch.remove("MEMORY.md", "- db port 5432", reason=" ")
 
 

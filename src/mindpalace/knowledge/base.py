@@ -22,10 +22,11 @@ not indexed — the last good version stays in git and in the prompt until it is
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -36,9 +37,13 @@ from dulwich.objects import Blob, ObjectID
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
-from mindpalace.errors import AxiomViolation, KnowledgeError, MindPalaceError, StoreBusyError
+from mindpalace.errors import (
+    KnowledgeError,
+    MindPalaceError,
+    StoreBusyError,
+    StoreError,
+)
 from mindpalace.knowledge.axioms import (
-    NO_EXECUTION_NO_MEMORY,
     L1Limits,
     SourceVerifier,
     check_l1,
@@ -126,6 +131,8 @@ class KnowledgeBase:
         counter: the token counter (L1's token limit).
         settings: the ``[knowledge]`` section.
         clock: UTC now, for commit times.
+        verifier: checks the sources of L2/L3 writes (default: the ledger rows and records
+            of `store`, :class:`~mindpalace.knowledge.axioms.SourceVerifier`).
         fault: crash-point hook for tests (see :data:`FaultHook`).
     """
 
@@ -141,7 +148,7 @@ class KnowledgeBase:
         fault: FaultHook | None = None,
     ) -> None:
         self.root = Path(root)
-        self.git = GitStore.init(self.root) if not (self.root / ".git").exists() else GitStore(self.root)
+        self.git = GitStore(self.root)  # created on the first write: reading never writes
         self.store = store
         self.counter = counter
         self.settings = settings or KnowledgeSettings()
@@ -155,6 +162,7 @@ class KnowledgeBase:
     def _file_lock(self, name: str) -> FileLock:
         lock = self._locks.get(name)
         if lock is None:
+            GitStore.init(self.root)  # idempotent: a missing or half-made repository is completed
             folder = self.git.meta_dir / "locks"
             folder.mkdir(parents=True, exist_ok=True)
             lock = self._locks[name] = FileLock(str(folder / f"{name}.lock"))
@@ -226,6 +234,12 @@ class KnowledgeBase:
             KnowledgeError: unknown revision."""
         return self.git.diff(self.git.resolve(rev), scope.folder if scope is not None else None)
 
+    def files_of(self, scopes: Sequence[KnowledgeScope]) -> dict[KnowledgeScope, dict[str, str]]:
+        """:meth:`files` of several scopes at the last commit, read in one go (the prompt's path)."""
+        found = self.git.read_folders([s.folder for s in scopes])
+        return {s: {k: v.decode("utf-8", errors="replace") for k, v in sorted(found[s.folder].items())}
+                for s in scopes}
+
     def scopes(self) -> list[KnowledgeScope]:
         """Every scope with a folder on disk or in the last commit."""
         found: set[str] = set()
@@ -291,48 +305,83 @@ class KnowledgeBase:
         cursor = None if dream_cursor is None else _check_cursor(dream_cursor)
         with self.lock(scope):
             self._sync_locked(scope, SyncReport(scope))
-            blocked = {rel: problem for rel, (change, _, problem) in self._scan(scope).items()}
-            committed = self.git.read_folder(scope.folder)
-            texts = {k: v.decode("utf-8", errors="replace") for k, v in committed.items()}
-            new = dict(texts)
-            lines, sources = [], []
-            for p in batch:
-                if p.file == CURSOR_FILE:
-                    raise KnowledgeError("the dream cursor moves with dream_cursor=, not by a patch")
-                if p.file in blocked:
-                    raise KnowledgeError(
-                        f"{p.file} has a hand edit that was not committed ({blocked[p.file] or 'pending'}); "
-                        "fix it or revert it with `git checkout` in the knowledge folder first")
-                before = new.get(p.file)
-                needs_source = layer_of(p.file) in (Layer.L2, Layer.L3) and p.op != "remove"
-                # the provenance goes into the text, so a re-run of the same patch is a no-op
-                sourced = _with_source(p, p.source.strip()) if needs_source and p.source else p
-                after = apply_patch(before, sourced)
-                if after == before:
-                    continue
-                if needs_source:  # axiom a: no execution, no memory
-                    sources.append(self.verifier.verify(scope, p.file, p.source).ref)
-                new[p.file] = after
-                lines.append(p.describe())
-            old_cursor = _cursor_value(texts.get(CURSOR_FILE, "0"))
-            if cursor is not None and cursor != old_cursor:
-                if cursor < old_cursor:
-                    raise KnowledgeError(
-                        f"dream_cursor {cursor} is behind the committed cursor {old_cursor}; the "
-                        "cursor only moves back with restore")
-                new[CURSOR_FILE] = f"{cursor}\n"
-                lines.append(f"dream cursor: {old_cursor} → {cursor}")
-            changes = {k: v.encode("utf-8") for k, v in new.items() if texts.get(k) != v}
-            if not changes:
+            plan = self._plan(scope, batch, cursor)
+            if plan is None:
                 return None
-            for rel, data in changes.items():
-                self._check_content(rel, data)
+            changes, lines, sources = plan
             body = why + "\n\n" + "\n".join(f"- {ln}" for ln in lines)
             if sources:
                 body += "\n\n" + "\n".join(f"Verified-by: {s}" for s in dict.fromkeys(sources))
             commit = self._commit(scope, dict(changes), who, body)
             self.index.refresh(scope, self.git)
             return commit
+
+    def preview(self, scope: KnowledgeScope, patches: Sequence[Patch], *,
+                dream_cursor: int | None = None) -> str:
+        """The unified diff :meth:`apply` would commit now ('' when nothing would change),
+        checked exactly as :meth:`apply` checks it — nothing is written, no lock is taken, and
+        pending hand edits are not committed (``mindpalace dream --dry-run``).
+
+        Raises:
+            AxiomViolation / KnowledgeError: as :meth:`apply`."""
+        batch = list(patches)
+        if not all(isinstance(p, Patch) for p in batch):
+            raise KnowledgeError("patches must be Patch objects (Patch.replace / insert / remove)")
+        cursor = None if dream_cursor is None else _check_cursor(dream_cursor)
+        plan = self._plan(scope, batch, cursor)
+        if plan is None:
+            return ""
+        committed = self.git.read_folder(scope.folder)
+        out: list[str] = []
+        for rel, data in sorted(plan[0].items()):
+            old = committed.get(rel, b"").decode("utf-8", errors="replace").splitlines(keepends=True)
+            new = (data or b"").decode("utf-8").splitlines(keepends=True)
+            out.extend(difflib.unified_diff(old, new, f"a/{scope.folder}/{rel}", f"b/{scope.folder}/{rel}"))
+        return "".join(out)
+
+    def _plan(self, scope: KnowledgeScope, batch: list[Patch], cursor: int | None,
+              ) -> tuple[dict[str, bytes | None], list[str], list[str]] | None:
+        """(file → new content, commit message lines, verified sources) of `batch` over the
+        committed files, every check done; None when nothing would change. Writes nothing."""
+        blocked = {rel: problem for rel, (change, _, problem) in self._scan(scope).items()}
+        committed = self.git.read_folder(scope.folder)
+        texts = {k: v.decode("utf-8", errors="replace") for k, v in committed.items()}
+        new = dict(texts)
+        lines: list[str] = []
+        sources: list[str] = []
+        for p in batch:
+            if p.file == CURSOR_FILE:
+                raise KnowledgeError("the dream cursor moves with dream_cursor=, not by a patch")
+            if p.file in blocked:
+                raise KnowledgeError(
+                    f"{p.file} has a hand edit that was not committed ({blocked[p.file] or 'pending'}); "
+                    "fix it or revert it with `git checkout` in the knowledge folder first")
+            before = new.get(p.file)
+            needs_source = layer_of(p.file) in (Layer.L2, Layer.L3) and p.op != "remove"
+            # the provenance goes into the text, so a re-run of the same patch is a no-op
+            sourced = _with_source(p, p.source.strip()) if needs_source and p.source else p
+            after = apply_patch(before, sourced)
+            if after == before:
+                continue
+            if needs_source:  # axiom a: no execution, no memory
+                sources.append(self.verifier.verify(scope, p.file, p.source).ref)
+            new[p.file] = after
+            lines.append(p.describe())
+        old_cursor = _cursor_value(texts.get(CURSOR_FILE, "0"))
+        if cursor is not None and cursor != old_cursor:
+            if cursor < old_cursor:
+                raise KnowledgeError(
+                    f"dream_cursor {cursor} is behind the committed cursor {old_cursor}; the "
+                    "cursor only moves back with restore")
+            new[CURSOR_FILE] = f"{cursor}\n"
+            lines.append(f"dream cursor: {old_cursor} → {cursor}")
+        changes: dict[str, bytes | None] = {k: v.encode("utf-8") for k, v in new.items() if texts.get(k) != v}
+        if not changes:
+            return None
+        for rel, data in changes.items():
+            assert data is not None
+            self._check_content(rel, data)
+        return changes, lines, sources
 
     def restore(self, scope: KnowledgeScope, rev: str, *, author: str = "api", reason: str = "") -> Commit | None:
         """Make `scope`'s files **and** dream cursor what they were at commit `rev`, as one new
@@ -506,7 +555,11 @@ class KnowledgeBase:
             journal.parent.mkdir(parents=True, exist_ok=True)
             record = {"commit": prepared.sha.decode(), "old_tree": _hex(prepared.old_tree),
                       "new_tree": _hex(prepared.new_tree), "files": sorted(changes)}
-            atomic_write(journal, json.dumps(record).encode())
+            try:
+                atomic_write(journal, json.dumps(record).encode())
+            except OSError as exc:  # before the commit point: nothing changed
+                raise StoreError(f"{journal}: cannot write the journal ({exc.strerror}); nothing was "
+                                 "changed") from exc
             self._crash_point("journal-written")
             self.git.publish(prepared)
             self._crash_point("published")
@@ -518,6 +571,13 @@ class KnowledgeBase:
         return replace(self.git.commit_info(prepared.sha), files=prepared.changed)
 
     def _write_files(self, folder: Path, changes: dict[str, bytes | None]) -> None:
+        try:
+            self._replace_files(folder, changes)
+        except OSError as exc:  # the commit stands: the journal finishes the files next time
+            raise StoreError(f"{folder}: could not write the committed files ({exc.strerror}); "
+                             "they are written on the next call for this scope") from exc
+
+    def _replace_files(self, folder: Path, changes: dict[str, bytes | None]) -> None:
         for rel, data in changes.items():
             path = folder / rel
             if path.parent != folder and path.parent.is_symlink():
@@ -615,11 +675,3 @@ def _change_summary(old: bytes | None, new: bytes | None) -> str:
     added = len([ln for ln in b if ln not in set(a)])
     return f"edited by hand (+{added} / -{removed} lines)"
 
-
-def patches_for(items: Iterable[dict[str, Any]]) -> list[Patch]:
-    """Patches from their JSON form (CLI, REST, dream --dry-run output)."""
-    return [Patch.from_json(item) for item in items]
-
-
-__all__ = ["HAND_EDIT_AUTHOR", "NO_EXECUTION_NO_MEMORY", "AxiomViolation", "HandEdit",
-           "KnowledgeBase", "SyncReport", "patches_for"]

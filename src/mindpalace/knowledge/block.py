@@ -68,11 +68,12 @@ class KnowledgePrompt:
         settings = settings or KnowledgeSettings()
         self.share = settings.prompt_share
         self.reinject_every_turns = settings.l1_reinject_every_turns
+        self._memo: dict[tuple[object, ...], str] = {}  # (files, cap) → text: builds repeat it
 
     def files(self) -> list[KnowledgeFile]:
         """The committed injected files, in prompt order (SOUL, USER, MEMORY, L0, L1; for each,
         the agent's then the user's); empty files are left out."""
-        texts = {s: self.base.files(s) for s in self.scopes}
+        texts = self.base.files_of(self.scopes)
         return [KnowledgeFile(s, f, texts[s][f]) for f in INJECTED_FILES for s in self.scopes
                 if texts[s].get(f, "").strip()]
 
@@ -82,6 +83,14 @@ class KnowledgePrompt:
         files = self.files()
         if not files or cap_tokens <= 0:
             return ""
+        key = (tuple(files), cap_tokens)
+        if key not in self._memo:
+            if len(self._memo) >= 64:
+                self._memo.clear()
+            self._memo[key] = self._pack(files, cap_tokens)
+        return self._memo[key]
+
+    def _pack(self, files: list[KnowledgeFile], cap_tokens: int) -> str:
         header = self.counter.count(HEADER) + 1
         room = cap_tokens - header
         shown: dict[int, str] = {}

@@ -28,7 +28,7 @@ from dulwich.patch import write_tree_diff
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from mindpalace.errors import KnowledgeError, StoreError
+from mindpalace.errors import KnowledgeError, MindPalaceError, StoreError
 
 FILE_MODE: Final = 0o100644
 HEAD: Final = Ref(b"HEAD")
@@ -42,6 +42,7 @@ message says what changed and why, so `git log -p` shows how the agent's knowled
 You may edit any file by hand: mindpalace notices it, checks it and commits it as a hand edit.
 """
 _AUTHOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._@+-]{0,63}$")
+_CACHE_TREES: Final = 256  # folder trees whose files are kept in memory (cleared when full)
 _HEAD_N = re.compile(r"^(HEAD|@)(?:~(\d+))?$")
 
 
@@ -101,6 +102,7 @@ class GitStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._cache: dict[ObjectID, dict[str, bytes]] = {}  # folder tree id → its files
 
     @property
     def meta_dir(self) -> Path:
@@ -117,6 +119,11 @@ class GitStore:
                              "run `mindpalace init` on the workspace") from exc
         try:
             yield repo
+        except MindPalaceError:
+            raise
+        except Exception as exc:  # dulwich / OS errors never reach a caller raw
+            raise StoreError(f"{self.root}: git operation failed ({type(exc).__name__}: {exc}); "
+                             "check the folder (disk space, permissions, `git fsck`)") from exc
         finally:
             repo.close()
 
@@ -142,8 +149,14 @@ class GitStore:
                 repo.get_worktree().stage(["README.md"])
         return store
 
-    # -- reading ------------------------------------------------------------------------------
+    # -- reading (a folder with no repository yet reads as an empty one) -----------------------
+    @property
+    def exists(self) -> bool:
+        return (self.root / ".git").is_dir()
+
     def head(self) -> ObjectID | None:
+        if not self.exists:
+            return None
         with self._repo() as repo:
             try:
                 return repo.refs[HEAD]
@@ -175,20 +188,44 @@ class GitStore:
 
     def scope_tree(self, folder: str, rev: ObjectID | None = None) -> ObjectID | None:
         """The tree id of `folder` at `rev` (None = HEAD); None when the folder is absent."""
+        if not self.exists:
+            return None
         with self._repo() as repo:
             return _subtree(repo, rev, folder)
 
     def read_folder(self, folder: str, rev: ObjectID | None = None) -> dict[str, bytes]:
         """{path relative to `folder`: content} of every file under `folder` at `rev`."""
+        return self.read_folders([folder], rev)[folder]
+
+    def read_folders(self, folders: list[str], rev: ObjectID | None = None) -> dict[str, dict[str, bytes]]:
+        """:meth:`read_folder` of several folders with one repository open; a folder's files
+        are cached by its tree id (content-addressed, so the cache is never stale)."""
+        out: dict[str, dict[str, bytes]] = {f: {} for f in folders}
+        if not self.exists:
+            return out
         with self._repo() as repo:
-            tree = _subtree(repo, rev, folder)
-            if tree is None:
-                return {}
-            return {e.path.decode(): repo[e.sha].as_raw_string()
-                    for e in repo.object_store.iter_tree_contents(tree) if e.path and e.sha}
+            if rev is None:
+                rev = _head(repo)
+            root = repo[rev].tree if rev is not None else None  # type: ignore[attr-defined]
+            for folder in folders:
+                tree = _subtree_of(repo, root, folder) if root is not None else None
+                if tree is None:
+                    out[folder] = {}
+                    continue
+                cached = self._cache.get(tree)
+                if cached is None:
+                    cached = {e.path.decode(): repo[e.sha].as_raw_string()
+                              for e in repo.object_store.iter_tree_contents(tree) if e.path and e.sha}
+                    if len(self._cache) >= _CACHE_TREES:
+                        self._cache.clear()
+                    self._cache[tree] = cached
+                out[folder] = dict(cached)
+        return out
 
     def folder_blobs(self, folder: str, rev: ObjectID | None = None) -> dict[str, str]:
         """{path relative to `folder`: blob id (hex)} at `rev` — compares content by hash."""
+        if not self.exists:
+            return {}
         with self._repo() as repo:
             tree = _subtree(repo, rev, folder)
             if tree is None:
@@ -198,6 +235,8 @@ class GitStore:
 
     def paths(self) -> list[str]:
         """Every file path of the last commit."""
+        if not self.exists:
+            return []
         with self._repo() as repo:
             try:
                 head = repo.refs[HEAD]
@@ -211,6 +250,8 @@ class GitStore:
         changed inside it."""
         prefix = (folder.rstrip("/") + "/").encode() if folder else b""
         out: list[Commit] = []
+        if not self.exists:
+            return out
         with self._repo() as repo:
             try:
                 head = repo.refs[HEAD]
