@@ -86,9 +86,10 @@ class TestCurator:
         out = CliRunner().invoke(app, ["dream", "-w", str(workspace_dir), "--user", "u1", "--dry-run"])
         assert out.exit_code == 0, out.output
         lines = out.stdout.splitlines()
-        assert lines[0].startswith("user:u1: dry-run (curator), 3 new entries, 1 patches, 3 promoted")
-        patch = json.loads(lines[1])
-        assert (patch["file"], patch["op"]) == ("USER.md", "insert") and "I always travel with my bike." in patch["text"]
+        assert lines[0].startswith("user:u1: dry-run (curator), 3 new entries, 1 patches, 3 promoted, cursor 0 → 3")
+        diff = "\n".join(lines[1:])
+        assert "+++ b/default/users/u1/USER.md" in diff and "+- u1: I always travel with my bike. [history:3]" in diff
+        assert "+++ b/default/users/u1/.dream_cursor" in diff and "+3" in diff
         with Memory.open(workspace_dir, create=False, embed={"provider": "none"}) as mem:
             assert state(mem) == before and on_disk(mem) == disk
 

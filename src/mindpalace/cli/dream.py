@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ def dream(
     workspace: Path = WorkspaceOpt,
     user: str | None = typer.Option(None, "--user", "-u", help="Curate this user's files only."),
     agent: str | None = typer.Option(None, "--agent", "-a", help="Curate this agent's files only."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the patches; change nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff the dream would commit; change nothing."),
     schedule: bool = typer.Option(
         False, "--schedule", help="Run every knowledge.dream_interval_hours (or on knowledge.dream_cron), "
         "and archive idle sessions every knowledge.archive_interval_hours, in the foreground until "
@@ -85,9 +84,8 @@ def _print(reports: list[DreamReport], as_json: bool) -> None:
         console.print("no history to dream over")
     for r in rows:
         console.print(_line(r), soft_wrap=True)
-        if r["status"] == "dry-run":
-            for p in r["patches"]:
-                console.print(json.dumps(p, ensure_ascii=False), soft_wrap=True)
+        if r["status"] == "dry-run" and r["diff"]:
+            console.print(r["diff"].rstrip("\n"), soft_wrap=True)
 
 
 def _line(r: dict[str, Any]) -> str:

@@ -34,7 +34,8 @@ Decisions (DESIGN.md I4–I6):
   validation — and was or was not repaired — is consumed like any other; the rejection is
   reported (the entry stays in history.jsonl and recall).
 
-``dry_run`` computes the patches and applies nothing.
+``dry_run`` computes the patches and the unified diff their commit would make
+(:meth:`KnowledgeBase.preview`, the same checks) and writes nothing.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class DreamReport:
         llm_calls: model calls made. budget_stopped: the budget ended the run early.
         commit: the commit id, or None.
         reason: why the run failed or stopped ('' otherwise).
+        diff: for a dry run, the unified diff the commit would make (files and cursor).
     """
 
     scope: str
@@ -119,6 +121,7 @@ class DreamReport:
     budget_stopped: bool = False
     commit: str | None = None
     reason: str = ""
+    diff: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"scope": self.scope, "status": self.status, "mode": self.mode,
@@ -129,7 +132,8 @@ class DreamReport:
                                for p in self.promotions],
                 "rejected": self.rejected, "tokens_spent": self.tokens_spent,
                 "token_budget": self.token_budget, "llm_calls": self.llm_calls,
-                "budget_stopped": self.budget_stopped, "commit": self.commit, "reason": self.reason}
+                "budget_stopped": self.budget_stopped, "commit": self.commit, "reason": self.reason,
+                "diff": self.diff}
 
 
 class Dream:
@@ -238,6 +242,10 @@ class Dream:
             report.consumed = len([e for e in new if e.cursor <= consumed])
             self._stage("proposed")
             if dry_run:
+                try:  # the diff apply would commit, checked the same way; nothing written
+                    report.diff = self.kb.preview(scope, report.patches, dream_cursor=consumed)
+                except MindPalaceError as exc:
+                    return self._failed(report, budget, f"the knowledge base would refuse the patches ({exc})")
                 report.status, report.cursor_after = "dry-run", consumed
                 return report
             try:
