@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mindpalace import Memory
@@ -261,3 +263,26 @@ def test_an_entry_larger_than_the_budget_can_pay_is_sent_cut_and_never_blocks_th
             assert report.tokens_spent <= 1_500
             sent = stub.requests[0]["json"]["messages"][-1]["content"]
             assert sent.endswith("… [cut to fit the dream budget]")
+
+
+SAYINGS = st.sampled_from([
+    "[1] u1: I prefer aisle seats on long flights.", "[1] u1: My home airport is SFO.",
+    "[1] u1: Thanks! [2] assistant: You're welcome.", "- The staging database lives on db-staging-02.",
+    "[1] u1: We decided to use the blue theme for the site."])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(SAYINGS, min_size=1, max_size=3), min_size=1, max_size=3))
+def test_any_history_dreamed_in_any_batches_then_again_changes_nothing(
+        tmp_path_factory: pytest.TempPathFactory, batches: list[list[str]]) -> None:
+    with Memory.open(tmp_path_factory.mktemp("ws"), embed={"provider": "none"}) as mem:
+        for batch in batches:
+            history(mem, *batch)
+            [first] = mem.dream(user="u1")
+            assert first.status == "committed" and first.cursor_after == mem.history.cursor()
+            before = state(mem)
+            [again] = mem.dream(user="u1")
+            assert again.status == "unchanged" and state(mem) == before  # I5
+            assert on_disk(mem) == before[0]  # files on disk = the last commit
+        text = "\n".join(mem.knowledge.files(U1).values())
+        assert text.count("I prefer aisle seats on long flights.") <= 1  # never promoted twice
