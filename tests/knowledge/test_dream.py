@@ -286,3 +286,16 @@ def test_any_history_dreamed_in_any_batches_then_again_changes_nothing(
             assert on_disk(mem) == before[0]  # files on disk = the last commit
         text = "\n".join(mem.knowledge.files(U1).values())
         assert text.count("I prefer aisle seats on long flights.") <= 1  # never promoted twice
+
+
+def test_a_run_the_knowledge_base_refuses_changes_nothing_and_says_why(memory: Memory) -> None:
+    history(memory, *PREFS)
+    memory.dream(user="u1")
+    history(memory, "[1] u1: I prefer tea over coffee in the mornings.")
+    before = state(memory)
+    user_md = memory.workspace.knowledge_dir / U1.folder / "USER.md"
+    user_md.write_text("x" * 300_000, encoding="utf-8")  # a hand edit over the file size limit
+    [report] = memory.dream(user="u1")
+    assert report.status == "failed" and "knowledge base refused the patches" in report.reason
+    assert "hand edit" in report.reason
+    assert state(memory) == before  # nothing committed, the cursor where it was

@@ -50,6 +50,7 @@ from mindpalace.errors import (
     KnowledgeError,
     MindPalaceError,
     ProviderError,
+    StoreError,
     TokenBudgetExceededError,
 )
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
@@ -252,9 +253,12 @@ class Dream:
                 commit = self.kb.apply(scope, report.patches, author=AUTHOR,
                                        message=self._message(report, before, consumed),
                                        dream_cursor=consumed)
-            except MindPalaceError as exc:
+            except KnowledgeError as exc:  # an axiom, an anchor, a refused hand edit pending
                 return self._failed(report, budget, f"the knowledge base refused the patches ({exc}); "
                                                     "files and cursor unchanged")
+            except StoreError as exc:  # busy past the lock timeout, git or disk failure
+                return self._failed(report, budget, f"the commit could not be written ({exc}); files "
+                                                    "and cursor unchanged")
             self._stage("applied")
             report.cursor_after = self.kb.read_cursor(scope)
             report.commit = None if commit is None else commit.sha
