@@ -43,6 +43,10 @@ COMMANDS: dict[str, list[str]] = {
     "doctor": ["doctor", W],
     "embed sync": ["embed", "sync", W],
     "llm check": ["llm", "check", W],
+    "archive": ["archive", "--session", "s1", "-w", W],
+    "archive --idle": ["archive", "--idle", "-w", W],
+    "dream": ["dream", "-w", W],
+    "dream --dry-run": ["dream", "--dry-run", "-w", W],
 }
 CREATES_ON_PURPOSE = {"init", "demo"}
 NO_WORKSPACE = {"eval locomo", "eval spans"}
