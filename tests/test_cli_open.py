@@ -47,6 +47,12 @@ COMMANDS: dict[str, list[str]] = {
     "archive --idle": ["archive", "--idle", "-w", W],
     "dream": ["dream", "-w", W],
     "dream --dry-run": ["dream", "--dry-run", "-w", W],
+    "knowledge show": ["knowledge", "show", "-u", "u1", "-w", W],
+    "knowledge log": ["knowledge", "log", "-w", W],
+    "knowledge diff": ["knowledge", "diff", "HEAD", "-w", W],
+    "knowledge restore": ["knowledge", "restore", "HEAD", "-u", "u1", "-w", W],
+    "knowledge sync": ["knowledge", "sync", "-w", W],
+    "knowledge patch": ["knowledge", "patch", "USER.md", "--insert", "x", "-m", "m", "-u", "u1", "-w", W],
 }
 CREATES_ON_PURPOSE = {"init", "demo"}
 NO_WORKSPACE = {"eval locomo", "eval spans"}

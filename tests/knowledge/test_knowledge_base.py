@@ -213,7 +213,7 @@ def test_a_hand_deleted_file_is_committed_as_such(memory: Memory, s: Session) ->
     (folder(memory, s.knowledge.scope()) / "MEMORY.md").unlink()
     report = s.knowledge.base.sync(s.knowledge.scope())
     assert report is not None and report.committed is not None
-    assert "MEMORY.md: deleted by hand" in report.committed.message
+    assert "MEMORY.md: deleted by hand; removed: '- project uses rust'" in report.committed.message
     assert s.recall("rust") == [] or all(h.tier != "knowledge" for h in s.recall("rust"))
 
 

@@ -666,12 +666,23 @@ def _with_source(patch: Patch, ref: str) -> Patch:
 
 
 def _change_summary(old: bytes | None, new: bytes | None) -> str:
+    """What a hand edit did, for its commit message; removed lines are quoted (up to 5), so a
+    removal is visible in the log itself, not only in the diff (axiom b)."""
     if new is None:
-        return "deleted by hand"
+        return "deleted by hand" + (_quoted(old.decode("utf-8", errors="replace").splitlines()) if old else "")
     if old is None:
         return f"added by hand ({len(new.splitlines())} lines)"
-    a, b = old.splitlines(), new.splitlines()
-    removed = len([ln for ln in a if ln not in set(b)])
-    added = len([ln for ln in b if ln not in set(a)])
-    return f"edited by hand (+{added} / -{removed} lines)"
+    a = old.decode("utf-8", errors="replace").splitlines()
+    b = new.decode("utf-8", errors="replace").splitlines()
+    removed = [ln for ln in a if ln.strip() and ln not in set(b)]
+    added = [ln for ln in b if ln not in set(a)]
+    return f"edited by hand (+{len(added)} / -{len(removed)} lines)" + _quoted(removed)
+
+
+def _quoted(lines: list[str], limit: int = 5) -> str:
+    shown = [ln for ln in lines if ln.strip()][:limit]
+    if not shown:
+        return ""
+    more = f" (and {len(lines) - limit} more)" if len(lines) > limit else ""
+    return "; removed: " + ", ".join(repr(ln[:80]) for ln in shown) + more
 
