@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mindpalace.agent import Agent, AgentTurn, Tool, tool
     from mindpalace.aio import AsyncMemory, AsyncSession
+    from mindpalace.archive import ArchiveOutcome, SessionArchive
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
         AuthError,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
     from mindpalace.history import HistoryLog
     from mindpalace.knowledge import KnowledgeBase, KnowledgeScope, Patch
+    from mindpalace.knowledge.dream import Dream, DreamReport
     from mindpalace.memory import Memory, Session
     from mindpalace.providers.embed import Embedder
     from mindpalace.providers.llm import LLMProvider
@@ -87,6 +89,8 @@ _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(("ANY", "Scope"), "mindpalace.scope"),
     **dict.fromkeys(("Settings", "load_settings"), "mindpalace.settings"),
     **dict.fromkeys(("EventRegistry", "Task", "Tasks"), "mindpalace.tasks"),
+    **dict.fromkeys(("ArchiveOutcome", "SessionArchive"), "mindpalace.archive"),
+    **dict.fromkeys(("Dream", "DreamReport"), "mindpalace.knowledge.dream"),
     "AutoCompact": "mindpalace.session.autocompact",
     "Consolidator": "mindpalace.session.consolidator",
     "Embedder": "mindpalace.providers.embed",
@@ -103,6 +107,7 @@ __all__ = [
     "ANY",
     "Agent",
     "AgentTurn",
+    "ArchiveOutcome",
     "AsyncMemory",
     "AsyncSession",
     "AuthError",
@@ -120,6 +125,8 @@ __all__ = [
     "DatabaseCorruptError",
     "DimensionMismatchError",
     "DiskFullError",
+    "Dream",
+    "DreamReport",
     "EffectNotApplied",
     "Embedder",
     "EventRegistry",
@@ -149,6 +156,7 @@ __all__ = [
     "SchemaVersionError",
     "Scope",
     "Session",
+    "SessionArchive",
     "Settings",
     "StepMemory",
     "StoreBusyError",

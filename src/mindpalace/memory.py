@@ -18,13 +18,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
+from mindpalace.errors import ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.knowledge import KnowledgeBase
 from mindpalace.knowledge.block import KnowledgePrompt
+from mindpalace.knowledge.dream import Dream, DreamReport
+from mindpalace.knowledge.layout import KnowledgeScope
 from mindpalace.knowledge.view import SessionKnowledge
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
@@ -222,6 +226,54 @@ class Memory:
         002, 003): ``apply`` patches, ``restore``, ``log``, ``diff``, ``sync`` hand edits."""
         return KnowledgeBase(self.workspace.knowledge_dir, self.store, counter=self.tokens,
                              settings=self.settings.knowledge)
+
+    @cached_property
+    def archive(self) -> SessionArchive:
+        """This tenant's L4 archive (``archive/<tenant>/YYYY-MM.jsonl.gz``, seed 003)."""
+        return SessionArchive(self.store, self.workspace.archive_dir, self.tenant,
+                              settings=self.settings.knowledge)
+
+    @cached_property
+    def dreamer(self) -> Dream:
+        """The dream job over this workspace (seed 002): the configured LLM curates, or — with
+        the offline ``extractive`` provider — the deterministic curator."""
+        s = self.settings
+        llm = None if s.llm.provider == "extractive" else self.llm
+        return Dream(self.knowledge, self.history, self.store, counter=self.tokens,
+                     settings=s.knowledge, fact_settings=s.facts, llm=llm)
+
+    def dream(
+        self, *, user: str | None = None, agent: str | None = None, dry_run: bool = False,
+        wait_seconds: float | None = None,
+    ) -> list[DreamReport]:
+        """Run the dream once: for `user`'s files, `agent`'s, or (neither) every scope of this
+        tenant with history. Each run reads the history after the scope's ``.dream_cursor``,
+        applies small patches and advances the cursor in one commit, under the scope's
+        cross-process lock and ``knowledge.dream_token_budget`` (see
+        :mod:`mindpalace.knowledge.dream`).
+
+        Args:
+            user / agent: the knowledge scope (at most one); None for both = every scope.
+            dry_run: compute the patches, change nothing.
+            wait_seconds: wait for another run of the scope this long (None = the lock
+                timeout, 0 = refuse at once).
+        Raises:
+            ValidationError: both `user` and `agent` given.
+            StoreBusyError: another process is dreaming (or writing) the scope past the wait.
+        """
+        if user is not None and agent is not None:
+            raise ValidationError("dream: give a user or an agent scope, not both")
+        if user is None and agent is None:
+            return self.dreamer.run_all(self.tenant, dry_run=dry_run, wait_seconds=wait_seconds)
+        scope = (KnowledgeScope.user(user, self.tenant) if user is not None
+                 else KnowledgeScope.agent(agent or "", self.tenant))
+        return [self.dreamer.run(scope, dry_run=dry_run, wait_seconds=wait_seconds)]
+
+    def archive_idle(self) -> list[ArchiveOutcome]:
+        """Archive every session of this tenant with no message for
+        ``knowledge.archive_idle_hours`` (sessions with a turn in flight are skipped). See
+        :class:`~mindpalace.archive.SessionArchive`."""
+        return self.archive.archive_idle(Scope(self.tenant, ANY, ANY, ANY))
 
     def stats(self) -> WorkspaceStats:
         """Counts and sizes of the workspace (an admin view over every scope of the store)."""
@@ -428,6 +480,18 @@ class Session:
             live[-live_messages:] if live_messages > 0 else [],
         )
 
+    def archive(self) -> ArchiveOutcome:
+        """Archive this (finished) session to L4 now: its messages after the archive cursor,
+        compressed into exchanges, de-duplicated, appended to the monthly file and indexed for
+        recall (``archive:<hash>`` reads one back). Never while a turn holds the lease
+        (status ``busy``); a second run with no new messages changes nothing (I5).
+
+        Raises:
+            StoreBusyError: another process held the archive lock too long.
+            StoreError: the archive file or the store could not be written (re-run to finish).
+        """
+        return self.memory.archive.archive(self.scope)
+
     def compact(self) -> CompactOutcome:
         """Archive this session down to its recent window now, idle or not (never while a turn
         holds the lease). Running it again with no new messages changes nothing (I5)."""
@@ -443,16 +507,17 @@ class Session:
 
     @cached_property
     def refs(self) -> RefResolver:
-        """Resolves ``message:`` / ``history:`` / ``fact:`` references and record names."""
+        """Resolves ``message:`` / ``history:`` / ``fact:`` / ``archive:`` references and record
+        names."""
         return RefResolver(self.store, self.scope, history=self.memory.history,
-                           facts=lambda key: self.facts.get(key),
+                           facts=lambda key: self.facts.get(key), archive=self.memory.archive,
                            knowledge=lambda whose, file: self.knowledge.read(
                                file, whose="agent" if whose == "agent" else "user"))
 
     def read_records(self, names: Iterable[str]) -> ReadResult:
         """Records and references by name (read_files protocol): ``step_12``, ``message:17``,
         ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``,
-        ``knowledge:user/L2_facts.md``
+        ``archive:<hash>``, ``knowledge:user/L2_facts.md``
         (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
         ``.missing``, not raised."""
         return self.refs.read(names)

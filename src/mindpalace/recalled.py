@@ -27,7 +27,8 @@ build the context builder asks :class:`MemoryRecaller` for
 
    with references in the grammar of read_files (``message:<N>``, ``message:<N>@<session>``
    — an envelope lists its numbers, ``message:11–12,15@older`` —, ``history:<cursor>``,
-   ``fact:<entity:attribute>``, record names) so the model can read an item whole.
+   ``fact:<entity:attribute>``, ``archive:<hash>`` for an L4 exchange, record names) so the
+   model can read an item whole.
 3. :meth:`~MemoryRecaller.message_dates` — when the conversation messages shown were written,
    as a short note (the messages' own content is never rewritten).
 """
@@ -39,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from mindpalace.archive import DOC_KIND as ARCHIVE_KIND
 from mindpalace.blocks import memory_envelope
 from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
@@ -198,7 +200,7 @@ class MemoryRecaller:
         """created_at of the record hits (step / info / snapshot …), one read per scope."""
         names: dict[Scope, list[str]] = {}
         for h in hits:
-            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND, KNOWLEDGE_KIND):
+            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND, ARCHIVE_KIND, KNOWLEDGE_KIND):
                 names.setdefault(h.scope, []).append(h.ref)
         out: dict[tuple[Scope, str], datetime | None] = {}
         for scope, refs in names.items():
@@ -249,6 +251,10 @@ class MemoryRecaller:
             item = RecalledItem(f"history:{hit.ref}", HISTORY_KIND, HISTORY_KIND, str(meta.get("kind") or ""),
                                 _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
                                 terms=hit.why.terms)
+        elif hit.tier == ARCHIVE_KIND:  # an archived exchange: user and agent turns, verbatim
+            item = RecalledItem(f"archive:{hit.ref}", ARCHIVE_KIND, ARCHIVE_KIND, "",
+                                _date(meta.get("timestamp")), hit.text, hit.score, why,
+                                session=session, terms=hit.why.terms)
         else:  # step / info / snapshot records (any record type a component indexes)
             item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
                                 hit.score, why, session=session, terms=hit.why.terms)
