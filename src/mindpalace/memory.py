@@ -32,7 +32,7 @@ from mindpalace.retrieval.hybrid import HybridRetriever
 from mindpalace.scope import ANY, Scope
 from mindpalace.session.autocompact import AutoCompact, CompactOutcome
 from mindpalace.session.consolidator import Consolidator
-from mindpalace.session.lease import LOCKS_DIRNAME, Lease, current_lease, session_lock, turn_lease
+from mindpalace.session.lease import Lease, current_lease, turn_lease
 from mindpalace.session.messages import MessageLog, StoredMessage
 from mindpalace.settings import Settings
 from mindpalace.steps import ReadResult, StepMemory
@@ -354,9 +354,7 @@ class Session:
         ``.last_consolidated``, ``.last_summary`` (the "Archived context summary")."""
         mem = self.memory
         return Consolidator(
-            self.store, self.scope, history=mem.history,
-            lock=session_lock(mem.workspace.history_dir / LOCKS_DIRNAME, self.scope),
-            counter=mem.tokens, summarizer=mem.summarizer, settings=mem.settings.session,
+            self.store, self.scope, history=mem.history, counter=mem.tokens, summarizer=mem.summarizer, settings=mem.settings.session,
         )
 
     def lease(self, *, holder: str = "", ttl_seconds: float | None = None) -> AbstractContextManager[Lease]:
@@ -365,7 +363,7 @@ class Session:
         Durable in the store (holder, pid, host, expiry) so other processes see it; raises
         SessionBusyError when another live holder has it. See mindpalace.session.lease."""
         s = self.memory.settings.session
-        return turn_lease(self.store, self.scope, self.consolidator.lock, holder=holder,
+        return turn_lease(self.store, self.scope, holder=holder,
                           ttl_seconds=s.lease_ttl_seconds if ttl_seconds is None else ttl_seconds,
                           lock_timeout_seconds=s.lock_timeout_seconds)
 
