@@ -10,7 +10,7 @@ import pytest
 pytest.register_assert_rewrite("mindpalace.testing.conformance")
 
 from mindpalace.store.base import Store  # noqa: E402
-from mindpalace.testing.conformance import BACKENDS, make_store  # noqa: E402
+from mindpalace.testing.conformance import BACKENDS, drop, make_store  # noqa: E402
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -19,4 +19,4 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     try:
         yield st
     finally:
-        st.close()
+        drop(st)
