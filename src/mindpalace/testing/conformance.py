@@ -502,6 +502,23 @@ class TestVectors:
             for s in (scope, scope.with_(agent=ANY, session=ANY)):
                 assert [h.doc.ref for h in store.vector_search(s, unit([1, 0]), "m", k=10)] == [own]
 
+    def test_get_embeddings_unit_vectors_and_chunk_means(self, store: Store) -> None:
+        scope = fresh_scope()
+        one, chunked, none = self._docs(store, scope, 3)
+        store.put_embeddings([one, chunked], np.array([[3, 4], [1, 0], [0, 1]], np.float32), "m",
+                             rows=[1, 2])
+        got = store.get_embeddings([one, chunked, none], "m")
+        assert set(got) == {one, chunked}
+        np.testing.assert_allclose(got[one], [0.6, 0.8], rtol=1e-5)
+        np.testing.assert_allclose(got[chunked], unit([1, 1]), rtol=1e-5)
+        assert got[one].dtype == np.float32
+        hits = store.vector_search(scope, unit([0, 1]), "m", k=5)  # a chunked document once
+        assert [h.doc.id for h in hits] == [chunked, one]
+        assert hits[0].score == pytest.approx(1.0, rel=1e-5)
+        assert store.embedding_models()["m"] == (2, 2)
+        with pytest.raises(ValidationError):
+            store.put_embeddings([one], np.ones((1, 2), np.float32), "m", rows=[0])
+
     def test_model_bookkeeping_and_retirement(self, store: Store) -> None:
         scope = fresh_scope()
         ids = self._docs(store, scope, 3)

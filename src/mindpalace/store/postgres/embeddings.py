@@ -95,7 +95,7 @@ class EmbeddingsMixin(DocumentsMixin):
                          (model, [int(i) for i in doc_ids]))
         chunks: dict[int, list[np.ndarray]] = {}
         for doc_id, vec in rows:
-            chunks.setdefault(int(doc_id), []).append(np.asarray(vec, dtype=np.float32))
+            chunks.setdefault(int(doc_id), []).append(np.asarray(vec.to_numpy(), dtype=np.float32))
         out: dict[int, np.ndarray] = {}
         for doc_id, vs in chunks.items():
             v = np.mean(vs, axis=0) if len(vs) > 1 else vs[0]
