@@ -50,7 +50,7 @@ class PostgresBase(Store):
         self._lock_conns: list[psycopg.Connection[Any]] = []
         self._lock_conns_guard = threading.Lock()
         self._closed = False
-        with self._connect() as conn:
+        with self._connect() as conn, _translated(self._where):
             if schema:
                 require_text("schema", schema, allow_empty=False)
                 conn.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
@@ -59,13 +59,16 @@ class PostgresBase(Store):
             migrate(conn, self._where)
             self._namespace = conn.execute("SELECT current_database() || '.' || current_schema()"
                                            ).fetchone()[0]  # type: ignore[index]
-        self._pool = ConnectionPool(
-            url, min_size=1, max_size=self.settings.pool_max_size, open=True,
+        self._pool = self._open_pool()
+        self.schema_version = SCHEMA_VERSION
+
+    def _open_pool(self) -> ConnectionPool[Any]:
+        return ConnectionPool(
+            self.url, min_size=1, max_size=self.settings.pool_max_size, open=True,
             kwargs={"autocommit": True, "prepare_threshold": None},
             configure=lambda c: self._configure_session(c, vectors=True),
             timeout=self.settings.pool_timeout_seconds, name="mindpalace",
         )
-        self.schema_version = SCHEMA_VERSION
 
     # -- connections -----------------------------------------------------------------------
     def _connect(self) -> psycopg.Connection[Any]:
