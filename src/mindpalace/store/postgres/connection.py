@@ -125,14 +125,19 @@ class PostgresBase(Store):
         try:
             with self._pool.connection() as pooled:
                 self._local.conn = pooled
+                self._local.bump = False
                 try:
                     with _translated(self._where), pooled.transaction():
                         if serialize:
                             pooled.execute("SELECT pg_advisory_xact_lock(%s)",
                                            (self._key("transaction"),))
                         yield pooled
+                        if self._local.bump:  # last, see _bump_generation
+                            pooled.execute("UPDATE mp_meta SET value = value + 1 "
+                                           "WHERE key = 'search_generation'")
                 finally:
                     self._local.conn = None
+                    self._local.bump = False
         except PoolTimeout as exc:
             raise StoreBusyError(f"{self._where}: no free connection within "
                                  f"{self.settings.pool_timeout_seconds:g}s") from exc
@@ -189,7 +194,12 @@ class PostgresBase(Store):
 
     # -- search generation -----------------------------------------------------------------
     def _bump_generation(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute("UPDATE mp_meta SET value = value + 1 WHERE key = 'search_generation'")
+        """Move the search generation when the enclosing transaction commits. The counter row
+        is updated as the transaction's last statement: its row lock is then taken after
+        every advisory lock of the transaction and held only until the commit, so it can
+        never be part of a deadlock (taken midway, it was: one writer held the row and
+        waited for a document lock another writer held while waiting for the row)."""
+        self._local.bump = True
 
     def search_generation(self) -> object:
         row = self._one("SELECT value FROM mp_meta WHERE key = 'search_generation'")
@@ -269,7 +279,7 @@ _BUSY = (pgerrors.DeadlockDetected, pgerrors.SerializationFailure, pgerrors.Lock
 
 def store_error(where: str, exc: BaseException) -> MindPalaceError:
     """The mindpalace error for a psycopg / pool error raised on the store at `where`."""
-    if isinstance(exc, _BUSY | PoolTimeout):
+    if isinstance(exc, (*_BUSY, PoolTimeout)):
         return StoreBusyError(f"{where}: busy ({type(exc).__name__}: {exc}); retry later")
     if isinstance(exc, pgerrors.DataError | pgerrors.UntranslatableCharacter):
         return ValidationError(f"{where}: the value cannot be stored: {exc}")
