@@ -45,22 +45,13 @@ from mindpalace import Memory
 from mindpalace.scope import Scope
 from mindpalace.store import NewEvent
 from mindpalace.testing import postgres
+from mindpalace.testing.workload import CITIES, THINGS, agent_turns, fact_text
 
-CITIES = ["Lisbon", "Porto", "Tokyo", "Kyoto", "Osaka", "Paris", "Lyon", "Berlin", "Munich",
-          "Madrid", "Seville", "Rome", "Milan", "Vienna", "Prague", "Oslo", "Bergen", "Dublin"]
-THINGS = ["hotel", "flight", "budget", "restaurant", "museum", "train", "visa", "meeting",
-          "dentist", "gym", "concert", "birthday", "allergy", "car", "insurance", "rent"]
 EMBED = {"provider": "hashing"}
 
 
 def p95(samples: list[float]) -> float:
     return float(np.percentile(np.asarray(samples), 95)) * 1000.0  # ms
-
-
-def fact_text(i: int, rng: random.Random) -> str:
-    return (f"user:{rng.choice(THINGS)}_{i}: the {rng.choice(THINGS)} in {rng.choice(CITIES)} "
-            f"costs {rng.randint(10, 5000)} and is booked for day {rng.randint(1, 365)} "
-            f"(note {i})")
 
 
 def open_memory(backend: str, folder: Path, url: str | None, synchronous: str = "NORMAL") -> Memory:
@@ -132,30 +123,12 @@ def backend_row(backend: str, url: str | None, args: argparse.Namespace) -> dict
 
 
 # -- scaling -----------------------------------------------------------------------------------
-def _worker(url: str, folder: str, p: int, turns: int, start: Any) -> list[tuple[float, float]]:
-    """One worker process: `turns` agent turns on its own session; (start, seconds) per turn."""
-    rng = random.Random(p)
-    out = []
-    with Memory.open(url, workspace=folder, embed=EMBED) as mem:
-        s = mem.session(f"worker-{p}", user="alice", agent="a")
-        s.recall("warm up")
-        start.wait()
-        for i in range(turns):
-            t0 = time.perf_counter()
-            s.add_message({"role": "user", "content": f"worker {p} turn {i}: {fact_text(i, rng)}"})
-            s.remember(f"user:w{p}_t{i}", fact_text(i, rng), importance=0.9)
-            s.recall(f"{rng.choice(THINGS)} in {rng.choice(CITIES)}")
-            s.add_message({"role": "assistant", "content": f"noted {p}/{i}"})
-            out.append((t0, time.perf_counter() - t0))
-    return out
-
-
 def scaling_row(url: str, workers: int, turns: int) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp, ctx.Manager() as manager:
         start = manager.Barrier(workers)
         with ctx.Pool(workers) as pool:
-            results = pool.starmap(_worker, [(url, tmp, p, turns, start) for p in range(workers)])
+            results = pool.starmap(agent_turns, [(url, tmp, p, turns, start) for p in range(workers)])
     samples = [r for rows in results for r in rows]
     first = min(t for t, _ in samples)
     last = max(t + d for t, d in samples)
