@@ -115,11 +115,11 @@ def _server_user(bins: Path) -> str:
         _run([useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OS_USER],
              None)
     install = bins.parent
-    for folder in [*reversed(install.parents), install]:
+    for folder in install.parents:  # above the install: enter only (no listing)
         mode = folder.stat().st_mode
         if not mode & stat.S_IXOTH:
-            folder.chmod(mode | stat.S_IXOTH | stat.S_IROTH)
-    for path in install.rglob("*"):  # the wheel's files: readable, binaries executable
+            folder.chmod(mode | stat.S_IXOTH)
+    for path in [install, *install.rglob("*")]:  # readable, binaries executable
         mode = path.stat().st_mode
         extra = stat.S_IROTH | (stat.S_IXOTH if path.is_dir() or mode & stat.S_IXUSR else 0)
         if mode & extra != extra:
