@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mindpalace import Memory
+from mindpalace.testing import postgres
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,10 +33,37 @@ def workspace_dir(tmp_path: Path) -> Path:
     return tmp_path / "ws"
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str | None]:
+    """The facade tests run on both backends: None (SQLite, the workspace's memory.db), or the
+    URL of a fresh schema on the PostgreSQL test server (dropped afterwards), also set as
+    ``MINDPALACE_DATABASE_URL`` so that every ``Memory.open`` of the test (a reopen too) uses
+    it. Tests marked ``sqlite_only`` inspect SQLite's file and run on SQLite only. Without a
+    server the PostgreSQL half is skipped with a message saying so (a failure in CI, see
+    mindpalace.testing.postgres)."""
+    if request.param == "sqlite":
+        yield None
+        return
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("inspects SQLite's file directly")
+    url, why = postgres.database_url()
+    if url is None:
+        if postgres.required():
+            pytest.fail(f"PostgreSQL is required here but {why}")
+        pytest.skip(f"POSTGRESQL HALF SKIPPED: {why}")
+    schema = postgres.fresh_schema_name()
+    try:
+        schema_url = postgres.create_schema_url(url, schema)
+        monkeypatch.setenv("MINDPALACE_DATABASE_URL", schema_url)
+        yield schema_url
+    finally:
+        postgres.drop_schema(url, schema)
+
+
 @pytest.fixture
-def memory(workspace_dir: Path) -> Iterator[Memory]:
+def memory(workspace_dir: Path, database_url: str | None) -> Iterator[Memory]:
     """A fresh workspace with the deterministic hashing embedder (no model load in unit tests)."""
-    mem = Memory.open(workspace_dir, embed={"provider": "hashing"})
+    mem = Memory.open(workspace_dir, embed={"provider": "hashing"}, database_url=database_url)
     try:
         yield mem
     finally:

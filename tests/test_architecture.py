@@ -91,3 +91,20 @@ def test_the_cycle_check_sees_a_cycle() -> None:
     edges = {"p.a": {"p.b"}, "p.b": {"p.a"}}
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter(edges).prepare()
+
+
+def test_components_reach_the_store_only_through_its_protocol(graph: grimp.ImportGraph) -> None:
+    """No component, service or assembly module imports a backend: they get a
+    ``mindpalace.store.base.Store`` and never branch on SQLite or PostgreSQL. Backends are
+    chosen by ``mindpalace.store.open_store``; only the workspace (its SQLite doctor) and the
+    test helpers name one."""
+    allowed = ("mindpalace.store", "mindpalace.workspace", "mindpalace.testing")
+    found = sorted(
+        f"{importer} -> {backend}"
+        for backend in ("mindpalace.store.sqlite", "mindpalace.store.postgres")
+        for importer in graph.find_modules_that_directly_import(backend)
+        | {m for sub in graph.find_descendants(backend)
+           for m in graph.find_modules_that_directly_import(sub)}
+        if not importer.startswith(allowed)
+    )
+    assert found == []

@@ -120,3 +120,27 @@ class TestBenchKnowledge:
         rows = json.loads(out.read_text())
         assert len(rows) == 4 and all(r["mindpalace_ms"] > 0 and r["baseline_ms"] > 0 for r in rows)
         assert "block" in rows[2]["what"] and "0 tokens" not in rows[2]["what"]
+
+
+class TestBenchBackends:
+    def test_tiny_run_measures_both_backends_and_every_worker_count(self, tmp_path: Path) -> None:
+        import pytest
+
+        from mindpalace.testing import postgres
+
+        url, why = postgres.database_url()
+        if url is None:
+            if postgres.required():
+                pytest.fail(f"PostgreSQL is required here but {why}")
+            pytest.skip(f"POSTGRESQL HALF SKIPPED: {why}")
+        out = tmp_path / "rows.json"
+        assert load("bench_backends").main([
+            "--url", url, "--appends", "20", "--facts", "300", "--queries", "5", "--builds", "2",
+            "--workers", "1", "2", "--turns", "2", "--json", str(out)]) == 0
+        data = json.loads(out.read_text())
+        assert [r["backend"] for r in data["backends"]] == ["sqlite", "sqlite FULL", "postgres"]
+        assert all(r["appends_per_s"] > 0 for r in data["backends"])
+        assert all(r["recall_p95_ms"] > 0 and r["context_p95_ms"] > 0
+                   for r in data["backends"] if "recall_p95_ms" in r)
+        assert [(r["workers"], r["turns"]) for r in data["scaling"]] == [(1, 2), (2, 4)]
+        assert all(r["turns_per_s"] > 0 for r in data["scaling"])

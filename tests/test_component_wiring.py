@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from filelock import FileLock
 
 from mindpalace.blocks import Block, Message
 from mindpalace.context import ContextBuilder, ContextSources
@@ -54,8 +53,7 @@ def consolidator(store: SQLiteStore, tmp_path: Path, llm: FakeLLM | None = None,
                  window: int = 600) -> Consolidator:
     settings = SessionSettings(context_window_tokens=window, max_completion_tokens=100,
                                safety_buffer_tokens=0)
-    return Consolidator(store, SCOPE, history=HistoryLog(tmp_path / "history"),
-                        lock=FileLock(str(tmp_path / "s1.lock")), counter=COUNTER,
+    return Consolidator(store, SCOPE, history=HistoryLog(tmp_path / "history"), counter=COUNTER,
                         summarizer=summarizer(llm), settings=settings)
 
 

@@ -39,16 +39,19 @@ from mindpalace.retrieval.hybrid import HybridRetriever
 from mindpalace.scope import ANY, Scope
 from mindpalace.session.autocompact import AutoCompact, CompactOutcome
 from mindpalace.session.consolidator import Consolidator
-from mindpalace.session.lease import LOCKS_DIRNAME, Lease, current_lease, session_lock, turn_lease
+from mindpalace.session.lease import Lease, current_lease, turn_lease
 from mindpalace.session.messages import MessageLog, StoredMessage
 from mindpalace.settings import Settings
 from mindpalace.steps import ReadResult, StepMemory
-from mindpalace.store import Store, StoreStats, open_store
+from mindpalace.store import Store, StoreStats, is_database_url, open_store
 from mindpalace.summary import Summarizer
 from mindpalace.tasks import Constraints, EventRegistry, Task, Tasks, ToolCall, find_task
 from mindpalace.timeutil import utcnow
 from mindpalace.tokens import TokenCounter, get_counter
 from mindpalace.workspace import Workspace
+
+DATABASE_URL_VAR = "MINDPALACE_DATABASE_URL"
+"""The environment variable that puts every workspace's memory in one PostgreSQL database."""
 
 SettingsOverride = Mapping[str, Any]
 """Values for one settings section, e.g. ``{"budget_tokens": 500}`` for ``steps``."""
@@ -139,6 +142,8 @@ class Memory:
         *,
         tenant: str = "default",
         create: bool = True,
+        database_url: str | None = None,
+        workspace: str | os.PathLike[str] | None = None,
         event_registry: EventRegistry | None = None,
         tokens: SettingsOverride | None = None,
         llm: SettingsOverride | None = None,
@@ -157,9 +162,15 @@ class Memory:
 
         Args:
             location: a workspace folder: ``mindpalace.toml``, ``memory.db``, ``history/``,
-                ``knowledge/``, ``archive/``.
+                ``knowledge/``, ``archive/``; or a ``postgresql://`` URL — the memory lives
+                in that database (many workers share it) and the folder given by `workspace`
+                keeps only what belongs on disk (settings, history.jsonl, the knowledge git).
             tenant: the tenant every scope of this handle belongs to.
             create: create the workspace when the folder is not one yet (False: refuse).
+            database_url: keep the memory in this PostgreSQL database instead of the
+                folder's memory.db. Default: a `location` URL, else the variable
+                ``MINDPALACE_DATABASE_URL``, else ``[store] database_url``; none → SQLite.
+            workspace: the folder when `location` is a URL (default ``./.mindpalace``).
             event_registry: an :class:`~mindpalace.tasks.EventRegistry` holding user-defined
                 task event types (the default registry is frozen: built-in events only).
             tokens … agent: overrides of one settings section each, on top of the workspace's
@@ -177,8 +188,15 @@ class Memory:
                     "knowledge": knowledge, "facts": facts, "tasks": tasks, "context": context,
                     "agent": agent}
         overrides = {name: dict(values) for name, values in sections.items() if values is not None}
-        workspace = Workspace.open(os.fspath(location), create=create, **overrides)
-        return cls(workspace, open_store(workspace.db_path, workspace.settings.store),
+        folder: str | os.PathLike[str] = location
+        if is_database_url(os.fspath(location)):
+            database_url, folder = os.fspath(location), workspace or ".mindpalace"
+        database_url = database_url or os.environ.get(DATABASE_URL_VAR) or None
+        ws = Workspace.open(os.fspath(folder), create=create,
+                            external_store=database_url is not None, **overrides)
+        url = database_url or ws.settings.store.database_url
+        store_location = url if url else ws.db_path
+        return cls(ws, open_store(store_location, ws.settings.store),
                    tenant=tenant, event_registry=event_registry)
 
     # -- services shared by every session ---------------------------------------------------
@@ -452,9 +470,7 @@ class Session:
         ``.last_consolidated``, ``.last_summary`` (the "Archived context summary")."""
         mem = self.memory
         return Consolidator(
-            self.store, self.scope, history=mem.history,
-            lock=session_lock(mem.workspace.history_dir / LOCKS_DIRNAME, self.scope),
-            counter=mem.tokens, summarizer=mem.summarizer, settings=mem.settings.session,
+            self.store, self.scope, history=mem.history, counter=mem.tokens, summarizer=mem.summarizer, settings=mem.settings.session,
         )
 
     def lease(self, *, holder: str = "", ttl_seconds: float | None = None) -> AbstractContextManager[Lease]:
@@ -463,7 +479,7 @@ class Session:
         Durable in the store (holder, pid, host, expiry) so other processes see it; raises
         SessionBusyError when another live holder has it. See mindpalace.session.lease."""
         s = self.memory.settings.session
-        return turn_lease(self.store, self.scope, self.consolidator.lock, holder=holder,
+        return turn_lease(self.store, self.scope, holder=holder,
                           ttl_seconds=s.lease_ttl_seconds if ttl_seconds is None else ttl_seconds,
                           lock_timeout_seconds=s.lock_timeout_seconds)
 

@@ -102,7 +102,8 @@ class EmbedSettings(_Section):
 
 
 class StoreSettings(_Section):
-    """Persistence knobs (SQLite backend)."""
+    """Persistence knobs (SQLite backend; ``database_url`` and the ``pool_*`` / ``hnsw_*``
+    keys: the PostgreSQL backend)."""
 
     busy_timeout_ms: int = Field(10_000, ge=0, description="SQLite busy_timeout (milliseconds).")
     busy_retries: int = Field(20, ge=0, description="Bounded retries when the database stays locked.")
@@ -113,6 +114,14 @@ class StoreSettings(_Section):
         "porter unicode61 remove_diacritics 2",
         description="FTS5 tokenizer of the word index; a trigram index beside it serves CJK text.",
     )
+    database_url: str | None = Field(
+        None, description="postgresql://user:password@host:port/db: keep the memory in PostgreSQL "
+        "(many workers on one memory) instead of the workspace's memory.db; the variable "
+        "MINDPALACE_DATABASE_URL sets it too.",
+    )
+    pool_max_size: int = Field(10, ge=1, le=1000, description="PostgreSQL: connections per process (pool size).")
+    pool_timeout_seconds: float = Field(30.0, gt=0, description="PostgreSQL: wait for a free pooled connection (seconds).")
+    hnsw_ef_search: int = Field(100, ge=1, le=1000, description="PostgreSQL: HNSW candidate list per vector query (recall vs speed).")
 
 
 class SummarySettings(_Section):

@@ -2,7 +2,7 @@
 
     ws/
     ├── mindpalace.toml     settings (optional; env vars override)
-    ├── memory.db           SQLite store (WAL)
+    ├── memory.db           SQLite store (WAL); absent when the memory is in PostgreSQL
     ├── history/            history.jsonl files written by session consolidation
     ├── knowledge/          git repository: SOUL.md, USER.md, MEMORY.md, L0–L3 files
     └── archive/            L4 raw-session archive
@@ -94,11 +94,14 @@ class Workspace:
         return ws
 
     @classmethod
-    def open(cls, root: str | Path, *, create: bool = True, **overrides: Any) -> Workspace:
+    def open(cls, root: str | Path, *, create: bool = True, external_store: bool = False,
+             **overrides: Any) -> Workspace:
         """Open the workspace at `root`, creating (or completing) it when `create` (the default).
 
-        A workspace is a folder holding ``memory.db``; a folder with only a hand-written
-        ``mindpalace.toml`` is completed by ``create`` (``mindpalace init``), never by a reader.
+        A workspace is a folder holding ``memory.db`` — or, when the memory is in PostgreSQL
+        (`external_store`, or ``[store] database_url`` set), an initialised knowledge
+        repository; a folder with only a hand-written ``mindpalace.toml`` is completed by
+        ``create`` (``mindpalace init``), never by a reader.
 
         Raises:
             WorkspaceError: it is not a workspace and `create` is False; `root` is an empty
@@ -107,7 +110,10 @@ class Workspace:
         """
         root = _root(root)
         config = root / CONFIG_FILENAME
-        if not (root / DB_FILENAME).is_file():
+        made = (root / DB_FILENAME).is_file()
+        if not made and (root / "knowledge" / ".git").is_dir():
+            made = external_store or bool(load_settings(config, **overrides).store.database_url)
+        if not made:
             if not create:
                 raise WorkspaceError(
                     f"{root} is not a mindpalace workspace; run `mindpalace init {root}` first"

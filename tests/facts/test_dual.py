@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,6 +108,7 @@ class LockProbingEmbedder(HashingEmbedder):
 
 
 class TestEmbeddingOutsideTheWriteLock:
+    @pytest.mark.sqlite_only
     def test_remember_embeds_before_it_takes_the_write_lock(self, memory: Memory, uid: str) -> None:
         embedder = LockProbingEmbedder(memory.store.path)
         facts = FactMemory(memory.store, Scope("t", uid, "a", "s1"), embedder=embedder)

@@ -68,6 +68,7 @@ def test_recall_k_must_be_a_positive_int(memory: Memory, uid: str, bad_k: object
         memory.session(uid).recall("anything", k=bad_k)  # type: ignore[arg-type]
 
 
+@pytest.mark.sqlite_only
 def test_a_recall_with_no_hits_writes_nothing(memory: Memory, uid: str) -> None:
     s = memory.session(uid, user=uid)
     s.remember("user:city", "Lisbon", importance=0.2)  # working memory only

@@ -266,4 +266,4 @@ def test_compacting_a_session_with_no_messages_writes_nothing(mem: Memory) -> No
     out = mem.session("ghost", user="u").compact()
     assert out.status == "unchanged" and out.result is None
     assert mem.store.stats() == before
-    assert not (mem.workspace.history_dir / ".locks").exists()
+    assert not (mem.workspace.root / ".locks").exists()

@@ -10,7 +10,8 @@ import pytest
 pytest.register_assert_rewrite("mindpalace.testing.conformance")
 
 from mindpalace.store.base import Store  # noqa: E402
-from mindpalace.testing.conformance import BACKENDS, make_store  # noqa: E402
+from mindpalace.testing import postgres  # noqa: E402
+from mindpalace.testing.conformance import BACKENDS, drop, make_store  # noqa: E402
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -19,4 +20,20 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     try:
         yield st
     finally:
-        st.close()
+        drop(st)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """The URL of a fresh schema on the PostgreSQL test server (dropped afterwards); skipped
+    with a message when there is no server, failed when MINDPALACE_REQUIRE_POSTGRES=1."""
+    base, why = postgres.database_url()
+    if base is None:
+        if postgres.required():
+            pytest.fail(f"PostgreSQL is required here but {why}")
+        pytest.skip(f"POSTGRESQL HALF SKIPPED: {why}")
+    schema = postgres.fresh_schema_name()
+    try:
+        yield postgres.create_schema_url(base, schema)
+    finally:
+        postgres.drop_schema(base, schema)

@@ -39,8 +39,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from filelock import FileLock
-
 from mindpalace.blocks import Block, Message, ToolSchema, block_messages
 from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
@@ -240,14 +238,13 @@ class Consolidator:
         store: the store protocol (messages, consolidation state, the history index).
         scope: the session scope; every read and write is filtered by it (I10).
         history: the history.jsonl the archive is appended to.
-        lock: the session's cross-process lock (:func:`~mindpalace.session.lease.session_lock`),
-            shared with idle compaction and the turn lease.
         counter: the token counter (I9).
         summarizer: the LLM behind the one summary gate (I3).
         settings: ``[session]`` (window, reply reservation, ratio, caps).
 
-    Thread- and process-safe: every run holds the per-session lock shared with
-    :class:`~mindpalace.session.autocompact.AutoCompact`.
+    Thread- and process-safe: every run holds the session lock (the store's ``session`` lock
+    of `scope`, :func:`~mindpalace.session.lease.hold`) shared with
+    :class:`~mindpalace.session.autocompact.AutoCompact` and the turn lease.
     """
 
     def __init__(
@@ -256,7 +253,6 @@ class Consolidator:
         scope: Scope,
         *,
         history: HistoryLog,
-        lock: FileLock,
         counter: TokenCounter,
         summarizer: Summarizer,
         settings: SessionSettings | None = None,
@@ -265,7 +261,6 @@ class Consolidator:
         self.scope = scope.require_concrete()
         self.messages = MessageLog(store, self.scope)
         self.history = history
-        self.lock = lock
         self.counter = counter
         self.summarizer = summarizer
         self.settings = settings or SessionSettings()
@@ -355,7 +350,7 @@ class Consolidator:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the per-session lock (re-entrant in a thread; shared with AutoCompact)."""
-        with hold(self.lock, self.settings.lock_timeout_seconds):
+        with hold(self.store, self.scope, self.settings.lock_timeout_seconds):
             yield
 
     # -- the seed's maybe_consolidate_by_tokens ----------------------------------------------

@@ -1,8 +1,9 @@
 """One writer per session (I6): the per-session file lock and the durable turn lease (seed 002).
 
-* The **session lock** (``filelock``, one file per session under ``history/.locks/``) is taken by
-  the consolidator and the idle compactor for their whole run, so they never race — across
-  threads and processes. It is re-entrant within a thread.
+* The **session lock** (the store's lock ``session`` of the session's scope: a file lock on
+  SQLite, an advisory lock on PostgreSQL) is taken by the consolidator and the idle compactor
+  for their whole run, so they never race — across threads and processes. It is re-entrant
+  within a thread.
 * The **lease** says "a turn is in flight": the agent loop holds it while it works on a turn
   (``with session.lease(): …``). It lives in the store (kv ``session/lease``) with holder, pid,
   host and expiry so other processes see it; the idle compactor never touches a leased session.
@@ -11,18 +12,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
-
-from filelock import FileLock, Timeout
 
 from mindpalace.errors import StoreBusyError, ValidationError
 from mindpalace.scope import Scope
@@ -31,7 +28,7 @@ from mindpalace.timeutil import from_iso, to_iso, utcnow
 
 STATE_NAMESPACE = "session"
 LEASE_KEY = "lease"
-LOCKS_DIRNAME = ".locks"
+SESSION_LOCK = "session"  # the store lock name of the per-session lock
 
 Clock = Callable[[], datetime]
 
@@ -48,29 +45,15 @@ class SessionBusyError(StoreBusyError):
         )
 
 
-def session_lock(locks_dir: Path, scope: Scope) -> FileLock:
-    """The cross-process lock of one session (the same object for the same session in a process).
+def hold(store: Store, scope: Scope, timeout_seconds: float) -> AbstractContextManager[None]:
+    """Hold the session lock of `scope` for the block (the store's ``session`` lock: nothing
+    is taken until the block is entered, so reading a session never writes).
 
-    Nothing is created on disk until the lock is first acquired (filelock then makes the
-    folder), so reading a session never writes."""
-    digest = hashlib.sha1("\x1f".join(map(str, scope.values())).encode()).hexdigest()[:20]
-    return FileLock(str(locks_dir / f"session-{digest}.lock"), is_singleton=True)
-
-
-@contextmanager
-def hold(lock: FileLock, timeout_seconds: float) -> Iterator[None]:
-    """Hold `lock` for the block. Raises StoreBusyError after `timeout_seconds`."""
-    try:
-        lock.acquire(timeout=timeout_seconds)
-    except Timeout as exc:
-        raise StoreBusyError(
-            f"session lock {lock.lock_file} not acquired within {timeout_seconds}s; another "
-            "process is consolidating this session — retry later"
-        ) from exc
-    try:
-        yield
-    finally:
-        lock.release()
+    Raises:
+        StoreBusyError: not acquired within `timeout_seconds` (another process is
+            consolidating this session).
+    """
+    return store.lock(scope, SESSION_LOCK, timeout_seconds=timeout_seconds)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -104,7 +87,6 @@ class Lease:
 
     store: Store
     scope: Scope
-    lock: FileLock
     token: str
     ttl_seconds: float
     clock: Clock
@@ -117,7 +99,7 @@ class Lease:
         Raises:
             SessionBusyError: the lease was lost (expired and taken by another holder).
         """
-        with hold(self.lock, self.lock_timeout_seconds):
+        with hold(self.store, self.scope, self.lock_timeout_seconds):
             cur = self.store.kv_get(self.scope, STATE_NAMESPACE, LEASE_KEY)
             if not isinstance(cur, dict) or cur.get("token") != self.token:
                 raise SessionBusyError(self.scope, cur if isinstance(cur, dict) else {})
@@ -130,7 +112,6 @@ class Lease:
 def turn_lease(
     store: Store,
     scope: Scope,
-    lock: FileLock,
     *,
     holder: str = "",
     ttl_seconds: float = 600.0,
@@ -146,7 +127,7 @@ def turn_lease(
     if ttl_seconds <= 0:
         raise ValidationError(f"lease ttl_seconds must be > 0, got {ttl_seconds}")
     token = uuid.uuid4().hex
-    with hold(lock, lock_timeout_seconds):
+    with hold(store, scope, lock_timeout_seconds):
         now = clock()
         cur = store.kv_get(scope, STATE_NAMESPACE, LEASE_KEY)
         if lease_active(cur, now):
@@ -156,11 +137,11 @@ def turn_lease(
             "token": token, "holder": holder or f"pid-{os.getpid()}", "pid": os.getpid(),
             "host": socket.gethostname(), "acquired_at": to_iso(now), "expires_at": to_iso(expires),
         })
-    lease = Lease(store, scope, lock, token, ttl_seconds, clock, lock_timeout_seconds, expires)
+    lease = Lease(store, scope, token, ttl_seconds, clock, lock_timeout_seconds, expires)
     try:
         yield lease
     finally:
-        with hold(lock, lock_timeout_seconds):
+        with hold(store, scope, lock_timeout_seconds):
             cur = store.kv_get(scope, STATE_NAMESPACE, LEASE_KEY)
             if isinstance(cur, dict) and cur.get("token") == token:
                 store.kv_delete(scope, STATE_NAMESPACE, LEASE_KEY)

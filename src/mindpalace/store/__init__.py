@@ -25,21 +25,33 @@ __all__ = [
     "Store",
     "StoreStats",
     "StoredEvent",
+    "is_database_url",
     "open_store",
 ]
 
 
+def is_database_url(location: str | Path) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL."""
+    return str(location).startswith(("postgres://", "postgresql://"))
+
+
 def open_store(location: str | Path, settings: StoreSettings | None = None) -> Store:
-    """Open the backend for `location`: a path → SQLite.
+    """Open the backend for `location`: a ``postgresql://`` URL → PostgreSQL (the ``[postgres]``
+    extra), a path → SQLite.
 
     Raises:
-        WorkspaceError: a ``postgresql://`` URL (the PostgreSQL backend is not built yet).
+        WorkspaceError: a PostgreSQL URL without the ``[postgres]`` extra installed.
+        StoreError: the server cannot be reached or lacks pgvector / pg_trgm.
+        SchemaVersionError: the database is newer than this code (nothing written).
     """
-    text = str(location)
-    if text.startswith(("postgres://", "postgresql://")):
-        from mindpalace.errors import WorkspaceError
+    if is_database_url(location):
+        try:
+            from mindpalace.store.postgres import PostgresStore
+        except ImportError as exc:
+            from mindpalace.errors import WorkspaceError
 
-        raise WorkspaceError(
-            "the PostgreSQL backend is not available yet; use a workspace folder (SQLite)"
-        )
+            raise WorkspaceError(
+                f"a PostgreSQL URL needs the [postgres] extra: pip install 'mindpalace[postgres]' "
+                f"({exc})") from exc
+        return PostgresStore(str(location), settings=settings)
     return SQLiteStore(Path(location), settings=settings)

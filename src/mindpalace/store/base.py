@@ -1,19 +1,30 @@
 """The store protocol: the one persistence interface every component writes through.
 
-Five capabilities, each filtered by :class:`~mindpalace.scope.Scope` on every call (I10):
+The protocol is the operations the components use, grouped by concern; :class:`Store` is all
+of them. Every operation is filtered by :class:`~mindpalace.scope.Scope` (I10): a write needs
+a concrete scope, a read may widen fields to ``ANY``.
 
-* **transactions** — ``with store.transaction():`` groups writes atomically; nested blocks join
-  the outermost one (so a component can call another component's writes inside its own).
-* **event log** — append-only streams with per-stream monotonic versions starting at 1 and
-  optimistic concurrency (`expected_version`), the basis of event sourcing (seed 004) and of
-  durable session messages (seed 002).
-* **named records** — ``step_12``, ``memory_snapshot_recent_step_8`` … with type, step id,
-  description, created_at and body (seed 000's RecordStore); unique per scope.
-* **key/value state** — JSON values by (namespace, key): tiers, cursors, snapshots, facts.
-* **search documents** — text indexed for BM25 keyword search (a word index with CJK bigram
-  segmentation plus a trigram index) and, once embedded, exact cosine vector search.
+* :class:`Transactions` — ``with store.transaction():`` groups writes atomically; nested
+  blocks join the outermost one (a component can call another component's writes inside its
+  own); ``stats``, ``close``.
+* :class:`EventLog` — events and snapshots: append-only streams with per-stream versions
+  starting at 1 and optimistic concurrency (`expected_version`), the basis of event sourcing
+  (seed 004) and of durable session messages (seed 002).
+* :class:`RecordStore` — named records (``step_12``, ``memory_snapshot_recent_step_8`` …,
+  seed 000's RecordStore), unique per scope.
+* :class:`KeyValueStore` — JSON values by (namespace, key): tiers, cursors, facts, ledger rows.
+* :class:`DocumentIndex` — searchable documents: ranked keyword search and, once embedded,
+  cosine vector search.
+* :class:`Locks` — named exclusive locks across threads and processes (one consolidation per
+  session, one dream per scope).
 
-Backends implement this ABC; components never see SQL and never branch on the backend.
+Backends: :class:`~mindpalace.store.sqlite.SQLiteStore` (one file, embedded) and
+:class:`~mindpalace.store.postgres.PostgresStore` (a shared server, many workers); both pass
+:mod:`mindpalace.testing.conformance`. Components never see SQL and never branch on the
+backend. Errors (every operation): ``ValidationError`` (and ``InvalidTextError`` /
+``InvalidNameError``) for bad input, raised before anything is written; ``StoreBusyError``
+when the store stays busy past its bounded retries; ``StoreError`` otherwise (the enclosing
+transaction is rolled back).
 """
 
 from __future__ import annotations
@@ -83,9 +94,10 @@ class Document:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One search result. ``score`` is higher-is-better (BM25 negated, or cosine similarity);
-    ``rank`` is 1-based; ``matched`` says which index found it (``bm25``, ``trigram``,
-    ``substring``, ``vector``)."""
+    """One search result. ``score`` is higher-is-better (a BM25 score, an occurrence count, or
+    cosine similarity); ``rank`` is 1-based; ``matched`` says how it was found: ``bm25``
+    (words), ``trigram`` (a substring of 3+ characters), ``substring`` (a 1–2 character
+    query), ``vector``."""
 
     doc: Document
     score: float
@@ -108,31 +120,31 @@ class StoreStats:
     size_bytes: int
 
 
-class Store(abc.ABC):
-    """Persistence protocol. All methods are thread-safe; writes outside an explicit
-    transaction are each their own transaction.
-
-    Errors: ``ValidationError`` for bad input (nothing written), ``NotFoundError`` for unknown
-    names, ``ConcurrencyError`` for a lost optimistic append, ``StoreError`` otherwise (the
-    transaction is rolled back).
-    """
+class Transactions(abc.ABC):
+    """Lifecycle and atomicity. All methods of a store are thread-safe; a write outside an
+    explicit transaction is its own transaction."""
 
     schema_version: int
 
-    # -- lifecycle -------------------------------------------------------------------------
     @abc.abstractmethod
     def close(self) -> None:
-        """Release connections. Idempotent."""
+        """Release connections (and held locks). Idempotent."""
 
     @abc.abstractmethod
     def transaction(self) -> AbstractContextManager[None]:
-        """Atomic block; nested blocks join the outermost, which commits or rolls back."""
+        """Atomic block: every write inside commits together or not at all. A nested block
+        joins the outermost one; an exception leaving a nested block undoes only that block's
+        writes, an exception leaving the outermost block undoes all of them. Reads inside see
+        the block's own writes."""
 
     @abc.abstractmethod
     def stats(self) -> StoreStats:
         """Counts over the whole store (all scopes); an admin view for ``status``."""
 
-    # -- event log -------------------------------------------------------------------------
+
+class EventLog(abc.ABC):
+    """Events and snapshots: append-only streams, per (concrete scope, stream name)."""
+
     @abc.abstractmethod
     def append_events(
         self,
@@ -142,13 +154,18 @@ class Store(abc.ABC):
         *,
         expected_version: int | None = None,
     ) -> list[StoredEvent]:
-        """Append `events` to `stream` in one transaction; versions continue from the current one.
+        """Append `events` atomically; their versions continue the stream's contiguously
+        (1, 2, 3 … with no gap, even under concurrent appenders). ``position`` grows with
+        every append across all streams. An empty list appends nothing.
 
         Args:
-            expected_version: the version the caller last saw (0 = stream must be new);
+            expected_version: the version the caller last saw (0 = the stream must be new);
                 None skips the check.
         Raises:
-            ConcurrencyError: the stream's version is not `expected_version`; nothing appended.
+            ConcurrencyError: the stream's version is not `expected_version` (``.expected``,
+                ``.actual``); nothing appended.
+            ValidationError: a non-concrete scope, an empty stream or type, data that is not
+                JSON (NaN, sets, hostile nesting); nothing appended.
         """
 
     @abc.abstractmethod
@@ -161,37 +178,44 @@ class Store(abc.ABC):
         to_version: int | None = None,
         limit: int | None = None,
     ) -> list[StoredEvent]:
-        """Events of `stream` with from_version ≤ version ≤ to_version, oldest first."""
+        """Events of `stream` with from_version ≤ version ≤ to_version, oldest first, at most
+        `limit`. Stored data round-trips exactly (lone surrogates included)."""
 
     @abc.abstractmethod
     def stream_version(self, scope: Scope, stream: str) -> int:
-        """Current version of `stream` (0 when it has no events)."""
+        """Current version of `stream` in the concrete `scope` (0 when it has no events)."""
 
+    @abc.abstractmethod
     def delete_stream(self, scope: Scope, stream: str) -> int:
         """Delete every event of `stream` in the concrete `scope`; returns how many were removed.
 
         Only for explicit user requests (e.g. ``clear_task(..., drop_events=True)``); logs are
-        otherwise append-only. Backends override this; the base raises NotImplementedError.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not support delete_stream")
+        otherwise append-only."""
 
     @abc.abstractmethod
     def list_streams(self, scope: Scope, *, prefix: str = "") -> list[tuple[Scope, str, int]]:
-        """(scope, stream, version) of streams whose name starts with `prefix`."""
+        """(scope, stream, version) of the streams in `scope` (widened fields: every matching
+        scope) whose name starts with `prefix`, by stream name."""
 
-    # -- records ---------------------------------------------------------------------------
+
+class RecordStore(abc.ABC):
+    """Named records: unique per (concrete scope, name)."""
+
     @abc.abstractmethod
     def put_record(self, record: Record, *, overwrite: bool = False, index: bool = True) -> Record:
-        """Store a named record (and, with `index`, make its body searchable as kind=record.type).
+        """Store a named record and return it as stored (``created_at`` filled in). With
+        `index`, its text (description and body) becomes a search document of kind
+        ``record.type`` and ref ``record.name``; an overwrite replaces that document, and one
+        with another type or ``index=False`` removes the old one.
 
         Raises:
             InvalidNameError: the name fails :func:`mindpalace.textsafe.require_name`.
-            ValidationError: the name exists and `overwrite` is False.
+            ValidationError: the name exists and `overwrite` is False (nothing changes).
         """
 
     @abc.abstractmethod
     def get_records(self, scope: Scope, names: Sequence[str]) -> dict[str, Record]:
-        """The records among `names` that exist (missing names are simply absent)."""
+        """The records among `names` that exist in `scope` (missing names are simply absent)."""
 
     def get_record(self, scope: Scope, name: str) -> Record:
         """One record by name. Raises NotFoundError naming it when it does not exist."""
@@ -206,7 +230,7 @@ class Store(abc.ABC):
     def list_records(
         self, scope: Scope, *, type: str | None = None, limit: int | None = None
     ) -> list[Record]:
-        """Records newest first (by creation order), optionally of one type."""
+        """Records newest first (by creation order), optionally of one type, at most `limit`."""
 
     @abc.abstractmethod
     def delete_records(self, scope: Scope, names: Sequence[str]) -> int:
@@ -214,14 +238,22 @@ class Store(abc.ABC):
         were indexed as; returns how many records were removed (unknown names are ignored).
         Used when a task ends (seed 004: short-term memory is cleared, the logs are kept)."""
 
-    # -- key/value -------------------------------------------------------------------------
+
+class KeyValueStore(abc.ABC):
+    """JSON values by (concrete scope, namespace, key)."""
+
     @abc.abstractmethod
     def kv_get(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:
         """The JSON value at (namespace, key), or `default`."""
 
     @abc.abstractmethod
     def kv_put(self, scope: Scope, namespace: str, key: str, value: Any) -> None:
-        """Set the JSON value at (namespace, key)."""
+        """Set the JSON value at (namespace, key) (the last writer wins; for read-modify-write
+        hold a :meth:`Transactions.transaction`, which serialises writers).
+
+        Raises:
+            ValidationError: the value is not JSON (NaN, sets, objects); nothing written.
+        """
 
     @abc.abstractmethod
     def kv_delete(self, scope: Scope, namespace: str, key: str) -> bool:
@@ -231,51 +263,49 @@ class Store(abc.ABC):
     def kv_list(
         self, scope: Scope, namespace: str, *, prefix: str = ""
     ) -> list[tuple[Scope, str, Any]]:
-        """(scope, key, value) in `namespace` whose key starts with `prefix`, by key."""
+        """(scope, key, value) in `namespace` whose key starts with `prefix`, ordered by key
+        (code point order), then scope; `scope` may be widened."""
 
-    # -- search documents ------------------------------------------------------------------
+
+class DocumentIndex(abc.ABC):
+    """Searchable documents, unique per (concrete scope, kind, ref): keyword search over their
+    text and cosine search over their vectors (one or several per document and model)."""
+
     @abc.abstractmethod
     def index_document(
         self, scope: Scope, kind: str, ref: str, text: str, meta: dict[str, Any] | None = None
     ) -> int:
-        """Insert or replace the searchable text of (scope, kind, ref); returns the document id.
+        """Insert or replace the searchable text of (scope, kind, ref); returns the document id
+        (stable across replacements; never reused after a delete).
 
-        Replacing text drops the document's embeddings (they described the old text).
+        Replacing the text with another drops the document's vectors (they described the old
+        text); the same text keeps them.
         """
 
     @abc.abstractmethod
     def delete_documents(self, scope: Scope, kind: str, refs: Sequence[str]) -> int:
-        """Remove documents (and their embeddings); returns how many were removed."""
+        """Remove documents (and their vectors); returns how many were removed."""
 
     @abc.abstractmethod
-    def get_documents(self, ids: Sequence[int]) -> dict[int, Document]:
-        """Documents by id (ids not found are absent)."""
-
     def get_documents_by_ref(
         self, scope: Scope, kind: str, refs: Sequence[str]
     ) -> dict[str, Document]:
         """Documents of `kind` by ref in a concrete `scope` (refs not found are absent).
 
         Used by recall to fetch a message's neighbours and by writers to find the document
-        they just indexed. The default pages through :meth:`iter_documents`; backends override
-        it with an indexed lookup.
-        """
-        wanted = set(refs)
-        if not wanted:
-            return {}
-        return {
-            d.ref: d for d in self.iter_documents(scope.require_concrete(), kinds=[kind])
-            if d.ref in wanted
-        }
+        they just indexed."""
 
+    @abc.abstractmethod
+    def iter_documents(
+        self, scope: Scope, *, kinds: Sequence[str] | None = None
+    ) -> Iterator[Document]:
+        """Every document in `scope` (optionally of some kinds), by id, read in pages."""
+
+    @abc.abstractmethod
     def search_generation(self) -> object:
-        """An opaque value that changes whenever a search document is added, changed or
-        removed, or an embedding is written or dropped (any scope).
-
-        Readers cache derived state (vector indexes, "nothing left to embed") until it changes.
-        The default returns a fresh object every call, i.e. "always changed".
-        """
-        return object()
+        """An opaque value that changes whenever a document is added, changed or removed, or
+        a vector is written or dropped (any scope, any process), and never returns to an
+        earlier value. Readers cache derived state ("nothing left to embed") until it moves."""
 
     @abc.abstractmethod
     def keyword_search(
@@ -287,14 +317,23 @@ class Store(abc.ABC):
         kinds: Sequence[str] | None = None,
         max_df_ratio: float | None = None,
     ) -> list[SearchHit]:
-        """BM25 over the word index (CJK segmented into bigrams); falls back to the trigram
-        index for substrings the word index cannot match, then — for a 1–2 character query
-        such as one ideograph (猫) — to a scoped substring scan (score = occurrences).
-        Empty query → [].
+        """The best `k` documents for `query`, best first (ties: older document first).
 
-        `max_df_ratio`: query terms found in more than this share of all documents are left
-        out while a rarer term remains (near-zero BM25 weight, but they make the index score
-        most of the corpus); None keeps every term."""
+        Matching, in order (the first that finds anything answers, ``SearchHit.matched``):
+
+        1. ``bm25`` — words, case-insensitive, English inflections stemmed (booked ~ booking),
+           CJK text as overlapping 2-character pairs (so 酒店预算 finds 用户说每晚酒店预算…);
+           scored by Okapi BM25 whose statistics (document count, document frequency,
+           average length) are those of the searched scope and kinds only — another tenant's
+           writes never move a score (see :mod:`mindpalace.store.bm25`);
+        2. ``trigram`` — any whitespace-separated query chunk of 3+ characters appearing
+           inside a document (identifiers such as ``Q7Z9`` in ``XQ7Z9K2``);
+        3. ``substring`` — a 1–2 character query (one ideograph, 猫), scored by occurrences.
+
+        User text is never query syntax; an empty query → [].
+
+        `max_df_ratio`: query terms found in more than this share of the scope's documents
+        are left out while a rarer term remains; None keeps every term."""
 
     @abc.abstractmethod
     def put_embeddings(
@@ -305,19 +344,22 @@ class Store(abc.ABC):
         *,
         rows: Sequence[int] | None = None,
     ) -> None:
-        """Store the vectors of documents for `model`: one per document (float32, shape
-        (len(doc_ids), dim)), or ``rows[i]`` consecutive vectors for document ``doc_ids[i]``
-        (the chunks of a long text; shape (sum(rows), dim)).
+        """Store the vectors of documents for `model` (replacing earlier ones): one per
+        document (float32, shape (len(doc_ids), dim)), or ``rows[i]`` consecutive vectors
+        for document ``doc_ids[i]`` (the chunks of a long text; shape (sum(rows), dim)).
+        All or nothing.
 
         Raises:
             DimensionMismatchError: `vectors` is not 2-D with one row per id (or per chunk),
                 or its width differs from vectors already stored for `model`.
-            ValidationError: a ``rows`` entry is below 1 or `rows` has another length.
+            ValidationError: NaN or infinity; a ``rows`` entry below 1 or `rows` of another
+                length.
+            NotFoundError: a document id that does not exist.
         """
 
     @abc.abstractmethod
     def get_embeddings(self, doc_ids: Sequence[int], model: str) -> dict[int, np.ndarray]:
-        """{doc id: float32 vector of shape (dim,)} for the documents that have `model`
+        """{doc id: float32 unit vector of shape (dim,)} for the documents that have `model`
         vectors (a chunked document: the normalised mean of its chunk vectors)."""
 
     @abc.abstractmethod
@@ -330,16 +372,19 @@ class Store(abc.ABC):
         k: int = 10,
         kinds: Sequence[str] | None = None,
     ) -> list[SearchHit]:
-        """Exact cosine top-k among documents embedded with `model` in `scope`. A document
-        with several chunk vectors appears once, scored by its best chunk.
+        """Top-k documents of `scope` by cosine similarity to `vector` among those embedded
+        with `model`, best first; ``score`` is the cosine similarity. A document with several
+        chunk vectors appears once, scored by its best chunk. A backend may rank by an
+        approximate index (it says so); the scores it returns are exact.
 
         Raises:
             DimensionMismatchError: `vector` width differs from the stored vectors of `model`.
+            ValidationError: NaN or infinity in `vector`.
         """
 
     @abc.abstractmethod
     def documents_missing_embeddings(self, model: str, *, limit: int = 1000) -> list[Document]:
-        """Documents (any scope) with no vector for `model` — the re-embedding work queue."""
+        """Documents (any scope) with no vector for `model`, by id — the embedding work queue."""
 
     @abc.abstractmethod
     def embedding_models(self) -> dict[str, tuple[int, int]]:
@@ -349,6 +394,25 @@ class Store(abc.ABC):
     def delete_embeddings(self, *, keep_model: str | None = None) -> int:
         """Drop vectors of every model except `keep_model` (all when None); returns rows removed."""
 
-    def iter_documents(self, scope: Scope, *, kinds: Sequence[str] | None = None) -> Iterator[Document]:
-        """All documents in scope (optionally of some kinds); default pages via keyword-free ids."""
-        raise NotImplementedError
+
+class Locks(abc.ABC):
+    """Named exclusive locks shared by every thread and process using the same store."""
+
+    @abc.abstractmethod
+    def lock(self, scope: Scope, name: str, *, timeout_seconds: float) -> AbstractContextManager[None]:
+        """Hold the lock `name` of the concrete `scope` for the block: while it is held no
+        other thread or process gets it. Re-entrant within a thread (a nested hold of the same
+        lock returns at once). A holder that dies releases it.
+
+        Used for one consolidation per session (``session``) and one dream per scope.
+
+        Raises:
+            StoreBusyError: not acquired within `timeout_seconds` (0 = try once).
+            ValidationError: a non-concrete scope or an empty name.
+        """
+
+
+class Store(Transactions, EventLog, RecordStore, KeyValueStore, DocumentIndex, Locks):
+    """The whole persistence protocol (every concern above), as every component receives it."""
+
+

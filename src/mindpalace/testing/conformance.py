@@ -12,8 +12,9 @@ test module imports the classes and provides the fixture, parametrized over back
         st.close()
 
 Every test uses fresh random scope ids, so backends may share one database between tests.
-Capabilities covered: transactions, event log, records, key/value, keyword search, vector
-search, bad input. All are required; there are no optional capabilities yet.
+Concerns covered: transactions, event log, records, key/value, documents (keyword and vector
+search, the search generation), locks, scope isolation (I10), bad input, and processes
+(optimistic appends and lock exclusion across processes). All are required.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,8 +51,34 @@ def _sqlite(tmp: Path) -> Store:
     return SQLiteStore(tmp / "memory.db")
 
 
-BACKENDS: dict[str, StoreFactory] = {"sqlite": _sqlite}
-"""Backend name → factory building a fresh store under a temporary folder."""
+def _postgres(tmp: Path) -> Store:
+    """A store in a fresh schema of the test server (skipped, or failed under
+    ``MINDPALACE_REQUIRE_POSTGRES=1``, when there is none: see mindpalace.testing.postgres)."""
+    from mindpalace.store.postgres import PostgresStore
+    from mindpalace.testing import postgres
+
+    url, why = postgres.database_url()
+    if url is None:
+        if postgres.required():
+            pytest.fail(f"PostgreSQL is required here ({postgres.REQUIRE_VAR}=1) but {why}")
+        pytest.skip(f"POSTGRESQL HALF SKIPPED: {why}")
+    return PostgresStore(url, schema=postgres.fresh_schema_name())
+
+
+def drop(store: Store) -> None:
+    """Close `store` and remove what a factory made for it (a PostgreSQL test schema)."""
+    store.close()
+    schema = getattr(store, "schema", None)
+    url = getattr(store, "url", None)
+    if schema and url:
+        from mindpalace.testing.postgres import drop_schema
+
+        drop_schema(url, schema)
+
+
+BACKENDS: dict[str, StoreFactory] = {"sqlite": _sqlite, "postgres": _postgres}
+"""Backend name → factory building a fresh, empty store (under a temporary folder, or in a
+fresh schema of the test server)."""
 
 
 def make_store(backend: str, tmp: Path) -> Store:
@@ -474,6 +502,23 @@ class TestVectors:
             for s in (scope, scope.with_(agent=ANY, session=ANY)):
                 assert [h.doc.ref for h in store.vector_search(s, unit([1, 0]), "m", k=10)] == [own]
 
+    def test_get_embeddings_unit_vectors_and_chunk_means(self, store: Store) -> None:
+        scope = fresh_scope()
+        one, chunked, none = self._docs(store, scope, 3)
+        store.put_embeddings([one, chunked], np.array([[3, 4], [1, 0], [0, 1]], np.float32), "m",
+                             rows=[1, 2])
+        got = store.get_embeddings([one, chunked, none], "m")
+        assert set(got) == {one, chunked}
+        np.testing.assert_allclose(got[one], [0.6, 0.8], rtol=1e-5)
+        np.testing.assert_allclose(got[chunked], unit([1, 1]), rtol=1e-5)
+        assert got[one].dtype == np.float32
+        hits = store.vector_search(scope, unit([0, 1]), "m", k=5)  # a chunked document once
+        assert [h.doc.id for h in hits] == [chunked, one]
+        assert hits[0].score == pytest.approx(1.0, rel=1e-5)
+        assert store.embedding_models()["m"] == (2, 2)
+        with pytest.raises(ValidationError):
+            store.put_embeddings([one], np.ones((1, 2), np.float32), "m", rows=[0])
+
     def test_model_bookkeeping_and_retirement(self, store: Store) -> None:
         scope = fresh_scope()
         ids = self._docs(store, scope, 3)
@@ -526,3 +571,272 @@ class TestBadInput:
 
     def test_store_errors_are_mindpalace_errors(self, store: Store) -> None:
         assert issubclass(ConcurrencyError, StoreError) and issubclass(StoreError, MindPalaceError)
+
+
+# -- documents, generation, locks, processes --------------------------------------------------
+def reopen_args(store: Store) -> tuple[str, ...]:
+    """Picklable arguments from which another process opens the same store (see
+    :func:`reopen`)."""
+    schema = getattr(store, "schema", None)
+    url = getattr(store, "url", None)
+    if url is not None:
+        return ("postgres", str(url), str(schema or ""))
+    return ("sqlite", str(store.path))  # type: ignore[attr-defined]
+
+
+def reopen(args: tuple[str, ...]) -> Store:
+    """The store `args` (from :func:`reopen_args`) names, opened in this process."""
+    if args[0] == "postgres":
+        from mindpalace.store.postgres import PostgresStore
+
+        return PostgresStore(args[1], schema=args[2] or None)
+    from mindpalace.store.sqlite import SQLiteStore
+
+    return SQLiteStore(args[1])
+
+
+def _hold_lock(args: tuple[str, ...], scope: Scope, name: str, conn: Any) -> None:
+    """Child process: take the lock, say so through the pipe, hold it until told to stop."""
+    st = reopen(args)
+    try:
+        with st.lock(scope, name, timeout_seconds=30):
+            conn.send("held")
+            conn.recv()  # "release" — or EOF when the parent kills us
+    finally:
+        st.close()
+
+
+def _append_with_retries(args: tuple[str, ...], scope: Scope, n: int, tag: int) -> int:
+    """Child process: append `n` events with optimistic concurrency; returns conflicts seen."""
+    st = reopen(args)
+    conflicts = 0
+    try:
+        for i in range(n):
+            while True:
+                seen = st.stream_version(scope, "shared")
+                try:
+                    st.append_events(scope, "shared", [NewEvent("e", {"p": tag, "i": i})],
+                                     expected_version=seen)
+                    break
+                except ConcurrencyError:
+                    conflicts += 1
+    finally:
+        st.close()
+    return conflicts
+
+
+def _spawn() -> Any:
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn")
+
+
+class TestDocuments:
+    def test_by_ref_is_scoped_and_absent_refs_are_missing(self, store: Store) -> None:
+        scope = fresh_scope()
+        other = scope.with_(session="other")
+        ids = {ref: store.index_document(scope, "note", ref, f"text {ref}") for ref in ("a", "b")}
+        store.index_document(other, "note", "a", "other session")
+        store.index_document(scope, "fact", "a", "another kind")
+        found = store.get_documents_by_ref(scope, "note", ["a", "b", "missing"])
+        assert {r: d.id for r, d in found.items()} == ids
+        assert found["a"].text == "text a" and found["a"].scope == scope
+        assert store.get_documents_by_ref(scope, "note", []) == {}
+        with pytest.raises(ValidationError):
+            store.get_documents_by_ref(scope.with_(session=ANY), "note", ["a"])
+
+    def test_replacing_text_keeps_the_id_and_meta_follows(self, store: Store) -> None:
+        scope = fresh_scope()
+        first = store.index_document(scope, "note", "n", "old text", {"v": 1})
+        again = store.index_document(scope, "note", "n", "new text", {"v": 2})
+        assert first == again
+        doc = store.get_documents_by_ref(scope, "note", ["n"])["n"]
+        assert (doc.text, doc.meta) == ("new text", {"v": 2})
+
+    def test_iter_documents_by_id_kinds_and_widened_scope(self, store: Store) -> None:
+        scope = fresh_scope(user="alice")
+        other_session = scope.with_(session="s2")
+        bob = scope.with_(user="bob")
+        a = store.index_document(scope, "note", "a", "x")
+        b = store.index_document(other_session, "fact", "b", "y")
+        store.index_document(bob, "note", "c", "z")
+        assert [d.id for d in store.iter_documents(scope)] == [a]
+        widened = scope.with_(session=ANY)
+        assert [d.id for d in store.iter_documents(widened)] == [a, b]
+        assert [d.id for d in store.iter_documents(widened, kinds=["fact"])] == [b]
+
+    def test_iter_documents_pages_past_a_thousand(self, store: Store) -> None:
+        scope = fresh_scope()
+        with store.transaction():
+            for i in range(1005):
+                store.index_document(scope, "note", f"n{i}", f"t{i}")
+        ids = [d.id for d in store.iter_documents(scope)]
+        assert len(ids) == 1005 and ids == sorted(ids)
+
+    def test_search_generation_moves_on_every_change_and_never_repeats(self, store: Store) -> None:
+        scope = fresh_scope()
+        seen = [store.search_generation()]
+
+        def moved() -> None:
+            now = store.search_generation()
+            assert now not in seen
+            seen.append(now)
+
+        doc = store.index_document(scope, "note", "n", "one")
+        moved()
+        store.index_document(scope, "note", "n", "two")
+        moved()
+        store.put_embeddings([doc], np.ones((1, 2), np.float32), "m")
+        moved()
+        store.delete_embeddings()
+        moved()
+        store.delete_documents(scope, "note", ["n"])
+        moved()
+        assert store.search_generation() == seen[-1]  # reads leave it alone
+
+    def test_delete_stream_removes_only_that_stream_of_that_scope(self, store: Store) -> None:
+        scope = fresh_scope()
+        other = scope.with_(session="other")
+        store.append_events(scope, "gone", [NewEvent("a"), NewEvent("b")])
+        store.append_events(scope, "kept", [NewEvent("c")])
+        store.append_events(other, "gone", [NewEvent("d")])
+        assert store.delete_stream(scope, "gone") == 2
+        assert store.stream_version(scope, "gone") == 0
+        assert store.stream_version(scope, "kept") == 1 and store.stream_version(other, "gone") == 1
+        assert store.delete_stream(scope, "never") == 0
+        with pytest.raises(ValidationError):
+            store.delete_stream(scope.with_(session=ANY), "kept")
+
+    def test_stats_count_what_was_written(self, store: Store) -> None:
+        before = store.stats()
+        scope = fresh_scope()
+        store.append_events(scope, "s", [NewEvent("a"), NewEvent("b")])
+        store.kv_put(scope, "ns", "k", 1)
+        store.put_record(Record(scope, "r", "info", "body"))  # indexed: one document
+        after = store.stats()
+        assert (after.events - before.events, after.streams - before.streams) == (2, 1)
+        assert (after.kv_entries - before.kv_entries, after.records - before.records) == (1, 1)
+        assert after.documents - before.documents == 1
+        assert after.schema_version == store.schema_version and after.size_bytes > 0
+
+
+class TestScopeIsolation:
+    """I10: a widened read never crosses the concrete fields; no tenant sees another's rows."""
+
+    def test_widened_reads_stay_inside_the_tenant_and_user(self, store: Store) -> None:
+        mine = fresh_scope(user="alice", session="s1")
+        tenant2 = Scope("t2-" + mine.tenant, "alice", "a", "s1")
+        bob = mine.with_(user="bob")
+        for sc in (mine, tenant2, bob):
+            store.append_events(sc, "task:x", [NewEvent("e")])
+            store.kv_put(sc, "facts", "k", str(sc))
+            store.put_record(Record(sc, "r", "info", f"zebra {sc.user}"))
+        widened = mine.with_(agent=ANY, session=ANY)
+        assert [s for s, _, _ in store.list_streams(widened)] == [mine]
+        assert [s for s, _, _ in store.kv_list(widened, "facts")] == [mine]
+        assert [r.scope for r in store.list_records(widened)] == [mine]
+        assert set(store.get_records(widened, ["r"])) == {"r"}
+        assert [h.doc.scope for h in store.keyword_search(widened, "zebra")] == [mine]
+        assert [d.scope for d in store.iter_documents(widened)] == [mine]
+        assert store.read_events(widened, "task:x")[0].scope == mine
+
+    def test_writes_need_concrete_scopes_everywhere(self, store: Store) -> None:
+        loose = fresh_scope().with_(agent=ANY)
+        for write in (
+            lambda: store.kv_put(loose, "ns", "k", 1),
+            lambda: store.kv_delete(loose, "ns", "k"),
+            lambda: store.put_record(Record(loose, "r", "info", "b")),
+            lambda: store.delete_records(loose, ["r"]),
+            lambda: store.index_document(loose, "note", "n", "t"),
+            lambda: store.delete_documents(loose, "note", ["n"]),
+            lambda: store.lock(loose, "x", timeout_seconds=0).__enter__(),
+        ):
+            with pytest.raises(ValidationError):
+                write()
+
+
+class TestLocks:
+    def test_reentrant_in_a_thread_exclusive_across_threads(self, store: Store) -> None:
+        scope = fresh_scope()
+        outcome: list[str] = []
+
+        def other_thread() -> None:
+            try:
+                with store.lock(scope, "session", timeout_seconds=0):
+                    outcome.append("acquired")
+            except StoreError as exc:
+                outcome.append(type(exc).__name__)
+
+        with (store.lock(scope, "session", timeout_seconds=1),
+              store.lock(scope, "session", timeout_seconds=0),  # re-entrant
+              ThreadPoolExecutor(1) as pool):
+            pool.submit(other_thread).result()
+        assert outcome == ["StoreBusyError"]
+        with ThreadPoolExecutor(1) as pool:  # released by the outer block, not the inner one
+            pool.submit(other_thread).result()
+        assert outcome == ["StoreBusyError", "acquired"]
+
+    def test_names_and_scopes_are_independent(self, store: Store) -> None:
+        scope = fresh_scope()
+        with store.lock(scope, "session", timeout_seconds=1), ThreadPoolExecutor(1) as pool:
+            pool.submit(self._take, store, scope, "dream").result()
+            pool.submit(self._take, store, scope.with_(session="s2"), "session").result()
+
+    @staticmethod
+    def _take(store: Store, scope: Scope, name: str) -> None:
+        with store.lock(scope, name, timeout_seconds=0):
+            pass
+
+    def test_empty_name_is_refused(self, store: Store) -> None:
+        with pytest.raises(ValidationError):
+            store.lock(fresh_scope(), "", timeout_seconds=0).__enter__()
+
+    def test_excludes_another_process_and_is_freed_when_the_holder_dies(self, store: Store) -> None:
+        scope = fresh_scope()
+        ctx = _spawn()
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_hold_lock, args=(reopen_args(store), scope, "dream", child))
+        proc.start()
+        try:
+            assert parent.poll(60) and parent.recv() == "held"
+            with pytest.raises(StoreError), store.lock(scope, "dream", timeout_seconds=0):
+                pass
+            proc.kill()  # dies holding the lock
+            proc.join(30)
+            with store.lock(scope, "dream", timeout_seconds=30):
+                pass
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(30)
+
+    def test_released_lock_passes_to_another_process(self, store: Store) -> None:
+        scope = fresh_scope()
+        ctx = _spawn()
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_hold_lock, args=(reopen_args(store), scope, "session", child))
+        proc.start()
+        try:
+            assert parent.poll(60) and parent.recv() == "held"
+            parent.send("release")
+            with store.lock(scope, "session", timeout_seconds=30):
+                pass
+        finally:
+            proc.join(30)
+        assert proc.exitcode == 0
+
+
+class TestProcesses:
+    def test_optimistic_appenders_in_four_processes_lose_nothing(self, store: Store) -> None:
+        scope = fresh_scope()
+        from concurrent.futures import ProcessPoolExecutor
+
+        per, procs = 15, 4
+        with ProcessPoolExecutor(procs, mp_context=_spawn()) as pool:
+            futures = [pool.submit(_append_with_retries, reopen_args(store), scope, per, p)
+                       for p in range(procs)]
+            [f.result(timeout=240) for f in futures]
+        events = store.read_events(scope, "shared")
+        assert [e.version for e in events] == list(range(1, per * procs + 1))
+        assert sorted((e.data["p"], e.data["i"]) for e in events) == [
+            (p, i) for p in range(procs) for i in range(per)]

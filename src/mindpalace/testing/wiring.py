@@ -37,6 +37,6 @@ def consolidator(
     """A :class:`Consolidator` of `session` (same history and lock) that summarizes with `llm`."""
     mem = session.memory
     own = session.consolidator
-    return Consolidator(session.store, session.scope, history=own.history, lock=own.lock,
+    return Consolidator(session.store, session.scope, history=own.history,
                         counter=mem.tokens, summarizer=summarizer(session, llm),
                         settings=settings or mem.settings.session)

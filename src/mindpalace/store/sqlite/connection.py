@@ -3,6 +3,7 @@ and the open-time checks (a new file is created whole; an empty or truncated one
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import threading
@@ -17,10 +18,13 @@ from filelock import Timeout as LockTimeout
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from mindpalace.errors import DatabaseCorruptError, StoreBusyError, StoreError, WorkspaceError
+from mindpalace.scope import Scope
 from mindpalace.settings import StoreSettings
-from mindpalace.store.base import Store, StoreStats
+from mindpalace.store.base import Document, Store, StoreStats
 from mindpalace.store.sqlite.errmap import is_busy, store_error
+from mindpalace.store.sqlite.rows import doc_of
 from mindpalace.store.sqlite.schema import SCHEMA_VERSION, migrate, refuse_newer_schema
+from mindpalace.textsafe import require_text
 
 __all__ = ["SQLiteBase", "check_file", "create_database", "is_busy"]
 
@@ -158,6 +162,38 @@ class SQLiteBase(Store):
             self._conns.clear()
         self._local = threading.local()
 
+    def get_documents(self, ids: Sequence[int]) -> dict[int, Document]:
+        """Documents by id (ids not found are absent); the search parts use it for hits."""
+        out: dict[int, Document] = {}
+        ids = list(ids)
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for r in self._execute(f"SELECT * FROM docs WHERE id IN ({marks})", chunk):
+                out[int(r["id"])] = doc_of(r)
+        return out
+
+    # -- locks -----------------------------------------------------------------------------
+    @contextmanager
+    def lock(self, scope: Scope, name: str, *, timeout_seconds: float) -> Iterator[None]:
+        """A file lock per (scope, name) in ``.locks/`` beside the database file (created on
+        first use; nothing is written until a lock is taken). The operating system releases
+        it when the holder dies."""
+        lock = _file_lock(self.path.parent / LOCKS_DIRNAME, scope, name)
+        try:
+            lock.acquire(timeout=max(timeout_seconds, 0.0))
+        except LockTimeout as exc:
+            raise StoreBusyError(
+                f"lock {name!r} of {scope} not acquired within {timeout_seconds:g}s; another "
+                "holder has it (e.g. a consolidation of this session in another process) — "
+                "retry later") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot take the lock {name!r} of {scope}: {exc}") from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
     # -- search generation -----------------------------------------------------------------
     def _bump_generation(self) -> None:
         self._execute("UPDATE meta SET value = value + 1 WHERE key = 'embedding_generation'")
@@ -199,6 +235,18 @@ class SQLiteBase(Store):
             embeddings=models,
             size_bytes=size,
         )
+
+
+LOCKS_DIRNAME = ".locks"
+
+
+def _file_lock(folder: Path, scope: Scope, name: str) -> FileLock:
+    """The same lock object for the same (scope, name) in a process (re-entrant per thread)."""
+    scope.require_concrete()
+    require_text("lock name", name, allow_empty=False)
+    digest = hashlib.sha1("\x1f".join([*map(str, scope.values()), name]).encode()).hexdigest()[:20]
+    safe = "".join(c if c.isalnum() else "-" for c in name)[:40]
+    return FileLock(str(folder / f"{safe}-{digest}.lock"), is_singleton=True)
 
 
 # -- open-time checks and creation ---------------------------------------------------------------

@@ -64,16 +64,6 @@ class DocumentsMixin(SQLiteBase):
             self._bump_generation()
             return cur.rowcount
 
-    def get_documents(self, ids: Sequence[int]) -> dict[int, Document]:
-        out: dict[int, Document] = {}
-        ids = list(ids)
-        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for r in self._execute(f"SELECT * FROM docs WHERE id IN ({marks})", chunk):
-                out[int(r["id"])] = doc_of(r)
-        return out
-
     def get_documents_by_ref(
         self, scope: Scope, kind: str, refs: Sequence[str]
     ) -> dict[str, Document]:

@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
 
-from mindpalace.errors import StoreError, ValidationError
+from mindpalace.errors import StoreError
 from mindpalace.scope import ANY, SCOPE_FIELDS, Scope
 from mindpalace.store.base import Document
+from mindpalace.store.codec import dumps
 from mindpalace.timeutil import from_iso
-
-
-def dumps(value: Any) -> str:
-    """JSON text that UTF-8 can store: lone surrogates fall back to \\u escapes (exact round
-    trip)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"value is not JSON-serialisable: {exc}") from exc
-    except RecursionError as exc:  # hostile nesting: refused before anything is written
-        raise ValidationError("value is nested too deep to store as JSON") from exc
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(value, ensure_ascii=True, allow_nan=False)
-    if "\x00" in text:  # cannot happen with json.dumps (it escapes control chars); belt and braces
-        raise ValidationError("JSON text contains NUL")
-    return text
 
 
 def scope_where(scope: Scope, alias: str = "") -> tuple[str, list[object]]:
@@ -62,3 +44,5 @@ def inserted_id(cursor: sqlite3.Cursor) -> int:
     if rowid is None:  # pragma: no cover - sqlite3 sets it after every successful INSERT
         raise StoreError("INSERT reported no row id")
     return rowid
+
+__all__ = ["doc_of", "dumps", "inserted_id", "scope_of", "scope_where"]

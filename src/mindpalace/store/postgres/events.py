@@ -1,0 +1,108 @@
+"""Event log of the PostgreSQL store: per-stream versions under a per-stream advisory lock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from mindpalace.errors import ConcurrencyError
+from mindpalace.scope import Scope
+from mindpalace.store.base import NewEvent, StoredEvent
+from mindpalace.store.codec import dumps
+from mindpalace.store.postgres.connection import PostgresBase, exact_scope, scope_of, scope_where
+from mindpalace.store.postgres.schema import SCOPE_COLS
+from mindpalace.textsafe import require_text
+from mindpalace.timeutil import utcnow
+
+_VERSION = ("SELECT coalesce(max(version), 0) FROM mp_events WHERE tenant = %s AND user_id = %s "
+            "AND agent = %s AND session_id = %s AND stream = %s")
+# One statement for the whole batch: versions, types and data arrive as three arrays.
+_INSERT = (f"INSERT INTO mp_events ({SCOPE_COLS}, stream, version, type, data, created_at) "
+           "SELECT %s, %s, %s, %s, %s, v, t, d, %s "
+           "FROM unnest(%s::integer[], %s::text[], %s::text[]) AS x(v, t, d) "
+           "RETURNING version, position")
+
+
+class EventsMixin(PostgresBase):
+    """The event-log part of the store protocol.
+
+    An append reads the stream's version and inserts after it inside one short transaction
+    holding the stream's advisory lock, so concurrent appenders (threads or processes) queue
+    per stream and versions stay contiguous; the unique (scope, stream, version) constraint
+    backs it up. ``position`` is a sequence: it grows with every append, but under concurrent
+    writers an append may commit after one with a higher position.
+    """
+
+    def append_events(
+        self,
+        scope: Scope,
+        stream: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int | None = None,
+    ) -> list[StoredEvent]:
+        scope.require_concrete()
+        require_text("stream", stream, allow_empty=False)
+        payloads = [
+            (require_text("event.type", e.type, allow_empty=False), dumps(e.data)) for e in events
+        ]
+        if not payloads:
+            if expected_version is not None and self.stream_version(scope, stream) != expected_version:
+                raise ConcurrencyError(stream, expected_version, self.stream_version(scope, stream))
+            return []
+        now = utcnow()
+        with self._tx(serialize=False) as conn:
+            self._xact_lock(conn, "stream", *scope.values(), stream)
+            row = conn.execute(_VERSION, (*scope.values(), stream)).fetchone()
+            current = int(row[0]) if row else 0
+            if expected_version is not None and current != expected_version:
+                raise ConcurrencyError(stream, expected_version, current)
+            versions = list(range(current + 1, current + 1 + len(payloads)))
+            rows = conn.execute(_INSERT, (
+                *scope.values(), stream, now, versions, [t for t, _ in payloads],
+                [d for _, d in payloads])).fetchall()
+        position = {int(v): int(p) for v, p in rows}
+        return [StoredEvent(scope, stream, v, t, e.data, now, position[v])
+                for v, (t, _), e in zip(versions, payloads, events, strict=True)]
+
+    def read_events(
+        self,
+        scope: Scope,
+        stream: str,
+        *,
+        from_version: int = 1,
+        to_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[StoredEvent]:
+        where, params = scope_where(scope)
+        sql = (f"SELECT {SCOPE_COLS}, stream, version, type, data, created_at, position "
+               f"FROM mp_events WHERE {where} AND stream = %s AND version >= %s")
+        params += [stream, from_version]
+        if to_version is not None:
+            sql += " AND version <= %s"
+            params.append(to_version)
+        sql += " ORDER BY version, position"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(max(limit, 0))
+        return [StoredEvent(scope_of(r), r[4], int(r[5]), r[6], json.loads(r[7]), r[8], int(r[9]))
+                for r in self._all(sql, params)]
+
+    def stream_version(self, scope: Scope, stream: str) -> int:
+        scope.require_concrete()
+        row = self._one(_VERSION, (*scope.values(), stream))
+        return int(row[0]) if row else 0
+
+    def delete_stream(self, scope: Scope, stream: str) -> int:
+        where, params = exact_scope(scope)
+        return self._count(f"DELETE FROM mp_events WHERE {where} AND stream = %s",
+                           [*params, stream])
+
+    def list_streams(self, scope: Scope, *, prefix: str = "") -> list[tuple[Scope, str, int]]:
+        where, params = scope_where(scope)
+        rows = self._all(
+            f"SELECT {SCOPE_COLS}, stream, max(version) FROM mp_events WHERE {where} "
+            "AND left(stream, %s) = %s GROUP BY tenant, user_id, agent, session_id, stream "
+            "ORDER BY stream, tenant, user_id, agent, session_id",
+            [*params, len(prefix), prefix])
+        return [(scope_of(r), r[4], int(r[5])) for r in rows]
