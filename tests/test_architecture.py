@@ -18,9 +18,9 @@ LAYERS = (
     grimp.Layer("aio", independent=False),  # the async twin of the facade: delegates only
     grimp.Layer("memory", "workspace", independent=False),  # the facade: the only wiring
     grimp.Layer("context", "recalled", independent=False),  # assembly: the only place a prompt is built
-    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "auth",
-                independent=False),  # components (refs: the read_files resolver over them;
-    # auth: API keys per tenant)
+    grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "auth", "knowledge",
+                "archive", independent=False),  # components (refs: the read_files resolver over
+    # them; auth: API keys per tenant)
     grimp.Layer("retrieval", "summary", "providers", "tokens", independent=False),  # services
     grimp.Layer("store"),  # persistence
     grimp.Layer("settings", "blocks", "checks", "scope", "textsafe", "timeutil", "errors",

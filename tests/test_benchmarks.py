@@ -81,3 +81,29 @@ class TestBenchPromptRecall:
         assert ours["evidence"] > newest["evidence"]
         merged = load("bench_prompt_recall").main(["--merge", str(scores)])
         assert merged == 0
+
+
+class TestBenchDream:
+    def test_tiny_run_dreams_idempotently_under_budget_beside_its_baselines(self, tmp_path: Path, shared_data: Path) -> None:
+        out = tmp_path / "rows.json"
+        code = load("bench_dream").main(["--data", str(shared_data), "--locomo", "1", "--tau", "3",
+                                         "--tight-budget", "1500", "--json", str(out)])
+        rows = json.loads(out.read_text())
+        assert code == 0
+        assert [r["dataset"] for r in rows["dream"]] == ["LoCoMo", "τ-bench"]
+        assert all(r["runs"] > 0 and r["second_pass_commits"] == 0 and r["failed"] == 0 for r in rows["dream"])
+        assert all(a["over_budget_runs"] == 0 for a in rows["llm_accounting"])
+        assert rows["archive"]["second_pass_appended"] == 0 and rows["archive"]["appended"] > 0
+        methods = [r["method"] for r in rows["reachability"]]
+        assert methods[0].startswith("dream curator") and len(methods) == 4
+        ceiling = rows["reachability"][-1]["all"]
+        assert all(r["all"]["reached"] <= ceiling["reached"] for r in rows["reachability"][1:])
+
+
+class TestBenchKnowledge:
+    def test_tiny_run_measures_both_sides_of_every_row(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_knowledge").main(["--repeats", "1", "--json", str(out)]) == 0
+        rows = json.loads(out.read_text())
+        assert len(rows) == 4 and all(r["mindpalace_ms"] > 0 and r["baseline_ms"] > 0 for r in rows)
+        assert "block" in rows[2]["what"] and "0 tokens" not in rows[2]["what"]

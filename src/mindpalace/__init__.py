@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mindpalace.aio import AsyncMemory, AsyncSession
+    from mindpalace.archive import ArchiveOutcome, SessionArchive
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
     from mindpalace.errors import (
         AuthError,
+        AxiomViolation,
         CircuitOpenError,
         ConcurrencyError,
         ConfigError,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
         EffectNotApplied,
         InvalidNameError,
         InvalidTextError,
+        KnowledgeError,
         MindPalaceError,
         NotFoundError,
         OutcomeUnknownError,
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
     )
     from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
     from mindpalace.history import HistoryLog
+    from mindpalace.knowledge import KnowledgeBase, KnowledgeScope, Patch
+    from mindpalace.knowledge.dream import Dream, DreamReport
     from mindpalace.memory import Memory, Session
     from mindpalace.providers.embed import Embedder
     from mindpalace.providers.llm import LLMProvider
@@ -62,11 +67,12 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
-    "AuthError", "CircuitOpenError", "ConcurrencyError", "ConfigError", "ConstraintError", "ContextBudgetError",
-    "DatabaseCorruptError", "DimensionMismatchError", "DiskFullError", "EffectNotApplied",
-    "InvalidNameError", "InvalidTextError", "MindPalaceError", "NotFoundError",
-    "OutcomeUnknownError", "PermissionDeniedError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
-    "ReadOnlyWorkspaceError", "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
+    "AuthError", "AxiomViolation", "CircuitOpenError", "ConcurrencyError", "ConfigError",
+    "ConstraintError", "ContextBudgetError", "DatabaseCorruptError", "DimensionMismatchError",
+    "DiskFullError", "EffectNotApplied", "InvalidNameError", "InvalidTextError", "KnowledgeError",
+    "MindPalaceError", "NotFoundError", "OutcomeUnknownError", "PermissionDeniedError",
+    "ProviderError", "ProviderResponseError", "ProviderTimeoutError", "ReadOnlyWorkspaceError",
+    "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
 _LOCATIONS: dict[str, str] = {
@@ -78,10 +84,13 @@ _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(("ANY", "Scope"), "mindpalace.scope"),
     **dict.fromkeys(("Settings", "load_settings"), "mindpalace.settings"),
     **dict.fromkeys(("EventRegistry", "Task", "Tasks"), "mindpalace.tasks"),
+    **dict.fromkeys(("ArchiveOutcome", "SessionArchive"), "mindpalace.archive"),
+    **dict.fromkeys(("Dream", "DreamReport"), "mindpalace.knowledge.dream"),
     "AutoCompact": "mindpalace.session.autocompact",
     "Consolidator": "mindpalace.session.consolidator",
     "Embedder": "mindpalace.providers.embed",
     "HistoryLog": "mindpalace.history",
+    **dict.fromkeys(("KnowledgeBase", "KnowledgeScope", "Patch"), "mindpalace.knowledge"),
     "LLMProvider": "mindpalace.providers.llm",
     "MessageLog": "mindpalace.session",
     "StepMemory": "mindpalace.steps",
@@ -91,10 +100,12 @@ _LOCATIONS: dict[str, str] = {
 
 __all__ = [
     "ANY",
+    "ArchiveOutcome",
     "AsyncMemory",
     "AsyncSession",
     "AuthError",
     "AutoCompact",
+    "AxiomViolation",
     "BuiltContext",
     "CircuitOpenError",
     "ConcurrencyError",
@@ -107,6 +118,8 @@ __all__ = [
     "DatabaseCorruptError",
     "DimensionMismatchError",
     "DiskFullError",
+    "Dream",
+    "DreamReport",
     "EffectNotApplied",
     "Embedder",
     "EventRegistry",
@@ -115,12 +128,16 @@ __all__ = [
     "HistoryLog",
     "InvalidNameError",
     "InvalidTextError",
+    "KnowledgeBase",
+    "KnowledgeError",
+    "KnowledgeScope",
     "LLMProvider",
     "Memory",
     "MessageLog",
     "MindPalaceError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "Patch",
     "PermissionDeniedError",
     "ProviderError",
     "ProviderResponseError",
@@ -132,6 +149,7 @@ __all__ = [
     "SchemaVersionError",
     "Scope",
     "Session",
+    "SessionArchive",
     "Settings",
     "StepMemory",
     "StoreBusyError",

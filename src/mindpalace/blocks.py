@@ -7,7 +7,7 @@ appear (the consolidator's estimate of its own summary) agree by construction.
 
 Memory is data, not instructions: only the system prompt, the protected constraints and the
 user's corrections (:data:`AUTHORITY_BLOCKS`) are sent as ``system`` messages. Every other
-block — checkpoint, memory index, step tiers, summary lines, archived summary, recalled memory,
+block — checkpoint, knowledge files, memory index, step tiers, summary lines, archived summary, recalled memory,
 message dates — is delivered as quoted, attributed content: by default a synthetic read-only
 tool exchange (an ``assistant`` message calling the ``memory`` tool, id ``mp-memory-<n>``,
 followed by the ``tool`` result holding the block), or with ``[context] memory_role = "user"``
@@ -51,6 +51,7 @@ class Block(StrEnum):
     SYSTEM_PROMPT = "system prompt"
     CONSTRAINTS = "protected constraints"  # seed 004, I7
     CHECKPOINT = "working checkpoint"  # seed 003
+    KNOWLEDGE = "knowledge"  # seeds 002/003: SOUL, USER, MEMORY, L0, L1 files (mindpalace.knowledge)
     MEMORY_INDEX = "memory index"  # seed 000
     STEP_SUMMARY = "summarized memory"  # seed 000 summary tier
     RECENT_STEPS = "recent steps"  # seed 000
@@ -72,7 +73,7 @@ BLOCK_ROLES: Final[Mapping[Block, Role]] = MappingProxyType(_ROLES)
 """The role each block's text is sent with by default: ``system`` for :data:`AUTHORITY_BLOCKS`,
 ``tool`` (the result of a synthetic ``memory`` call) for memory blocks."""
 
-_PRE_ENVELOPED: Final = frozenset({Block.RECALLED, Block.MESSAGE_DATES})  # built item by item
+_PRE_ENVELOPED: Final = frozenset({Block.RECALLED, Block.MESSAGE_DATES, Block.KNOWLEDGE})  # built item by item
 _ENVELOPE_TAG = re.compile(r"<(/?)(memory)", re.IGNORECASE)
 
 PROTECTED_BLOCKS: Final = frozenset({Block.CORRECTIONS, Block.SYSTEM_PROMPT, Block.CONSTRAINTS})

@@ -11,6 +11,8 @@ Order of the prompt (roles from :mod:`mindpalace.blocks`, then the conversation)
 1. system prompt (given, else the session's latest ``system`` message, archived or not) — system
 2. protected constraints (seed 004, I7)                                     — system
 3. working checkpoint (seed 003)                                            — memory
+3a. knowledge: SOUL, USER, MEMORY, L0, L1 files (seeds 002/003, under
+    ``knowledge.prompt_share`` of the budget; :mod:`mindpalace.knowledge.block`)  — memory
 4. memory index (seed 000)                                                  — memory
 5. "Summarized memory (compressed from earlier steps)" (seed 000 summary tier) — memory
 6. recent steps, 7. pending steps (seed 000)                                — memory
@@ -18,7 +20,10 @@ Order of the prompt (roles from :mod:`mindpalace.blocks`, then the conversation)
 9. archived context summary (seed 002)                                      — memory
 10. recalled memory for the current query (seed 001 / 004, :mod:`mindpalace.recalled`) — memory
 11. the dates of the conversation messages shown                            — memory
-12. the last messages (after the consolidation cursor)
+12. the last messages (after the consolidation cursor); in a conversation of more than
+    ``knowledge.l1_reinject_every_turns`` user turns, the L1 index is shown again (a memory
+    exchange) before the user turn that opened the current window of that many turns
+    (seed 003: L1 re-injected every 10 turns once it has scrolled far up)
 
 Only the authority blocks speak as ``system``; memory blocks are quoted, attributed data: by
 default each is a synthetic read-only ``memory`` tool exchange (assistant call ``mp-memory-<n>``
@@ -52,6 +57,7 @@ from mindpalace.blocks import (
     ToolSchema,
     block_messages,
     check_tools,
+    is_memory_message,
 )
 from mindpalace.checks import require_int
 from mindpalace.errors import ContextBudgetError, ValidationError
@@ -97,6 +103,9 @@ class ContextReport:
         recalled: the items of the recalled-memory block, best first: ref, tier, score, why
             they matched, tokens (of their envelope), date and source.
         queries: the queries the block was recalled for (empty when there was none).
+        knowledge: what ``Session.prepare`` noticed in the knowledge files before building
+            (hand edits committed or refused, interrupted writes finished); empty for a pure
+            build.
     """
 
     blocks: list[tuple[str, int]]
@@ -108,6 +117,7 @@ class ContextReport:
     observations: list[str] = field(default_factory=list)
     recalled: list[RecalledItem] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
+    knowledge: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,6 +148,23 @@ class ContextSources(Protocol):
 
     def read_messages(self, first: int, last: int) -> list[Message]:
         """Stored messages first..last (inclusive), oldest first."""
+        ...
+
+
+class KnowledgeSource(Protocol):
+    """The knowledge block of a session (read-only; :class:`mindpalace.knowledge.block.KnowledgePrompt`)."""
+
+    share: float
+    """Share of the budget the block may fill."""
+    reinject_every_turns: int
+    """L1 is shown again in a conversation of more than this many user turns."""
+
+    def render(self, cap_tokens: int) -> str:
+        """The block text under `cap_tokens` tokens ('' = no block)."""
+        ...
+
+    def l1_reminder(self, cap_tokens: int) -> str | None:
+        """The L1 index again, or None."""
         ...
 
 
@@ -220,6 +247,7 @@ class ContextBuilder:
             message dates).
         settings: ``context`` settings (memory role, recall share).
         governance: ``[session]`` settings of tool-result governance (``tool_result_*``).
+        knowledge: the knowledge block's source (None = no knowledge block).
     """
 
     def __init__(
@@ -229,7 +257,9 @@ class ContextBuilder:
         recaller: MemoryRecaller | None = None,
         settings: ContextSettings | None = None,
         governance: SessionSettings | None = None,
+        knowledge: KnowledgeSource | None = None,
     ) -> None:
+        self.knowledge = knowledge
         self.sources = sources
         self.counter = counter
         self.recaller = recaller
@@ -281,7 +311,7 @@ class ContextBuilder:
         convo_given = None if messages is None else validate_messages(messages)
         if convo_given is None and system_prompt is None:
             system_prompt = self._stored_system_prompt()
-        blocks = self._blocks()
+        blocks = self._blocks(budget)
         self._check_floor(budget, blocks, tool_list, system_prompt)
         refs: list[str | None]
         if convo_given is None:
@@ -304,6 +334,7 @@ class ContextBuilder:
             system_prompt = _text(lifted[-1].get("content"))
             self._check_floor(budget, blocks, tool_list, system_prompt)
         convo, pairing = repair_pairing(convo)
+        convo = self._with_l1_reminder(convo, budget)
         if system_prompt:
             at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
             blocks.insert(at, _Part(Block.SYSTEM_PROMPT, system_prompt))
@@ -359,7 +390,7 @@ class ContextBuilder:
         tool_list = _check_request(system_prompt, tools)
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
-        blocks = self._blocks()
+        blocks = self._blocks(budget)
         self._check_floor(budget, blocks, tool_list, system_prompt)
         fixed = [p for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
@@ -406,10 +437,40 @@ class ContextBuilder:
                              masked_tokens=s.tool_result_masked_tokens)
         return out, report.lines(s.tool_result_mask_after_turns)
 
-    def _blocks(self) -> list[_Part]:
-        """Every memory block present, in prompt order (the system prompt is inserted later)."""
-        texts = self.sources.memory_blocks()
+    def _blocks(self, budget: int) -> list[_Part]:
+        """Every memory block present, in prompt order (the system prompt is inserted later);
+        the knowledge block packed under its share of `budget`."""
+        texts = dict(self.sources.memory_blocks())
+        if self.knowledge is not None and self.knowledge.share > 0:
+            text = self.knowledge.render(self._knowledge_cap(budget))
+            if text:
+                texts[Block.KNOWLEDGE] = text
         return [_Part(b, texts[b]) for b in BLOCK_ORDER if texts.get(b)]
+
+    def _knowledge_cap(self, budget: int) -> int:
+        """Tokens the knowledge block's text may have: its share of the budget less the
+        synthetic exchange that carries it."""
+        assert self.knowledge is not None
+        shell = sum(self.counter.count_message(m) for m in self._flat([_Part(Block.KNOWLEDGE, "")]))
+        return int(self.knowledge.share * budget) - shell
+
+    def _with_l1_reminder(self, convo: list[Message], budget: int) -> list[Message]:
+        """`convo` with the L1 index shown again before the user turn that opened the current
+        window of ``reinject_every_turns`` turns, when there are more turns than that (the
+        spot moves once per window, so the prompt prefix before it stays stable)."""
+        if self.knowledge is None or self.knowledge.share <= 0:
+            return convo
+        users = [i for i, m in enumerate(convo) if m.get("role") == "user" and not is_memory_message(m)]
+        every = self.knowledge.reinject_every_turns
+        if len(users) <= every:
+            return convo
+        text = self.knowledge.l1_reminder(self._knowledge_cap(budget))
+        if not text:
+            return convo
+        at = users[((len(users) - 1) // every) * every]
+        # seq 0: the blocks on top are numbered from 1, so the id is unique in the prompt
+        reminder = block_messages(Block.KNOWLEDGE, text, memory_role=self.settings.memory_role, seq=0)
+        return [*convo[:at], *reminder, *convo[at:]]
 
     def _recalled_part(self, queries: list[str], budget: int, in_prompt: frozenset[int]) -> _Part | None:
         """The recalled-memory block for `queries`, packed under ``recall_share × budget``

@@ -8,6 +8,8 @@
     │   ├── InvalidTextError                lone surrogates, NUL bytes, non-string text
     │   ├── InvalidNameError                record names with path tricks / too long
     │   ├── ContextBudgetError              prompt budget below the irreducible minimum
+    │   ├── KnowledgeError                  bad knowledge patch, path, scope or revision
+    │   │   └── AxiomViolation              a write breaks an L0–L3 axiom (seed 003)
     │   └── DimensionMismatchError          embedding of the wrong width for the index
     ├── NotFoundError (KeyError)            unknown record / session / task / fact key
     ├── StoreError                          persistence failure (sqlite3, psycopg …)
@@ -112,6 +114,29 @@ class ContextBudgetError(ValidationError):
             f"a prompt budget of {budget} tokens is below the irreducible minimum of {minimum} "
             f"tokens ({parts}); raise budget_tokens or send fewer tools"
         )
+
+
+class KnowledgeError(ValidationError):
+    """A knowledge write or read was refused before anything changed: a path trick (absolute,
+    ``..``, a symlink out), an anchor that does not match exactly once, an unknown revision,
+    a file with a refused hand edit pending. The message says what to do next."""
+
+
+class AxiomViolation(KnowledgeError):
+    """A write breaks one of the knowledge axioms (seed 003 GenericAgent, enforced in code).
+
+    Args:
+        axiom: ``no-execution-no-memory`` (an L2/L3 write names no verified source),
+            ``no-silent-deletion`` (a removal without a reason, a whole-file overwrite),
+            ``no-volatile-state`` (timestamps, session ids, UUIDs, PIDs, temp paths in L1/L2),
+            ``l1-limits`` (L1 over its line or token limit, or not a pointer index).
+        file: the knowledge file the write targeted, e.g. ``L1_index.md``.
+        problem: what was wrong, naming the offending text or the numbers.
+    """
+
+    def __init__(self, axiom: str, file: str, problem: str) -> None:
+        self.axiom, self.file, self.problem = axiom, file, problem
+        super().__init__(f"{file}: refused by axiom {axiom!r}: {problem}")
 
 
 class NotFoundError(MindPalaceError, KeyError):

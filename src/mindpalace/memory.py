@@ -18,11 +18,18 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
+from mindpalace.errors import ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
+from mindpalace.knowledge import KnowledgeBase
+from mindpalace.knowledge.block import KnowledgePrompt
+from mindpalace.knowledge.dream import Dream, DreamReport
+from mindpalace.knowledge.layout import KnowledgeScope
+from mindpalace.knowledge.view import SessionKnowledge
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
 from mindpalace.recalled import MemoryRecaller
@@ -211,6 +218,61 @@ class Memory:
         return HistoryLog(self.workspace.history_dir,
                           entry_max_chars=self.settings.session.history_entry_max_chars)
 
+    @cached_property
+    def knowledge(self) -> KnowledgeBase:
+        """The L0–L3 knowledge files of every scope, git-versioned in ``knowledge/`` (seeds
+        002, 003): ``apply`` patches, ``restore``, ``log``, ``diff``, ``sync`` hand edits."""
+        return KnowledgeBase(self.workspace.knowledge_dir, self.store, counter=self.tokens,
+                             settings=self.settings.knowledge)
+
+    @cached_property
+    def archive(self) -> SessionArchive:
+        """This tenant's L4 archive (``archive/<tenant>/YYYY-MM.jsonl.gz``, seed 003)."""
+        return SessionArchive(self.store, self.workspace.archive_dir, self.tenant,
+                              settings=self.settings.knowledge)
+
+    @cached_property
+    def dreamer(self) -> Dream:
+        """The dream job over this workspace (seed 002): the configured LLM curates, or — with
+        the offline ``extractive`` provider — the deterministic curator."""
+        s = self.settings
+        llm = None if s.llm.provider == "extractive" else self.llm
+        return Dream(self.knowledge, self.history, self.store, counter=self.tokens,
+                     settings=s.knowledge, fact_settings=s.facts, llm=llm)
+
+    def dream(
+        self, *, user: str | None = None, agent: str | None = None, dry_run: bool = False,
+        wait_seconds: float | None = None,
+    ) -> list[DreamReport]:
+        """Run the dream once: for `user`'s files, `agent`'s, or (neither) every scope of this
+        tenant with history. Each run reads the history after the scope's ``.dream_cursor``,
+        applies small patches and advances the cursor in one commit, under the scope's
+        cross-process lock and ``knowledge.dream_token_budget`` (see
+        :mod:`mindpalace.knowledge.dream`).
+
+        Args:
+            user / agent: the knowledge scope (at most one); None for both = every scope.
+            dry_run: compute the patches, change nothing.
+            wait_seconds: wait for another run of the scope this long (None = the lock
+                timeout, 0 = refuse at once).
+        Raises:
+            ValidationError: both `user` and `agent` given.
+            StoreBusyError: another process is dreaming (or writing) the scope past the wait.
+        """
+        if user is not None and agent is not None:
+            raise ValidationError("dream: give a user or an agent scope, not both")
+        if user is None and agent is None:
+            return self.dreamer.run_all(self.tenant, dry_run=dry_run, wait_seconds=wait_seconds)
+        scope = (KnowledgeScope.user(user, self.tenant) if user is not None
+                 else KnowledgeScope.agent(agent or "", self.tenant))
+        return [self.dreamer.run(scope, dry_run=dry_run, wait_seconds=wait_seconds)]
+
+    def archive_idle(self) -> list[ArchiveOutcome]:
+        """Archive every session of this tenant with no message for
+        ``knowledge.archive_idle_hours`` (sessions with a turn in flight are skipped). See
+        :class:`~mindpalace.archive.SessionArchive`."""
+        return self.archive.archive_idle(Scope(self.tenant, ANY, ANY, ANY))
+
     def stats(self) -> WorkspaceStats:
         """Counts and sizes of the workspace (an admin view over every scope of the store)."""
         facts = len(self.store.kv_list(Scope(self.tenant, ANY, ANY, ANY), FACTS_NAMESPACE))
@@ -372,7 +434,14 @@ class Session:
     def recall(self, query: str, k: int | None = None) -> list[RecallHit]:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`."""
-        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts)(query, k)
+        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts,
+                      extra_scopes=self._knowledge_scopes())(query, k)
+
+    @cached_property
+    def knowledge(self) -> SessionKnowledge:
+        """The knowledge files of this session's user and agent (``.user`` / ``.agent``
+        scopes, ``.apply``, ``.read``, ``.sync``); ``.base`` is :attr:`Memory.knowledge`."""
+        return SessionKnowledge.of(self.memory.knowledge, self.scope)
 
     # -- consolidation (seed 002; mindpalace.session.consolidator / autocompact) -------------
     @cached_property
@@ -409,6 +478,18 @@ class Session:
             live[-live_messages:] if live_messages > 0 else [],
         )
 
+    def archive(self) -> ArchiveOutcome:
+        """Archive this (finished) session to L4 now: its messages after the archive cursor,
+        compressed into exchanges, de-duplicated, appended to the monthly file and indexed for
+        recall (``archive:<hash>`` reads one back). Never while a turn holds the lease
+        (status ``busy``); a second run with no new messages changes nothing (I5).
+
+        Raises:
+            StoreBusyError: another process held the archive lock too long.
+            StoreError: the archive file or the store could not be written (re-run to finish).
+        """
+        return self.memory.archive.archive(self.scope)
+
     def compact(self) -> CompactOutcome:
         """Archive this session down to its recent window now, idle or not (never while a turn
         holds the lease). Running it again with no new messages changes nothing (I5)."""
@@ -424,13 +505,17 @@ class Session:
 
     @cached_property
     def refs(self) -> RefResolver:
-        """Resolves ``message:`` / ``history:`` / ``fact:`` references and record names."""
+        """Resolves ``message:`` / ``history:`` / ``fact:`` / ``archive:`` references and record
+        names."""
         return RefResolver(self.store, self.scope, history=self.memory.history,
-                           facts=lambda key: self.facts.get(key))
+                           facts=lambda key: self.facts.get(key), archive=self.memory.archive,
+                           knowledge=lambda whose, file: self.knowledge.read(
+                               file, whose="agent" if whose == "agent" else "user"))
 
     def read_records(self, names: Iterable[str]) -> ReadResult:
         """Records and references by name (read_files protocol): ``step_12``, ``message:17``,
-        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``
+        ``message:3@other-session`` (same user and agent), ``history:5``, ``fact:user:city``,
+        ``archive:<hash>``, ``knowledge:user/L2_facts.md``
         (see :mod:`mindpalace.refs`); unknown, malformed or out-of-scope names are in
         ``.missing``, not raised."""
         return self.refs.read(names)
@@ -443,8 +528,15 @@ class Session:
         sources = SessionSources(self.messages, self.steps, self.consolidator, self.tasks)
         recaller = MemoryRecaller(self.store, self.scope, mem.tokens, mem.retriever,
                                   settings=mem.settings.context, fact_settings=mem.settings.facts,
-                                  facts=self.facts)
-        return ContextBuilder(sources, mem.tokens, recaller, mem.settings.context, mem.settings.session)
+                                  facts=self.facts, extra_scopes=self._knowledge_scopes())
+        knowledge = KnowledgePrompt(mem.knowledge, self.knowledge.scopes, mem.tokens,
+                                    mem.settings.knowledge)
+        return ContextBuilder(sources, mem.tokens, recaller, mem.settings.context, mem.settings.session,
+                              knowledge=knowledge)
+
+    def _knowledge_scopes(self) -> list[Scope]:
+        """Where this session's knowledge files are indexed for recall (its user's, its agent's)."""
+        return [s.store_scope for s in self.knowledge.scopes]
 
     def context(
         self,
@@ -491,7 +583,10 @@ class Session:
     ) -> BuiltContext:
         """The agent path, before every model call: make room, then build (seed 002).
 
-        When the stored conversation with every fixed part of the prompt is over the budget,
+        Hand edits of the session's knowledge files are noticed first (committed as
+        ``hand-edit`` when they keep the axioms, reported in ``report.knowledge`` when refused;
+        a scope a dream run holds is skipped, not waited for). When the stored conversation
+        with every fixed part of the prompt is over the budget,
         older messages are consolidated at a safe boundary (never inside a tool call/result
         group) into history.jsonl with a gated summary, down to ``consolidation_ratio`` of
         the budget; documents not yet embedded get their vectors (so the recalled-memory
@@ -518,13 +613,31 @@ class Session:
         budget = self._budget(budget_tokens)
         check_queries(query)
         fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
+        noticed = self._sync_knowledge()  # after the request is known good: it may commit
+        if any("committed" in line or "finished" in line for line in noticed):  # the block changed
+            fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
         result = self.consolidator.maybe_consolidate(
             system_tokens=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
         if self.memory.settings.context.recall_share > 0:
             self.memory.retriever.sync_embeddings()
         built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools, query=query)
         built.report.consolidation = result
+        built.report.knowledge = noticed
         return built
+
+    def _sync_knowledge(self) -> list[str]:
+        """Notice hand edits of this session's knowledge files (commit valid ones, report
+        refused ones) without waiting for a dream run that holds a scope; report lines."""
+        lines = []
+        for report in self.knowledge.sync(wait=False):
+            if report.recovered:
+                lines.append(f"{report.scope}: finished an interrupted write of {', '.join(report.recovered)}")
+            if report.committed is not None:
+                lines.append(f"{report.scope}: committed hand edit {report.committed.short} "
+                             f"({', '.join(report.committed.files)})")
+            lines.extend(f"{report.scope}: {e.file}: hand edit refused, not committed: {e.problem}"
+                         for e in report.refused)
+        return lines
 
     def _budget(self, budget_tokens: int | None) -> int:
         return self.memory.settings.session.input_budget_tokens if budget_tokens is None else budget_tokens

@@ -27,7 +27,8 @@ build the context builder asks :class:`MemoryRecaller` for
 
    with references in the grammar of read_files (``message:<N>``, ``message:<N>@<session>``
    — an envelope lists its numbers, ``message:11–12,15@older`` —, ``history:<cursor>``,
-   ``fact:<entity:attribute>``, record names) so the model can read an item whole.
+   ``fact:<entity:attribute>``, ``archive:<hash>`` for an L4 exchange, record names) so the
+   model can read an item whole.
 3. :meth:`~MemoryRecaller.message_dates` — when the conversation messages shown were written,
    as a short note (the messages' own content is never rewritten).
 """
@@ -39,13 +40,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from mindpalace.archive import DOC_KIND as ARCHIVE_KIND
 from mindpalace.blocks import memory_envelope
 from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
 from mindpalace.facts.longterm import LongTermStore
 from mindpalace.facts.recall import WORKING_MIN_TERM_SHARE
+from mindpalace.knowledge.index import KIND as KNOWLEDGE_KIND
+from mindpalace.knowledge.index import file_of_ref
 from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, asks, stems
-from mindpalace.scope import ANY, Scope
+from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
 from mindpalace.store.textindex import query_terms
@@ -138,7 +142,9 @@ class MemoryRecaller:
         settings: ContextSettings | None = None,
         fact_settings: FactSettings | None = None,
         facts: FactMemory | None = None,
+        extra_scopes: Sequence[Scope] = (),
     ) -> None:
+        self.extra_scopes = list(extra_scopes)
         self.store = store
         self.scope = scope.require_concrete()
         self.counter = counter
@@ -154,8 +160,8 @@ class MemoryRecaller:
         """The scopes searched (I10): every session of this user and agent
         (``facts.recall_scope = "user"``) or this session plus the user-level facts."""
         if self.fact_settings.recall_scope == "user":
-            return [self.scope.with_(session=ANY)]
-        return [self.scope, self.scope.with_(session="")]
+            return add_scopes([self.scope.with_(session=ANY)], self.extra_scopes)
+        return add_scopes([self.scope, self.scope.with_(session="")], self.extra_scopes)
 
     # -- 1. candidates -----------------------------------------------------------------------
     def candidates(self, queries: Sequence[str]) -> list[RecalledItem]:
@@ -194,7 +200,7 @@ class MemoryRecaller:
         """created_at of the record hits (step / info / snapshot …), one read per scope."""
         names: dict[Scope, list[str]] = {}
         for h in hits:
-            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND):
+            if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND, ARCHIVE_KIND, KNOWLEDGE_KIND):
                 names.setdefault(h.scope, []).append(h.ref)
         out: dict[tuple[Scope, str], datetime | None] = {}
         for scope, refs in names.items():
@@ -232,12 +238,23 @@ class MemoryRecaller:
                 return None  # newest wins: a corrected or forgotten value is never shown
             item = RecalledItem(f"fact:{fact.key}", FACT_KIND, "fact", "", fact.created_at,
                                 fact.content, hit.score, why, session=session, terms=hit.why.terms)
+        elif hit.tier == KNOWLEDGE_KIND:
+            if meta.get("injected"):
+                return None  # SOUL / USER / MEMORY / L0 / L1 are in the knowledge block already
+            whose = "user" if hit.scope.user else "agent"
+            item = RecalledItem(f"knowledge:{whose}/{meta.get('file') or file_of_ref(hit.ref)}", KNOWLEDGE_KIND,
+                                "knowledge", "", None, hit.text, hit.score, why, session=session,
+                                terms=hit.why.terms)
         elif hit.tier == HISTORY_KIND:
             if meta.get("kind") == "raw" and meta.get("messages"):
                 return None  # a raw archive of messages that are themselves recallable, one by one
             item = RecalledItem(f"history:{hit.ref}", HISTORY_KIND, HISTORY_KIND, str(meta.get("kind") or ""),
                                 _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
                                 terms=hit.why.terms)
+        elif hit.tier == ARCHIVE_KIND:  # an archived exchange: user and agent turns, verbatim
+            item = RecalledItem(f"archive:{hit.ref}", ARCHIVE_KIND, ARCHIVE_KIND, "",
+                                _date(meta.get("timestamp")), hit.text, hit.score, why,
+                                session=session, terms=hit.why.terms)
         else:  # step / info / snapshot records (any record type a component indexes)
             item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
                                 hit.score, why, session=session, terms=hit.why.terms)

@@ -8,6 +8,10 @@ the full raw text. Grammar:
 - ``message:<N>@<session>``  message N of another session of the same tenant / user / agent
 - ``history:<cursor>``       the history.jsonl entry with that cursor (raw archive of a range)
 - ``fact:<entity:attribute>`` the current value of a fact
+- ``archive:<hash>``         an exchange of the L4 archive (:mod:`mindpalace.archive`), read
+  back verbatim from its monthly file (same tenant / user / agent, any session)
+- ``knowledge:<user|agent>/<file>`` a committed knowledge file of the session's user or agent
+  (``knowledge:user/L2_facts.md``, ``knowledge:agent/L3/deploy.md``)
 - anything else              a step / info / snapshot record name exactly as today (``step_12``)
 
 Unknown, malformed or out-of-scope references come back in ``ReadResult.missing`` (never
@@ -23,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from mindpalace.archive.exchanges import HASH_CHARS
+from mindpalace.archive.sessions import SessionArchive
 from mindpalace.errors import MindPalaceError, ValidationError
 from mindpalace.history.log import DOC_KIND as HISTORY_KIND
 from mindpalace.history.log import HistoryLog
@@ -34,9 +40,13 @@ from mindpalace.store import Record, Store
 MESSAGE: Final = "message"
 HISTORY: Final = "history"
 FACT: Final = "fact"
+ARCHIVE: Final = "archive"
 _MESSAGE = re.compile(r"message:([1-9][0-9]{0,17})(?:@(.+))?\Z", re.DOTALL)
 _HISTORY = re.compile(r"history:([1-9][0-9]{0,17})\Z")
 _FACT = re.compile(r"fact:(\S+:\S+)\Z")
+_ARCHIVE = re.compile(rf"archive:([0-9a-f]{{{HASH_CHARS}}})\Z")
+KNOWLEDGE: Final = "knowledge"
+_KNOWLEDGE = re.compile(r"knowledge:(user|agent)/(\S+)\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,21 +72,37 @@ class FactRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchiveRef:
+    """``archive:<hash>``: one exchange of the L4 archive."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class RecordRef:
     """A step / info / snapshot record name (``step_12``)."""
 
     name: str
 
 
-Ref = MessageRef | HistoryRef | FactRef | RecordRef
+@dataclass(frozen=True, slots=True)
+class KnowledgeRef:
+    """``knowledge:<user|agent>/<file>``: a committed knowledge file of the session's user or agent."""
+
+    whose: str
+    file: str
+
+
+Ref = MessageRef | HistoryRef | FactRef | ArchiveRef | KnowledgeRef | RecordRef
 """A parsed reference."""
 
 
 def parse_ref(text: str) -> Ref | None:
     """The reference `text` names, or None when it is malformed.
 
-    A string starting with ``message:``, ``history:`` or ``fact:`` must follow that kind's
-    grammar (``message:0``, ``history:x`` and ``fact:city`` are malformed); any other string is
+    A string starting with ``message:``, ``history:``, ``fact:`` or ``archive:`` must follow
+    that kind's grammar (``message:0``, ``history:x``, ``fact:city`` and ``archive:zz`` are
+    malformed); any other string is
     a record name (whether such a record exists is the resolver's question).
 
     Example:
@@ -97,6 +123,12 @@ def parse_ref(text: str) -> Ref | None:
     if kind == FACT:
         f = _FACT.match(text)
         return FactRef(f.group(1)) if f else None
+    if kind == ARCHIVE:
+        a = _ARCHIVE.match(text)
+        return ArchiveRef(a.group(1)) if a else None
+    if kind == KNOWLEDGE:
+        k = _KNOWLEDGE.match(text)
+        return KnowledgeRef(k.group(1), k.group(2)) if k else None
     return RecordRef(text)
 
 
@@ -119,6 +151,14 @@ def format_ref(ref: Ref) -> str:
         if _FACT.match(f"fact:{ref.key}") is None:
             raise ValidationError(f"a fact reference needs an entity:attribute key, got {ref.key!r}")
         return f"fact:{ref.key}"
+    if isinstance(ref, ArchiveRef):
+        if _ARCHIVE.match(f"archive:{ref.key}") is None:
+            raise ValidationError(f"an archive reference needs a {HASH_CHARS}-hex-digit hash, got {ref.key!r}")
+        return f"archive:{ref.key}"
+    if isinstance(ref, KnowledgeRef):
+        if _KNOWLEDGE.match(f"knowledge:{ref.whose}/{ref.file}") is None:
+            raise ValidationError(f"a knowledge reference is knowledge:<user|agent>/<file>, got {ref}")
+        return f"knowledge:{ref.whose}/{ref.file}"
     return ref.name
 
 
@@ -132,6 +172,14 @@ def history_ref(cursor: int) -> str:
     return format_ref(HistoryRef(cursor))
 
 
+def archive_ref(key: str) -> str:
+    """``archive:<hash>``."""
+    return format_ref(ArchiveRef(key))
+
+
+KnowledgeReader = Callable[[str, str], str | None]
+"""``reader(whose, file)`` → the committed text of the user's / agent's knowledge file, None when
+absent (it may raise a MindPalaceError for a bad name: the reference is then missing)."""
 FactReader = Callable[[str], object | None]
 """Returns the current fact of a key (anything with ``key``, ``content``, ``id``,
 ``created_at``), None when unknown; :meth:`mindpalace.facts.FactMemory.get` is one."""
@@ -150,16 +198,21 @@ class RefResolver:
         scope: the concrete session scope; references resolve inside its tenant / user / agent.
         history: the history.jsonl log (read when an entry is not in the store's index).
         facts: reads the current value of a fact key; None = ``fact:`` refs are missing.
+        archive: the tenant's L4 archive; None = ``archive:`` refs are missing.
+        knowledge: reads a committed knowledge file; None = ``knowledge:`` refs are missing.
     """
 
     def __init__(
         self, store: Store, scope: Scope, *, history: HistoryLog | None = None,
-        facts: FactReader | None = None,
+        facts: FactReader | None = None, archive: SessionArchive | None = None,
+        knowledge: KnowledgeReader | None = None,
     ) -> None:
+        self.knowledge = knowledge
         self.store = store
         self.scope = scope.require_concrete()
         self.history = history
         self.facts = facts
+        self.archive = archive
         self.records = RecordBook(store, self.scope)
 
     def read(self, names: Iterable[str]) -> ReadResult:
@@ -200,6 +253,10 @@ class RefResolver:
                 return self._history(name, ref)
             if isinstance(ref, FactRef):
                 return self._fact(name, ref)
+            if isinstance(ref, ArchiveRef):
+                return self._archive(name, ref)
+            if isinstance(ref, KnowledgeRef):
+                return self._knowledge(name, ref)
         except MindPalaceError:  # a session id or key the scope / fact rules refuse: not found
             return None
         return None
@@ -258,3 +315,25 @@ class RefResolver:
                       description=f"current value of {getattr(fact, 'key', ref.key)}",
                       created_at=getattr(fact, "created_at", None),
                       meta={"id": getattr(fact, "id", "") or "working memory"})
+
+    def _archive(self, name: str, ref: ArchiveRef) -> Record | None:
+        if self.archive is None:
+            return None
+        found = self.archive.read(self.scope, ref.key)
+        if found is None:
+            return None
+        return Record(self.scope.with_(session=found.session), name, ARCHIVE, found.text(),
+                      description=f"archived exchange (messages {found.first}-{found.last} of "
+                                  f"session {found.session}, {found.month})",
+                      created_at=found.started_at,
+                      meta={"month": found.month, "messages": [found.first, found.last],
+                            "turns": [t.to_json() for t in found.turns]})
+
+    def _knowledge(self, name: str, ref: KnowledgeRef) -> Record | None:
+        if self.knowledge is None:
+            return None
+        text = self.knowledge(ref.whose, ref.file)
+        if text is None:
+            return None
+        return Record(self.scope, name, KNOWLEDGE, text,
+                      description=f"knowledge file {ref.file} of the session's {ref.whose} (last commit)")

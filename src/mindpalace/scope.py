@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -92,3 +93,18 @@ class Scope:
 
     def __str__(self) -> str:
         return "/".join(v or "-" if isinstance(v, str) else repr(v) for v in self.values())
+
+
+def covers(wide: Scope, narrow: Scope) -> bool:
+    """True when every row of `narrow` is also in `wide` (each field equal, or ANY in `wide`)."""
+    return all(w is ANY or w == n for w, n in zip(wide.values(), narrow.values(), strict=True))
+
+
+def add_scopes(base: list[Scope], extra: Sequence[Scope]) -> list[Scope]:
+    """`base` plus the scopes of `extra` that no scope of it covers already (so a search over
+    the list never reads a row twice)."""
+    out = list(base)
+    for scope in extra:
+        if not any(covers(s, scope) for s in out):
+            out.append(scope)
+    return out

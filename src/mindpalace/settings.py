@@ -205,12 +205,23 @@ class SessionSettings(_Section):
 
 
 class KnowledgeSettings(_Section):
-    """Curated long-term knowledge (seed 003 GenericAgent L0–L4, seed 002 Dream)."""
+    """Curated long-term knowledge (seed 003 GenericAgent L0–L4, seed 002 Dream;
+    :mod:`mindpalace.knowledge`)."""
 
-    l1_max_lines: int = Field(30, ge=1, description="L1 insight index size (lines, ~1K tokens).")
-    l1_reinject_every_turns: int = Field(10, ge=1, description="L1 re-injected every N turns.")
+    l1_max_lines: int = Field(30, ge=1, description="L1 insight index size limit (non-blank lines); every write path refuses more.")
+    l1_max_tokens: int = Field(1_024, ge=16, description="L1 insight index size limit (tokens, ~1K); every write path refuses more.")
+    l1_reinject_every_turns: int = Field(10, ge=1, description="In a conversation of more than N user turns, L1 is shown again before the user turn that opened the current window of N turns.")
+    prompt_share: float = Field(0.15, ge=0, le=1, description="Share of the prompt budget the knowledge block (SOUL, USER, MEMORY, L0, L1) may fill (tokens = share × budget); 0 = no block.")
+    lock_timeout_seconds: float = Field(30.0, gt=0, description="How long a knowledge write waits for its scope's lock (another writer or a dream run) before StoreBusyError (seconds).")
     dream_interval_hours: float = Field(2.0, gt=0, description="Dream curation period (hours).")
     archive_interval_hours: float = Field(12.0, gt=0, description="L4 raw-session archiving period (hours).")
+    archive_idle_hours: float = Field(12.0, gt=0, description="A session with no message for this long is archived to L4 by `mindpalace archive --idle` (hours).")
+    dream_cron: str | None = Field(None, description="Dream schedule as a five-field crontab string in UTC (e.g. '0 */2 * * *'); None = every dream_interval_hours.")
+    dream_token_budget: int = Field(20_000, ge=1, description="Token budget of one dream run: every LLM call is charged prompt + completion; the run stops when the next batch cannot be paid (tokens).")
+    dream_batch_tokens: int = Field(4_000, ge=100, description="History entries sent to the model in one dream call (tokens of entry text).")
+    dream_min_repeats: int = Field(2, ge=2, description="Offline curator: a statement seen in this many distinct history entries is promoted to MEMORY.md.")
+    dream_max_promotions: int = Field(40, ge=0, description="Offline curator: at most this many lines promoted per run (0 = no limit), preferences first.")
+    archive_tool_output_max_chars: int = Field(2_000, ge=100, description="A tool result longer than this is archived as its head plus a message:<N>@<session> reference to the full text (characters).")
 
 
 class FactSettings(_Section):

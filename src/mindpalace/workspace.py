@@ -29,11 +29,6 @@ from mindpalace.store.sqlite.doctor import DatabaseCheck, check_database
 DB_FILENAME = "memory.db"
 INIT_LOCK_FILENAME = ".mindpalace-init.lock"  # serialises concurrent inits of one folder
 INIT_LOCK_TIMEOUT_SECONDS = 60.0  # an init (folders, toml, git init + commit) takes < 1 s
-KNOWLEDGE_README = """# knowledge
-
-Curated long-term memory of this workspace (SOUL.md, USER.md, MEMORY.md and the L0–L3 files).
-Every change is a git commit, so `git log -p` shows how the agent's knowledge evolved.
-"""
 
 
 @dataclass(frozen=True)
@@ -123,21 +118,11 @@ class Workspace:
         return ws
 
     def _init_knowledge_repo(self) -> None:
-        import git
+        # dulwich, pure Python: the repository, its first commit (README.md) — idempotent,
+        # and an init interrupted before its commit is completed.
+        from mindpalace.knowledge.gitstore import GitStore
 
-        kdir = self.knowledge_dir
-        repo = git.Repo(kdir) if (kdir / ".git").exists() else git.Repo.init(kdir)
-        try:
-            if repo.head.is_valid():  # initialised (an init interrupted before its commit is redone)
-                return
-            readme = kdir / "README.md"
-            if not readme.exists():
-                readme.write_text(KNOWLEDGE_README, encoding="utf-8")
-            repo.index.add(["README.md"])
-            actor = git.Actor("mindpalace", "mindpalace@localhost")
-            repo.index.commit("init knowledge repository", author=actor, committer=actor)
-        finally:
-            repo.close()  # else its object-database file handles leak (ResourceWarning → error)
+        GitStore.init(self.knowledge_dir)
 
 
 @dataclass

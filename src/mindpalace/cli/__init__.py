@@ -10,8 +10,11 @@ import sys
 
 from rich.text import Text
 
+from mindpalace.cli import archive as _archive  # noqa: F401  (registers commands)
+from mindpalace.cli import dream as _dream  # noqa: F401  (registers commands)
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
 from mindpalace.cli import keys as _keys  # noqa: F401  (registers commands)
+from mindpalace.cli import knowledge as _knowledge  # noqa: F401  (registers commands)
 from mindpalace.cli import llm as _llm  # noqa: F401  (registers commands)
 from mindpalace.cli import mcp as _mcp  # noqa: F401  (registers commands)
 from mindpalace.cli import recall as _recall  # noqa: F401  (registers commands)

@@ -11,6 +11,7 @@ back as the newer value, never the old one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from mindpalace.checks import require_int
@@ -19,7 +20,7 @@ from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
 from mindpalace.facts.model import Fact, normalize_key
 from mindpalace.retrieval.hybrid import HybridRetriever, MatchReason, RetrievalHit, stems
-from mindpalace.scope import ANY, Scope
+from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import FactSettings
 from mindpalace.store.textindex import query_terms
 from mindpalace.textsafe import require_text
@@ -47,22 +48,26 @@ class Recall:
         facts: the session's :class:`FactMemory` (working memory + long-term facts).
         retriever: the hybrid retriever.
         settings: ``facts`` settings (``recall_scope``, ``recall_top_k``).
+        extra_scopes: more scopes searched beside the session's, e.g. the user's and the
+            agent's knowledge files (:attr:`KnowledgeScope.store_scope`).
     """
 
     def __init__(
-        self, facts: FactMemory, retriever: HybridRetriever, settings: FactSettings | None = None
+        self, facts: FactMemory, retriever: HybridRetriever, settings: FactSettings | None = None,
+        *, extra_scopes: Sequence[Scope] = (),
     ) -> None:
         self.facts = facts
         self.retriever = retriever
         self.settings = settings or FactSettings()
+        self.extra_scopes = list(extra_scopes)
 
     def scopes(self) -> list[Scope]:
         """The scopes searched: the user's every session (``recall_scope = "user"``), or this
         session plus the user-level facts (``"session"``). Never another user's."""
         scope = self.facts.scope
         if self.settings.recall_scope == "user":
-            return [scope.with_(session=ANY)]
-        return [scope, self.facts.fact_scope]
+            return add_scopes([scope.with_(session=ANY)], self.extra_scopes)
+        return add_scopes([scope, self.facts.fact_scope], self.extra_scopes)
 
     def __call__(self, query: str, k: int | None = None) -> list[RecallHit]:
         """Top-k hits for `query`, working memory first.
