@@ -107,3 +107,14 @@ class TestBenchKnowledge:
         rows = json.loads(out.read_text())
         assert len(rows) == 4 and all(r["mindpalace_ms"] > 0 and r["baseline_ms"] > 0 for r in rows)
         assert "block" in rows[2]["what"] and "0 tokens" not in rows[2]["what"]
+class TestBenchAgent:
+    def test_tiny_run_measures_the_agent_beside_both_plain_loops(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_agent").main(["--turns", "6", "--repeat-every", "3", "--budget", "3000",
+                                         "--json", str(out)]) == 0
+        agent, full, window = json.loads(out.read_text())
+        assert [r["loop"] for r in (agent, full, window)] == ["mindpalace", "full history", "window 20"]
+        assert all(r["requests"] == 12 for r in (agent, full, window))
+        assert agent["over_budget"] == 0 and agent["peak_prompt_tokens"] <= 3000
+        assert agent["duplicates"] == 0 and full["duplicates"] == window["duplicates"] == 1
+        assert full["peak_prompt_tokens"] > 3000  # the budget binds: the baseline goes over it

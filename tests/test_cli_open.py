@@ -49,6 +49,7 @@ COMMANDS: dict[str, list[str]] = {
     "keys list": ["keys", "list", "-w", W],
     "keys revoke": ["keys", "revoke", "0123456789abcdef", "-w", W],
     "serve": ["serve", "-w", W, "--port", "0"],
+    "chat": ["chat", "--session", "s1", "--message", "hi", "-w", W],
 }
 CREATES_ON_PURPOSE = {"init", "demo"}
 NO_WORKSPACE = {"eval locomo", "eval spans"}

@@ -13,6 +13,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mindpalace.agent import Agent, AgentTurn, Tool, tool
     from mindpalace.aio import AsyncMemory, AsyncSession
     from mindpalace.archive import ArchiveOutcome, SessionArchive
     from mindpalace.context import BuiltContext, ContextBuilder, ContextReport
@@ -78,6 +79,7 @@ _ERRORS = (
 _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "mindpalace.errors"),
     **dict.fromkeys(("AsyncMemory", "AsyncSession"), "mindpalace.aio"),
+    **dict.fromkeys(("Agent", "AgentTurn", "Tool", "tool"), "mindpalace.agent"),
     **dict.fromkeys(("BuiltContext", "ContextBuilder", "ContextReport"), "mindpalace.context"),
     **dict.fromkeys(("Fact", "FactMemory", "RecallHit", "Remembered"), "mindpalace.facts"),
     **dict.fromkeys(("Memory", "Session"), "mindpalace.memory"),
@@ -100,6 +102,8 @@ _LOCATIONS: dict[str, str] = {
 
 __all__ = [
     "ANY",
+    "Agent",
+    "AgentTurn",
     "ArchiveOutcome",
     "AsyncMemory",
     "AsyncSession",
@@ -158,11 +162,13 @@ __all__ = [
     "Task",
     "Tasks",
     "TokenBudgetExceededError",
+    "Tool",
     "ValidationError",
     "Workspace",
     "WorkspaceError",
     "__version__",
     "load_settings",
+    "tool",
 ]
 
 

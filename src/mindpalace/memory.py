@@ -151,6 +151,7 @@ class Memory:
         facts: SettingsOverride | None = None,
         tasks: SettingsOverride | None = None,
         context: SettingsOverride | None = None,
+        agent: SettingsOverride | None = None,
     ) -> Memory:
         """Open (by default, create) the workspace folder at `location`.
 
@@ -161,7 +162,7 @@ class Memory:
             create: create the workspace when the folder is not one yet (False: refuse).
             event_registry: an :class:`~mindpalace.tasks.EventRegistry` holding user-defined
                 task event types (the default registry is frozen: built-in events only).
-            tokens … context: overrides of one settings section each, on top of the workspace's
+            tokens … agent: overrides of one settings section each, on top of the workspace's
                 ``mindpalace.toml`` and ``MINDPALACE_*`` variables, e.g.
                 ``steps={"budget_tokens": 500}`` (see :mod:`mindpalace.settings`).
 
@@ -173,7 +174,8 @@ class Memory:
         """
         sections = {"tokens": tokens, "llm": llm, "embed": embed, "store": store,
                     "summary": summary, "steps": steps, "session": session,
-                    "knowledge": knowledge, "facts": facts, "tasks": tasks, "context": context}
+                    "knowledge": knowledge, "facts": facts, "tasks": tasks, "context": context,
+                    "agent": agent}
         overrides = {name: dict(values) for name, values in sections.items() if values is not None}
         workspace = Workspace.open(os.fspath(location), create=create, **overrides)
         return cls(workspace, open_store(workspace.db_path, workspace.settings.store),

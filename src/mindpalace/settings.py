@@ -295,6 +295,21 @@ class ServerSettings(_Section):
     max_body_bytes: int = Field(1_048_576, ge=1_024, description="Largest request body accepted (bytes); a larger one is refused with 413 before it is parsed, chunked bodies included.")
     page_default_items: int = Field(50, ge=1, description="Items per page of a list route when the request names no limit.")
     page_max_items: int = Field(500, ge=1, description="Largest limit a list route accepts (items).")
+class AgentSettings(_Section):
+    """The tool-using agent loop (mindpalace.agent, ``mindpalace chat``) on an OpenAI-compatible
+    model. Unset connection values fall back to ``[llm]`` (when its provider is 'openai'), then
+    to the ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` / ``OPENAI_MODEL`` environment variables;
+    timeouts, retries, backoff and the breaker are ``[llm]``'s."""
+
+    base_url: str | None = Field(None, description="Agent model endpoint, e.g. http://localhost:8000/v1; unset = llm.base_url, then OPENAI_BASE_URL.")
+    api_key: str | None = Field(None, description="Agent model API key; unset = llm.api_key, then OPENAI_API_KEY (a local server accepts any).")
+    model: str | None = Field(None, description="Agent model name; unset = OPENAI_MODEL, then llm.model.")
+    system_prompt: str = Field("You are a helpful assistant with durable memory.", description="The agent's own instructions, placed before the memory protocols of prompts/agent.md.")
+    max_iterations: int = Field(16, ge=1, le=1_000, description="Model calls per user turn (read_files re-invocations excluded); the turn stops after this many.")
+    turn_token_budget: int = Field(200_000, ge=1, description="Tokens (prompt + reply, as the server reports them) one user turn may spend across its model calls.")
+    budget_tokens: int | None = Field(None, ge=1, description="Prompt budget of every model call (tokens); unset = the session's input budget (session.context_window_tokens - max_completion_tokens - safety_buffer_tokens).")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of the agent model.")
+    tool_arguments_max_chars: int = Field(100_000, ge=2, description="Tool-call arguments longer than this (characters) are refused as a tool-result error, unparsed.")
 
 
 class Settings(BaseSettings):
@@ -316,6 +331,7 @@ class Settings(BaseSettings):
     tasks: TaskSettings = TaskSettings()
     context: ContextSettings = ContextSettings()
     server: ServerSettings = ServerSettings()
+    agent: AgentSettings = AgentSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -19,10 +19,18 @@ from mindpalace.errors import (
     TokenBudgetExceededError,
     ValidationError,
 )
-from mindpalace.providers.llm import Completion, TokenBudget, Usage, make_llm
+from mindpalace.providers.llm import Completion, TokenBudget, ToolCallRequest, Usage, make_llm
 from mindpalace.providers.llm.openai import OpenAIProvider
 from mindpalace.settings import LLMSettings
-from mindpalace.testing.openai_stub import Reply, StubServer, api_error, chat, html_page, serve_stub
+from mindpalace.testing.openai_stub import (
+    Reply,
+    StubServer,
+    api_error,
+    chat,
+    html_page,
+    serve_stub,
+    tool_call,
+)
 from mindpalace.tokens import get_counter
 
 COUNTER = get_counter("o200k_base")
@@ -330,3 +338,50 @@ class TestBadInput:
             assert llm.endpoint == server.url
         finally:
             llm.close()
+
+
+LOOKUP_TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+class TestChatWithTools:
+
+    def test_tool_calls_come_back_typed_and_the_tools_are_sent(self, server, make_provider):
+        server.script(chat(None, tool_calls=[tool_call("lookup", {"q": "x"}, id="c1"),
+                                             tool_call("lookup", '{"q": ', id="c2")]))
+        reply = make_provider().chat(HELLO, tools=LOOKUP_TOOLS)
+        assert reply.text == "" and reply.finish_reason == "tool_calls"
+        assert reply.tool_calls == (ToolCallRequest("c1", "lookup", '{"q": "x"}'),
+                                    ToolCallRequest("c2", "lookup", '{"q": '))  # kept as sent
+        assert reply.message() == {"role": "assistant", "content": None,
+                                   "tool_calls": [c.to_json() for c in reply.tool_calls]}
+        [req] = server.requests
+        assert req["json"]["tools"] == LOOKUP_TOOLS
+
+    def test_a_text_reply_is_a_chat_reply_without_calls(self, server, make_provider):
+        server.script(chat("Hi"))
+        reply = make_provider().chat(HELLO)
+        assert (reply.text, reply.tool_calls, reply.usage) == ("Hi", (), Usage(11, 3, 14))
+        assert "tools" not in server.requests[0]["json"]
+
+    def test_an_empty_reply_without_calls_is_retried_then_reported(self, server, make_provider):
+        server.script(chat(""))
+        with pytest.raises(ProviderResponseError, match="no tool call"):
+            make_provider(sleep=lambda s: None).chat(HELLO)
+        assert len(server.requests) == 3  # 1 + max_retries 2
+
+    def test_the_budget_counts_the_tool_schemas(self, server, make_provider):
+        prompt = COUNTER.count_messages(HELLO)
+        with pytest.raises(TokenBudgetExceededError):
+            make_provider().chat(HELLO, tools=LOOKUP_TOOLS, budget=TokenBudget("t", prompt + 1))
+        assert server.requests == []
+
+    def test_malformed_tools_are_refused_before_sending(self, server, make_provider):
+        with pytest.raises(ValidationError, match="tools"):
+            make_provider().chat(HELLO, tools=["lookup"])  # type: ignore[list-item]
+        assert server.requests == []
+
+    def test_the_offline_provider_cannot_call_tools(self):
+        llm = make_llm(LLMSettings(), COUNTER)
+        with pytest.raises(ProviderError, match="cannot call tools"):
+            llm.chat(HELLO, tools=LOOKUP_TOOLS)

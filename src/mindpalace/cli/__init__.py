@@ -11,6 +11,7 @@ import sys
 from rich.text import Text
 
 from mindpalace.cli import archive as _archive  # noqa: F401  (registers commands)
+from mindpalace.cli import chat as _chat  # noqa: F401  (registers commands)
 from mindpalace.cli import dream as _dream  # noqa: F401  (registers commands)
 from mindpalace.cli import embed as _embed  # noqa: F401  (registers commands)
 from mindpalace.cli import keys as _keys  # noqa: F401  (registers commands)

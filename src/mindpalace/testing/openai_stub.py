@@ -32,26 +32,36 @@ class Reply:
     stall_seconds: float = 0.0
 
 
+def tool_call(name: str, arguments: Any = None, *, id: str = "call_1") -> dict[str, Any]:
+    """One OpenAI ``tool_calls`` item; `arguments` is sent as given when a string (so a test
+    can send malformed JSON), else as its JSON text (None → ``{}``)."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
 def chat(
     content: str | None = "Hello!",
-    finish_reason: str = "stop",
+    finish_reason: str | None = None,
     *,
+    tool_calls: list[dict[str, Any]] | None = None,
     usage: tuple[int, int] | None = (11, 3),
     model: str = "stub-model-2024",
 ) -> Reply:
-    """A chat.completion reply; `usage` = (prompt_tokens, completion_tokens) or None to omit."""
+    """A chat.completion reply; `usage` = (prompt_tokens, completion_tokens) or None to omit.
+
+    With `tool_calls` (see :func:`tool_call`) the assistant message calls tools and the
+    finish_reason defaults to ``"tool_calls"``; otherwise it defaults to ``"stop"``.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    finish = finish_reason or ("tool_calls" if tool_calls else "stop")
     body: dict[str, Any] = {
         "id": "chatcmpl-stub",
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish_reason,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
     }
     if usage is not None:
         body["usage"] = {

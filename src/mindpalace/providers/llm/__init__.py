@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from mindpalace.errors import ConfigError
 from mindpalace.providers.llm.base import (
+    ChatReply,
     Completion,
     LLMProvider,
     Message,
     TokenBudget,
+    ToolCallRequest,
     Usage,
     summarize_messages,
     validate_messages,
@@ -22,6 +24,7 @@ from mindpalace.settings import LLMSettings
 from mindpalace.tokens import TokenCounter
 
 __all__ = [
+    "ChatReply",
     "Completion",
     "ExtractiveProvider",
     "ExtractiveSummarizer",
@@ -29,6 +32,7 @@ __all__ = [
     "Message",
     "OpenAIProvider",
     "TokenBudget",
+    "ToolCallRequest",
     "Usage",
     "make_llm",
     "summarize_messages",

@@ -1,10 +1,12 @@
-"""The LLM provider protocol: typed results, per-job token budgets, and the guarded `complete`.
+"""The LLM provider protocol: typed results, per-job token budgets, the guarded `complete`
+and `chat` (a reply that may call tools, for the agent loop).
 
-Every provider implements one private method, `_complete`; the public `complete` does the
-cross-cutting work once (DESIGN.md §5, I4 "progress or stop"): it validates and copies the
-caller's messages, checks the job's token budget *before* calling, retries transient failures
-with bounded exponential backoff (tenacity), stops calling a failing provider through a circuit
-breaker (pybreaker), and charges the reply's usage to the budget.
+Every provider implements one private method, `_complete` (and `_chat` when it can call
+tools); the public `complete` / `chat` do the cross-cutting work once (DESIGN.md §5, I4
+"progress or stop"): they validate and copy the caller's messages, check the job's token budget
+*before* calling, retry transient failures with bounded exponential backoff (tenacity), stop
+calling a failing provider through a circuit breaker (pybreaker), and charge the reply's usage
+to the budget.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import pybreaker
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from mindpalace.blocks import ToolSchema, check_tools
 from mindpalace.checks import require_int
 from mindpalace.errors import (
     CircuitOpenError,
@@ -68,6 +71,57 @@ class Completion:
     finish_reason: str
     usage: Usage
     model: str
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """One tool call a model asked for.
+
+    Attributes:
+        id: the call id the tool result must answer (``tool_call_id``).
+        name: the tool's name as the model wrote it (may name no known tool).
+        arguments: the arguments as the model wrote them — JSON text, possibly malformed;
+            the caller validates them (see :mod:`mindpalace.agent.tools`).
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` item of this call."""
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One model reply that may call tools (:meth:`LLMProvider.chat`).
+
+    Attributes:
+        text: the reply text; ``""`` when the model only called tools.
+        tool_calls: the calls the model asked for, in order (empty for a plain answer).
+        finish_reason: ``"stop"``, ``"tool_calls"``, ``"length"`` or a provider's other value.
+        usage: tokens consumed by the call. model: the model that answered.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCallRequest, ...]
+    finish_reason: str
+    usage: Usage
+    model: str
+
+    def message(self) -> Message:
+        """The reply as an OpenAI assistant message (content None when it only calls tools)."""
+        msg: Message = {"role": "assistant", "content": self.text or None}
+        if self.tool_calls:
+            msg["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        elif not self.text:
+            msg["content"] = ""
+        return msg
+
+
+_Reply = TypeVar("_Reply", Completion, ChatReply)
 
 
 class TokenBudget:
@@ -286,17 +340,67 @@ class LLMProvider(ABC):
             ProviderError: a non-transient failure (4xx, content filter) — not retried.
         """
         msgs = validate_messages(messages)
+        return self._call(
+            msgs, None, max_tokens, budget,
+            lambda cap: self._complete(msgs, max_tokens=cap, temperature=temperature, **opts),
+        )
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSchema] | None = None,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        budget: TokenBudget | None = None,
+        **opts: Any,
+    ) -> ChatReply:
+        """Send `messages` with the `tools` the model may call; return its text and tool calls.
+
+        The agent loop's call (:mod:`mindpalace.agent`): the same validation, budget check,
+        retries, breaker and charging as :meth:`complete`, but a reply that only calls tools
+        (no text) is a valid reply.
+
+        Args:
+            messages: OpenAI-format chat messages (tool calls and results included); never modified.
+            tools: OpenAI-format tool schemas (``{"type": "function", "function": {…}}``);
+                counted against the `budget` with the prompt.
+            max_tokens / temperature / budget / opts: as for :meth:`complete`.
+
+        Returns:
+            A :class:`ChatReply` with non-empty text or at least one tool call.
+
+        Raises:
+            ProviderError: the provider cannot call tools (the offline extractive one), and
+                everything :meth:`complete` raises (ValidationError for malformed `tools`).
+        """
+        msgs = validate_messages(messages)
+        tool_list = check_tools(list(tools) if tools is not None else None)
+        return self._call(
+            msgs, tool_list, max_tokens, budget,
+            lambda cap: self._chat(msgs, tools=tool_list, max_tokens=cap, temperature=temperature, **opts),
+        )
+
+    def _call(
+        self,
+        msgs: list[Message],
+        tools: list[ToolSchema] | None,
+        max_tokens: int | None,
+        budget: TokenBudget | None,
+        attempt: Callable[[int | None], _Reply],
+    ) -> _Reply:
+        """The cross-cutting part of every call: check the budget (prompt and tool schemas
+        counted), run `attempt` under retries and the breaker, charge the usage."""
         if max_tokens is not None:
             require_int("max_tokens", max_tokens)
         if budget is not None:
-            prompt_tokens = self.counter.count_messages(msgs)
+            prompt_tokens = self.counter.count_messages(msgs, tools)
             max_tokens = self._budgeted_max_tokens(budget, prompt_tokens, max_tokens)
-        completion = self._guarded(
-            lambda: self._complete(msgs, max_tokens=max_tokens, temperature=temperature, **opts)
-        )
+        cap = max_tokens
+        reply = self._guarded(lambda: attempt(cap))
         if budget is not None:
-            budget.charge(completion.usage)
-        return completion
+            budget.charge(reply.usage)
+        return reply
 
     def summarize(
         self,
@@ -328,6 +432,20 @@ class LLMProvider(ABC):
     ) -> Completion:
         """One attempt. Raise a `ProviderError` with ``retryable=True`` for transient failures."""
 
+    def _chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None,
+        max_tokens: int | None,
+        temperature: float,
+        **opts: Any,
+    ) -> ChatReply:
+        """One attempt of :meth:`chat`; providers that can call tools override it."""
+        raise ProviderError(
+            f"LLM provider {self.name!r} cannot call tools; point the agent at an "
+            "OpenAI-compatible model (agent.base_url / OPENAI_BASE_URL)", retryable=False)
+
     def _budgeted_max_tokens(
         self, budget: TokenBudget | None, prompt_tokens: int, max_tokens: int | None
     ) -> int | None:
@@ -344,7 +462,7 @@ class LLMProvider(ABC):
             return left if left < SAFE_REPLY_CAP_TOKENS else None
         return min(max_tokens, left)
 
-    def _guarded(self, attempt: Callable[[], Completion]) -> Completion:
+    def _guarded(self, attempt: Callable[[], _Reply]) -> _Reply:
         """Run `attempt` under the breaker, retrying transient failures with bounded backoff."""
         s = self.settings
         retrying = Retrying(

@@ -34,13 +34,21 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion
 
+from mindpalace.blocks import ToolSchema
 from mindpalace.errors import (
     ConfigError,
     ProviderError,
     ProviderResponseError,
     ProviderTimeoutError,
 )
-from mindpalace.providers.llm.base import Completion, LLMProvider, Message, Usage
+from mindpalace.providers.llm.base import (
+    ChatReply,
+    Completion,
+    LLMProvider,
+    Message,
+    ToolCallRequest,
+    Usage,
+)
 from mindpalace.settings import LLMSettings
 from mindpalace.tokens import TokenCounter
 
@@ -95,8 +103,29 @@ class OpenAIProvider(LLMProvider):
         if max_tokens is not None:
             request["max_tokens"] = max_tokens
         request.update(opts)
+        return self._completion(self._send(request), messages)
+
+    def _chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None,
+        max_tokens: int | None,
+        temperature: float,
+        **opts: Any,
+    ) -> ChatReply:
+        request: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature}
+        if tools:
+            request["tools"] = tools
+        if max_tokens is not None:
+            request["max_tokens"] = max_tokens
+        request.update(opts)
+        return self._chat_reply(self._send(request), messages)
+
+    def _send(self, request: dict[str, Any]) -> Any:
+        """One HTTP exchange; SDK and HTTP failures become classified ProviderErrors."""
         try:
-            reply = self.client.chat.completions.create(**request)
+            return self.client.chat.completions.create(**request)
         except openai.APITimeoutError as exc:
             raise ProviderTimeoutError(
                 f"{self.endpoint} did not answer within {self.settings.timeout_seconds:g} s "
@@ -115,19 +144,55 @@ class OpenAIProvider(LLMProvider):
             raise ProviderResponseError(
                 f"{self.endpoint} answered with malformed JSON: {exc}", retryable=True
             ) from exc
-        return self._completion(reply, messages)
 
     def _completion(self, reply: Any, messages: list[Message]) -> Completion:
         """Turn a parsed reply into a Completion, or raise for anything unusable."""
+        choice = self._choice(reply)
+        finish = choice.finish_reason or "stop"
+        text = choice.message.content if choice.message is not None else None
+        self._check_finish(finish)
+        if not isinstance(text, str) or not text.strip():
+            raise ProviderResponseError(
+                f"{self.endpoint}: empty reply (finish_reason {finish!r}, model {self.model})",
+                retryable=True,
+            )
+        return Completion(text=text, finish_reason=finish, usage=self._usage(reply, messages, text),
+                          model=reply.model or self.model)
+
+    def _chat_reply(self, reply: Any, messages: list[Message]) -> ChatReply:
+        """Turn a parsed reply into a ChatReply (text and/or tool calls), or raise."""
+        choice = self._choice(reply)
+        finish = choice.finish_reason or "stop"
+        self._check_finish(finish)
+        msg = choice.message
+        text = msg.content if msg is not None and isinstance(msg.content, str) else ""
+        calls = []
+        for i, call in enumerate((msg.tool_calls if msg is not None else None) or []):
+            fn = getattr(call, "function", None)
+            if fn is None or not isinstance(getattr(fn, "name", None), str):
+                continue  # not a function call (a custom tool type): nothing we could run
+            args = fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments)
+            call_id = call.id if isinstance(call.id, str) and call.id else f"call_{i + 1}"
+            calls.append(ToolCallRequest(call_id, fn.name, args))
+        if not text.strip() and not calls:
+            raise ProviderResponseError(
+                f"{self.endpoint}: empty reply with no tool call (finish_reason {finish!r}, "
+                f"model {self.model})", retryable=True,
+            )
+        usage = self._usage(reply, messages, text + "".join(c.arguments for c in calls))
+        return ChatReply(text=text, tool_calls=tuple(calls), finish_reason=finish, usage=usage,
+                         model=reply.model or self.model)
+
+    def _choice(self, reply: Any) -> Any:
         if not isinstance(reply, ChatCompletion) or not reply.choices:
             raise ProviderResponseError(
                 f"{self.endpoint} answered HTTP 200 without a chat completion: "
                 f"{_excerpt(reply if isinstance(reply, str) else repr(reply))}",
                 retryable=True,
             )
-        choice = reply.choices[0]
-        finish = choice.finish_reason or "stop"
-        text = choice.message.content if choice.message is not None else None
+        return reply.choices[0]
+
+    def _check_finish(self, finish: str) -> None:
         if finish == "content_filter":
             raise ProviderResponseError(
                 f"{self.endpoint}: the model's content filter stopped the reply (model {self.model})",
@@ -138,21 +203,17 @@ class OpenAIProvider(LLMProvider):
                 f"{self.endpoint}: the model reported finish_reason 'error' (model {self.model})",
                 retryable=True,
             )
-        if not isinstance(text, str) or not text.strip():
-            raise ProviderResponseError(
-                f"{self.endpoint}: empty reply (finish_reason {finish!r}, model {self.model})",
-                retryable=True,
-            )
+
+    def _usage(self, reply: Any, messages: list[Message], text: str) -> Usage:
         if reply.usage is not None:
-            usage = Usage(
+            return Usage(
                 reply.usage.prompt_tokens or 0,
                 reply.usage.completion_tokens or 0,
                 reply.usage.total_tokens
                 or (reply.usage.prompt_tokens or 0) + (reply.usage.completion_tokens or 0),
             )
-        else:  # some local servers omit usage; count it ourselves so budgets still work
-            usage = Usage.of(self.counter.count_messages(messages), self.counter.count(text))
-        return Completion(text=text, finish_reason=finish, usage=usage, model=reply.model or self.model)
+        # some local servers omit usage; count it ourselves so budgets still work
+        return Usage.of(self.counter.count_messages(messages), self.counter.count(text))
 
     def _status_error(self, exc: openai.APIStatusError) -> ProviderError:
         status = exc.status_code
