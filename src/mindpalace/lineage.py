@@ -162,15 +162,22 @@ class Lineage:
 
         Args:
             sessions: ``"this"`` = this session only; ``"user"`` = every session of this
-                tenant, user and agent (long-term facts outlive a session).
+                tenant, user and agent (long-term facts outlive a session), and the edits of
+                the user's and the agent's knowledge files.
         Raises:
             ValidationError: `sessions` is neither.
         """
         if sessions == "this":
             scopes = [self.scope]
         elif sessions == "user":
-            wide = Scope(self.scope.tenant, self.scope.user, self.scope.agent, ANY)
-            scopes = [s for s, name, _ in self.store.list_streams(wide, prefix=STREAM) if name == STREAM]
+            t, user, agent = self.scope.tenant, str(self.scope.user), str(self.scope.agent)
+            wide = [Scope(t, user, agent, ANY)]  # every session of this user and agent
+            # the user's and the agent's knowledge files (edited by hand or by a dream run)
+            wide += [k for k in (Scope(t, user, "", ""), Scope(t, "", agent, ""))
+                     if k != Scope(t, user, agent, "")]
+            scopes = list(dict.fromkeys(
+                s for w in wide for s, name, _ in self.store.list_streams(w, prefix=STREAM)
+                if name == STREAM))
         else:
             raise ValidationError(f"sessions must be 'this' or 'user', got {sessions!r}")
         out = [_event(e) for scope in scopes for e in self.store.read_events(scope, STREAM)]
@@ -321,3 +328,32 @@ def prompt_events(report: Any, *, step: int | None, messages: int) -> list[Pendi
         "degradations": list(report.degradations), "messages": messages,
         "knowledge": list(report.knowledge)}))
     return out
+
+
+def knowledge_subjects(kind: str, files: Iterable[str]) -> tuple[str, ...]:
+    """``knowledge:<user|agent>/<file>`` references (the read_files grammar) of edited files."""
+    return tuple(f"knowledge:{kind}/{f}" for f in files)
+
+
+def activity(store: Store, tenant: str) -> dict[str, float]:
+    """Totals over every lineage stream of `tenant` (``mindpalace status``): prompts prepared,
+    their mean and peak tokens and peak ratio to the budget, compactions (``summarized``),
+    recalls, facts written / tombstoned, knowledge edits. Durable, unlike the in-process
+    metrics: it counts what every process recorded."""
+    counts = {t: 0 for t in EVENT_TYPES}
+    tokens: list[int] = []
+    ratio = 0.0
+    for scope, name, _ in store.list_streams(Scope(tenant, ANY, ANY, ANY), prefix=STREAM):
+        if name != STREAM:
+            continue
+        for e in store.read_events(scope, STREAM):
+            counts[e.type] = counts.get(e.type, 0) + 1
+            if e.type == "injected":
+                total, budget = int(e.data.get("total_tokens", 0)), int(e.data.get("budget_tokens", 0))
+                tokens.append(total)
+                ratio = max(ratio, total / budget if budget else 0.0)
+    return {"prompts": len(tokens), "prompt_tokens_mean": sum(tokens) / len(tokens) if tokens else 0.0,
+            "prompt_tokens_max": max(tokens, default=0), "prompt_budget_ratio_max": round(ratio, 4),
+            "compactions": counts["summarized"], "recalls": counts["recalled"],
+            "written": counts["written"], "tombstoned": counts["tombstoned"],
+            "knowledge_edits": counts["edited"]}

@@ -31,7 +31,14 @@ from mindpalace.knowledge.block import KnowledgePrompt
 from mindpalace.knowledge.dream import Dream, DreamReport
 from mindpalace.knowledge.layout import KnowledgeScope
 from mindpalace.knowledge.view import SessionKnowledge
-from mindpalace.lineage import Lineage, prompt_events, recall_event, remember_events
+from mindpalace.lineage import (
+    Lineage,
+    activity,
+    knowledge_subjects,
+    prompt_events,
+    recall_event,
+    remember_events,
+)
 from mindpalace.metrics import MemoryMetrics, MetricCaps, metered
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
@@ -283,7 +290,19 @@ class Memory:
             reports = [self.dreamer.run(scope, dry_run=dry_run, wait_seconds=wait_seconds)]
         for report in reports:
             self.metrics.observe_dream(report)
+            self._dream_lineage(report)
         return reports
+
+    def _dream_lineage(self, report: DreamReport) -> None:
+        """Lineage: a committed dream run edited these knowledge files (in the knowledge
+        scope's own lineage stream, read by the traces of its user's / agent's sessions)."""
+        if not self.settings.lineage.enabled or report.commit is None or not report.patches:
+            return
+        ks = KnowledgeScope.parse(report.scope, self.tenant)
+        files = list(dict.fromkeys(p.file for p in report.patches))
+        Lineage(self.store, ks.store_scope).record(
+            "edited", knowledge_subjects(ks.kind, files), by="dream", commit=report.commit,
+            why=[p.reason for p in report.patches if p.reason][:20], mode=report.mode)
 
     def archive_idle(self) -> list[ArchiveOutcome]:
         """Archive every session of this tenant with no message for
@@ -298,6 +317,12 @@ class Memory:
         size = sum(p.stat().st_size for p in root.rglob("*")
                    if p.is_file() and ".git" not in p.relative_to(root).parts)
         return WorkspaceStats(root, self.store.stats(), facts, size)
+
+    def activity(self) -> dict[str, float]:
+        """What the lineage log of this tenant records (every process, durable): prompts
+        prepared with their tokens vs budget, compactions, recalls, writes, knowledge edits.
+        See :func:`mindpalace.lineage.activity`; live counters are :attr:`metrics`."""
+        return activity(self.store, self.tenant)
 
     def sync_embeddings(self, *, progress: Progress | None = None) -> SyncReport | None:
         """Embed every document that lacks a vector from the configured embedder (all scopes);
@@ -549,7 +574,8 @@ class Session:
         """Step tiers, records, memory index, working checkpoint: ``s.steps.begin(goal=…)``."""
         mem = self.memory
         return StepMemory(self.store, self.scope, counter=mem.tokens, summarizer=mem.summarizer,
-                          settings=mem.settings.steps)
+                          settings=mem.settings.steps,
+                          lineage=self.lineage if self.lineage.enabled else None)
 
     @cached_property
     def refs(self) -> RefResolver:
@@ -685,6 +711,11 @@ class Session:
             if report.recovered:
                 lines.append(f"{report.scope}: finished an interrupted write of {', '.join(report.recovered)}")
             if report.committed is not None:
+                if self.lineage.enabled:
+                    Lineage(self.store, report.scope.store_scope).record(
+                        "edited", knowledge_subjects(report.scope.kind, report.committed.files),
+                        step=self._step(), by="hand", commit=report.committed.sha,
+                        session=self.id, why="hand edit noticed by Session.prepare; axioms kept")
                 lines.append(f"{report.scope}: committed hand edit {report.committed.short} "
                              f"({', '.join(report.committed.files)})")
             lines.extend(f"{report.scope}: {e.file}: hand edit refused, not committed: {e.problem}"
