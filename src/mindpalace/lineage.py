@@ -31,7 +31,7 @@ Turn it off with ``lineage.enabled = false``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -295,11 +295,16 @@ def recall_event(query: str, hits: Sequence[Any], *, step: int | None) -> Pendin
                         data={"query": query, "hits": rows, "via": "recall"})
 
 
-def prompt_events(report: Any, *, step: int | None, messages: int) -> list[PendingEvent]:
+def prompt_events(
+    report: Any, *, step: int | None, messages: int,
+    fact_id: Callable[[str], str] | None = None,
+) -> list[PendingEvent]:
     """Events of one prepared prompt (a :class:`~mindpalace.context.ContextReport`): what was
     archived by consolidation (``summarized``), what the recalled-memory block recalled
     (``recalled``, rank and score per item) and the prompt itself (``injected``: the compact
-    block table — name and tokens per block —, budget, total, queries, degradations)."""
+    block table — name and tokens per block —, budget, total, queries, degradations).
+    `fact_id` maps a recalled fact's key to its current version id (so a trace by id finds
+    the prompts that version went into)."""
     out: list[PendingEvent] = []
     c = report.consolidation
     if c is not None and c.entries:
@@ -314,6 +319,9 @@ def prompt_events(report: Any, *, step: int | None, messages: int) -> list[Pendi
     subjects: list[str] = []
     for rank, item in enumerate(report.recalled, 1):
         subj = hit_subjects(item.tier, item.ref)
+        if fact_id is not None and item.tier in ("fact", "working") and len(subj) == 1:
+            version = fact_id(subj[0])
+            subj = (subj[0], version) if version else subj
         subjects.extend(subj)
         items.append({"subjects": list(subj), "tier": item.tier, "rank": rank,
                       "score": round(float(item.score), 6), "why": str(item.why),

@@ -503,6 +503,11 @@ class Session:
         ``.prompt_at(step)``, ``.events()``."""
         return Lineage(self.store, self.scope, enabled=self.memory.settings.lineage.enabled)
 
+    def _fact_id(self, key: str) -> str:
+        """The current long-term version id of `key` ('' when working-memory only), read-only."""
+        fact = self.facts.peek(key)
+        return fact.id if fact is not None else ""
+
     def _step(self) -> int | None:
         """The step memory's latest begun step (None before the first): events belong to it."""
         last = self.steps.state.next_step - 1
@@ -699,8 +704,9 @@ class Session:
         built.report.knowledge = noticed
         self.memory.metrics.observe_prompt(built.report)
         if self.lineage.enabled:  # the prompt of the step the next model call begins
-            self.lineage.record_many(prompt_events(built.report, step=self.steps.state.next_step,
-                                                   messages=self.messages.count()))
+            self.lineage.record_many(prompt_events(
+                built.report, step=self.steps.state.next_step, messages=self.messages.count(),
+                fact_id=self._fact_id))
         return built
 
     def _sync_knowledge(self) -> list[str]:
