@@ -65,6 +65,9 @@ def test_a_replayed_tau_bench_run_answers_written_kept_recalled_and_which_prompt
     assert prompt is not None and prompt.position == injected.position
     blocks = {b["block"]: b["tokens"] for b in prompt.data["blocks"]}
     assert "recalled memory" in blocks
+    recalls = s.lineage.prompt_recalls(prompt)  # what the block held: rank, score, why, tokens
+    item = next(r for r in recalls if fact_id in r["subjects"])
+    assert item["rank"] == hit["rank"] and item["tokens"] > 0 and item["why"]
     assert sum(blocks.values()) == prompt.data["total_tokens"] <= prompt.data["budget_tokens"] == 3_000
     # every step record has its written event with the step it belongs to
     step_1 = s.lineage.trace("step_1")
@@ -86,6 +89,8 @@ def test_trace_and_why_print_the_chain(tmp_path: Path, shared_data: Path) -> Non
     assert out.exit_code == 0, out.output
     why = {b["block"]: b["why"] for b in json.loads(out.output)["blocks"]}
     assert "recalled" in why["recalled memory"] and why["system prompt"]
+    out = run(app, ["why", "t1", "--step", str(step), *args])  # the tables a person reads
+    assert out.exit_code == 0 and "recalled memory" in out.output and "trip:request" in out.output
     out = run(app, ["why", "t1", "--step", "9999", *args])
     assert out.exit_code == 1 and "9999" in str(out.exception)
 

@@ -199,6 +199,16 @@ class Lineage:
         """The ``injected`` events of this session (one per ``Session.prepare``), oldest first."""
         return [e for e in self.events() if e.type == "injected"]
 
+    def prompt_recalls(self, prompt: LineageEvent) -> list[dict[str, Any]]:
+        """The recalled-memory items of `prompt` (an ``injected`` event), best first: each
+        ``{"subjects", "tier", "rank", "score", "why", "tokens"}`` — from the ``recalled``
+        event the same ``Session.prepare`` recorded just before it ([] when none)."""
+        before = [e for e in self.events() if e.position < prompt.position]
+        last = before[-1] if before else None
+        if last is not None and last.type == "recalled" and last.data.get("via") == "prompt":
+            return list(last.data.get("hits", []))
+        return []
+
     def prompt_at(self, step: int) -> LineageEvent | None:
         """The last prompt prepared for step `step` of this session (None when there was none)."""
         found = [e for e in self.prompts() if e.step == step]
