@@ -164,3 +164,20 @@ def test_a_trace_never_reads_another_scope(mem: Memory, a: tuple[str, ...], b: t
         assert e.scope == Scope(*e.data["writer"])
     seen = [tuple(e.data["writer"]) for e in Lineage(mem.store, sb).trace("k:x")]
     assert (tuple(a) in seen) == readable_by(sa, sb)
+
+
+def test_compaction_and_archiving_are_recorded_with_their_snapshot(mem: Memory) -> None:
+    s = mem.session("long", user="u")
+    for i in range(30):
+        s.add_message({"role": "user" if i % 2 == 0 else "assistant",
+                       "content": f"message {i}: the Kyoto temples and the night train"})
+    outcome = s.compact()
+    assert outcome.result is not None and outcome.result.entries > 0
+    summarized = [e for e in s.lineage.events() if e.type == "summarized"]
+    last = outcome.result.last_consolidated
+    assert [e.data["snapshot"] for e in summarized] == [
+        f"message:{last - outcome.result.archived_messages + 1}-{last}"]
+    archived = s.archive()
+    events = s.lineage.trace(f"archive:{s.id}")
+    assert archived.appended > 0 and [e.type for e in events] == ["archived"]
+    assert events[0].data["through"] == f"message:{archived.through}"

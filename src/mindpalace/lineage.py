@@ -305,6 +305,21 @@ def recall_event(query: str, hits: Sequence[Any], *, step: int | None) -> Pendin
                         data={"query": query, "hits": rows, "via": "recall"})
 
 
+def consolidation_events(c: Any, *, step: int | None, why: str = "") -> list[PendingEvent]:
+    """A ``summarized`` event for a consolidation that archived messages into history.jsonl
+    (a :class:`~mindpalace.session.consolidator.ConsolidationResult`; [] for None / nothing):
+    the messages it came from (``snapshot``: ``message:a-b``), why, and the summary's spend."""
+    if c is None or not c.entries:
+        return []
+    first = c.last_consolidated - c.archived_messages + 1
+    return [PendingEvent("summarized", ("history",), step, data={
+        "archived_messages": c.archived_messages, "entries": c.entries,
+        "snapshot": f"message:{first}-{c.last_consolidated}",
+        "why": why or (f"prompt {c.prompt_tokens_before} tokens over budget {c.budget_tokens}: "
+                       f"consolidated to {c.prompt_tokens_after}"),
+        "summary_tokens": c.summary_tokens_spent, "raw_fallbacks": c.raw_fallbacks})]
+
+
 def prompt_events(
     report: Any, *, step: int | None, messages: int,
     fact_id: Callable[[str], str] | None = None,
@@ -315,16 +330,7 @@ def prompt_events(
     block table — name and tokens per block —, budget, total, queries, degradations).
     `fact_id` maps a recalled fact's key to its current version id (so a trace by id finds
     the prompts that version went into)."""
-    out: list[PendingEvent] = []
-    c = report.consolidation
-    if c is not None and c.entries:
-        first = c.last_consolidated - c.archived_messages + 1
-        out.append(PendingEvent("summarized", ("history",), step, data={
-            "archived_messages": c.archived_messages, "entries": c.entries,
-            "snapshot": f"message:{first}-{c.last_consolidated}",
-            "why": f"prompt {c.prompt_tokens_before} tokens over budget {c.budget_tokens}: "
-                   f"consolidated to {c.prompt_tokens_after}",
-            "summary_tokens": c.summary_tokens_spent}))
+    out = consolidation_events(report.consolidation, step=step)
     items = []
     subjects: list[str] = []
     for rank, item in enumerate(report.recalled, 1):
