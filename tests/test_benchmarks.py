@@ -83,19 +83,6 @@ class TestBenchPromptRecall:
         assert merged == 0
 
 
-class TestBenchAgent:
-    def test_tiny_run_measures_the_agent_beside_both_plain_loops(self, tmp_path: Path) -> None:
-        out = tmp_path / "rows.json"
-        assert load("bench_agent").main(["--turns", "6", "--repeat-every", "3", "--budget", "3000",
-                                         "--json", str(out)]) == 0
-        agent, full, window = json.loads(out.read_text())
-        assert [r["loop"] for r in (agent, full, window)] == ["mindpalace", "full history", "window 20"]
-        assert all(r["requests"] == 12 for r in (agent, full, window))
-        assert agent["over_budget"] == 0 and agent["peak_prompt_tokens"] <= 3000
-        assert agent["duplicates"] == 0 and full["duplicates"] == window["duplicates"] == 1
-        assert full["peak_prompt_tokens"] > 3000  # the budget binds: the baseline goes over it
-
-
 class TestBenchDream:
     def test_tiny_run_dreams_idempotently_under_budget_beside_its_baselines(self, tmp_path: Path, shared_data: Path) -> None:
         out = tmp_path / "rows.json"
@@ -144,3 +131,29 @@ class TestBenchBackends:
                    for r in data["backends"] if "recall_p95_ms" in r)
         assert [(r["workers"], r["turns"]) for r in data["scaling"]] == [(1, 2), (2, 4)]
         assert all(r["turns_per_s"] > 0 for r in data["scaling"])
+
+
+class TestBenchAgent:
+    def test_tiny_run_measures_the_agent_beside_both_plain_loops(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_agent").main(["--turns", "6", "--repeat-every", "3", "--budget", "3000",
+                                         "--json", str(out)]) == 0
+        agent, full, window = json.loads(out.read_text())
+        assert [r["loop"] for r in (agent, full, window)] == ["mindpalace", "full history", "window 20"]
+        assert all(r["requests"] == 12 for r in (agent, full, window))
+        assert agent["over_budget"] == 0 and agent["peak_prompt_tokens"] <= 3000
+        assert agent["duplicates"] == 0 and full["duplicates"] == window["duplicates"] == 1
+        assert full["peak_prompt_tokens"] > 3000  # the budget binds: the baseline goes over it
+
+
+class TestBenchLineage:
+    def test_tiny_run_measures_lineage_on_and_off(self, tmp_path: Path, shared_data: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_lineage").main(["--data", str(shared_data), "--runs", "1", "--sizes", "300",
+                                           "--queries", "4", "--json", str(out)]) == 0
+        rows = json.loads(out.read_text())
+        steps = rows["steps"]
+        assert steps["on"]["lineage_events"] > 0 == steps["off"]["lineage_events"]
+        assert steps["on"]["prompts"] == steps["off"]["prompts"] > 0
+        assert steps["on"]["over_budget"] == steps["off"]["over_budget"] == 0
+        assert rows["recall"]["on@300"]["recall_p50_ms"] > 0 and rows["recall"]["off@300"]["recall_p50_ms"] > 0

@@ -52,7 +52,9 @@ if TYPE_CHECKING:
     from mindpalace.history import HistoryLog
     from mindpalace.knowledge import KnowledgeBase, KnowledgeScope, Patch
     from mindpalace.knowledge.dream import Dream, DreamReport
+    from mindpalace.lineage import Lineage, LineageEvent
     from mindpalace.memory import Memory, Session
+    from mindpalace.metrics import MemoryMetrics
     from mindpalace.providers.embed import Embedder
     from mindpalace.providers.llm import LLMProvider
     from mindpalace.scope import ANY, Scope
@@ -77,6 +79,12 @@ _ERRORS = (
     "InvalidNameError", "InvalidTextError", "KnowledgeError", "MindPalaceError", "NotFoundError",
     "OutcomeUnknownError", "ProviderError", "ProviderResponseError", "ProviderTimeoutError",
     "ReadOnlyWorkspaceError", "SchemaVersionError", "StoreBusyError", "StoreError",
+    "AuthError", "AxiomViolation", "CircuitOpenError", "ConcurrencyError", "ConfigError",
+    "ConstraintError", "ContextBudgetError", "DatabaseCorruptError", "DimensionMismatchError",
+    "DiskFullError", "EffectNotApplied", "InvalidNameError", "InvalidTextError", "KnowledgeError",
+    "MindPalaceError", "NotFoundError", "OutcomeUnknownError", "PermissionDeniedError",
+    "ProviderError", "ProviderResponseError", "ProviderTimeoutError", "ReadOnlyWorkspaceError",
+    "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
     "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
 )
 _LOCATIONS: dict[str, str] = {
@@ -91,6 +99,8 @@ _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(("EventRegistry", "Task", "Tasks"), "mindpalace.tasks"),
     **dict.fromkeys(("ArchiveOutcome", "SessionArchive"), "mindpalace.archive"),
     **dict.fromkeys(("Dream", "DreamReport"), "mindpalace.knowledge.dream"),
+    **dict.fromkeys(("Lineage", "LineageEvent"), "mindpalace.lineage"),
+    "MemoryMetrics": "mindpalace.metrics",
     "AutoCompact": "mindpalace.session.autocompact",
     "Consolidator": "mindpalace.session.consolidator",
     "Embedder": "mindpalace.providers.embed",
@@ -139,7 +149,10 @@ __all__ = [
     "KnowledgeError",
     "KnowledgeScope",
     "LLMProvider",
+    "Lineage",
+    "LineageEvent",
     "Memory",
+    "MemoryMetrics",
     "MessageLog",
     "MindPalaceError",
     "NotFoundError",

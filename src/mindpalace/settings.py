@@ -321,6 +321,12 @@ class AgentSettings(_Section):
     tool_arguments_max_chars: int = Field(100_000, ge=2, description="Tool-call arguments longer than this (characters) are refused as a tool-result error, unparsed.")
 
 
+class LineageSettings(_Section):
+    """Memory lineage and metrics (mindpalace.lineage, mindpalace.metrics; seed 001 §5.3)."""
+
+    enabled: bool = Field(True, description="Record every memory event (written, kept, recalled, injected into a prompt …) as a lineage event in the session's scope; false = record nothing (trace and why then show only what was recorded before).")
+
+
 class Settings(BaseSettings):
     """All settings of one workspace. See the section classes for each value's meaning and unit."""
 
@@ -341,6 +347,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
+    lineage: LineageSettings = LineageSettings()
 
     @model_validator(mode="before")
     @classmethod
