@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
-from mindpalace.memory import Memory
+from mindpalace.aio import AsyncMemory
 from mindpalace.metrics import CONTENT_TYPE
 from mindpalace.rest.body import StrictRoute
 from mindpalace.rest.deps import reader
@@ -22,8 +22,9 @@ router = APIRouter(route_class=StrictRoute, tags=["meta"])
 
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format."}})
-def metrics(memory: Annotated[Memory, Depends(reader)]) -> Response:
+def metrics(memory: Annotated[AsyncMemory, Depends(reader)]) -> Response:
     """Prompt tokens vs budget, compactions, summary gate rejections, consolidation and dream
     token spend against their caps, recall latency, ledger replays and unknown outcomes,
     constraint refusals — counted by this server process for the caller's tenant."""
-    return Response(content=memory.metrics.exposition(), media_type=CONTENT_TYPE)
+    # Rendering the registry is in-memory and cheap: no worker thread needed.
+    return Response(content=memory.memory.metrics.exposition(), media_type=CONTENT_TYPE)
