@@ -20,8 +20,9 @@ LAYERS = (
     grimp.Layer("memory", "workspace", independent=False),  # the facade: the only wiring
     grimp.Layer("context", "recalled", independent=False),  # assembly: the only place a prompt is built
     grimp.Layer("steps", "session", "history", "facts", "tasks", "refs", "auth", "knowledge",
-                "archive", independent=False),  # components (refs: the read_files resolver over
-    # them; auth: API keys per tenant)
+                "archive", "lineage", "metrics", independent=False),  # components (refs: the
+    # read_files resolver over them; auth: API keys per tenant; lineage: the memory event log;
+    # metrics: counters of one Memory handle)
     grimp.Layer("retrieval", "summary", "providers", "tokens", independent=False),  # services
     grimp.Layer("store"),  # persistence
     grimp.Layer("settings", "blocks", "checks", "scope", "textsafe", "timeutil", "errors",

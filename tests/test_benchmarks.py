@@ -118,3 +118,16 @@ class TestBenchAgent:
         assert agent["over_budget"] == 0 and agent["peak_prompt_tokens"] <= 3000
         assert agent["duplicates"] == 0 and full["duplicates"] == window["duplicates"] == 1
         assert full["peak_prompt_tokens"] > 3000  # the budget binds: the baseline goes over it
+
+
+class TestBenchLineage:
+    def test_tiny_run_measures_lineage_on_and_off(self, tmp_path: Path, shared_data: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_lineage").main(["--data", str(shared_data), "--runs", "1", "--sizes", "300",
+                                           "--queries", "4", "--json", str(out)]) == 0
+        rows = json.loads(out.read_text())
+        steps = rows["steps"]
+        assert steps["on"]["lineage_events"] > 0 == steps["off"]["lineage_events"]
+        assert steps["on"]["prompts"] == steps["off"]["prompts"] > 0
+        assert steps["on"]["over_budget"] == steps["off"]["over_budget"] == 0
+        assert rows["recall"]["on@300"]["recall_p50_ms"] > 0 and rows["recall"]["off@300"]["recall_p50_ms"] > 0

@@ -52,7 +52,9 @@ if TYPE_CHECKING:
     from mindpalace.history import HistoryLog
     from mindpalace.knowledge import KnowledgeBase, KnowledgeScope, Patch
     from mindpalace.knowledge.dream import Dream, DreamReport
+    from mindpalace.lineage import Lineage, LineageEvent
     from mindpalace.memory import Memory, Session
+    from mindpalace.metrics import MemoryMetrics
     from mindpalace.providers.embed import Embedder
     from mindpalace.providers.llm import LLMProvider
     from mindpalace.scope import ANY, Scope
@@ -88,6 +90,8 @@ _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(("EventRegistry", "Task", "Tasks"), "mindpalace.tasks"),
     **dict.fromkeys(("ArchiveOutcome", "SessionArchive"), "mindpalace.archive"),
     **dict.fromkeys(("Dream", "DreamReport"), "mindpalace.knowledge.dream"),
+    **dict.fromkeys(("Lineage", "LineageEvent"), "mindpalace.lineage"),
+    "MemoryMetrics": "mindpalace.metrics",
     "AutoCompact": "mindpalace.session.autocompact",
     "Consolidator": "mindpalace.session.consolidator",
     "Embedder": "mindpalace.providers.embed",
@@ -136,7 +140,10 @@ __all__ = [
     "KnowledgeError",
     "KnowledgeScope",
     "LLMProvider",
+    "Lineage",
+    "LineageEvent",
     "Memory",
+    "MemoryMetrics",
     "MessageLog",
     "MindPalaceError",
     "NotFoundError",

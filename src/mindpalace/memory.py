@@ -10,6 +10,7 @@ REST) reuses them unchanged. CLI, REST and MCP are thin layers over the calls be
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ from mindpalace.knowledge.block import KnowledgePrompt
 from mindpalace.knowledge.dream import Dream, DreamReport
 from mindpalace.knowledge.layout import KnowledgeScope
 from mindpalace.knowledge.view import SessionKnowledge
+from mindpalace.lineage import (
+    Lineage,
+    activity,
+    knowledge_subjects,
+    prompt_events,
+    recall_event,
+    remember_events,
+)
+from mindpalace.metrics import MemoryMetrics, MetricCaps, metered
 from mindpalace.providers.embed import Embedder, make_embedder
 from mindpalace.providers.llm import Completion, LLMProvider, TokenBudget, make_llm
 from mindpalace.recalled import MemoryRecaller
@@ -152,6 +162,7 @@ class Memory:
         tasks: SettingsOverride | None = None,
         context: SettingsOverride | None = None,
         agent: SettingsOverride | None = None,
+        lineage: SettingsOverride | None = None,
     ) -> Memory:
         """Open (by default, create) the workspace folder at `location`.
 
@@ -175,7 +186,7 @@ class Memory:
         sections = {"tokens": tokens, "llm": llm, "embed": embed, "store": store,
                     "summary": summary, "steps": steps, "session": session,
                     "knowledge": knowledge, "facts": facts, "tasks": tasks, "context": context,
-                    "agent": agent}
+                    "agent": agent, "lineage": lineage}
         overrides = {name: dict(values) for name, values in sections.items() if values is not None}
         workspace = Workspace.open(os.fspath(location), create=create, **overrides)
         return cls(workspace, open_store(workspace.db_path, workspace.settings.store),
@@ -204,6 +215,14 @@ class Memory:
     def embedder(self) -> Embedder | None:
         """The configured embedder, or None when ``embed.provider = "none"``."""
         return make_embedder(self.settings.embed)
+
+    @cached_property
+    def metrics(self) -> MemoryMetrics:
+        """This handle's counters and histograms (its own Prometheus registry): prompt tokens
+        vs budget, compactions, gate rejections, consolidation / dream spend vs caps, recall
+        latency, ledger replays and unknown outcomes, constraint refusals."""
+        s = self.settings
+        return MemoryMetrics(MetricCaps(s.session.summary_max_tokens, s.knowledge.dream_token_budget))
 
     @cached_property
     def retriever(self) -> HybridRetriever:
@@ -264,10 +283,26 @@ class Memory:
         if user is not None and agent is not None:
             raise ValidationError("dream: give a user or an agent scope, not both")
         if user is None and agent is None:
-            return self.dreamer.run_all(self.tenant, dry_run=dry_run, wait_seconds=wait_seconds)
-        scope = (KnowledgeScope.user(user, self.tenant) if user is not None
-                 else KnowledgeScope.agent(agent or "", self.tenant))
-        return [self.dreamer.run(scope, dry_run=dry_run, wait_seconds=wait_seconds)]
+            reports = self.dreamer.run_all(self.tenant, dry_run=dry_run, wait_seconds=wait_seconds)
+        else:
+            scope = (KnowledgeScope.user(user, self.tenant) if user is not None
+                     else KnowledgeScope.agent(agent or "", self.tenant))
+            reports = [self.dreamer.run(scope, dry_run=dry_run, wait_seconds=wait_seconds)]
+        for report in reports:
+            self.metrics.observe_dream(report)
+            self._dream_lineage(report)
+        return reports
+
+    def _dream_lineage(self, report: DreamReport) -> None:
+        """Lineage: a committed dream run edited these knowledge files (in the knowledge
+        scope's own lineage stream, read by the traces of its user's / agent's sessions)."""
+        if not self.settings.lineage.enabled or report.commit is None or not report.patches:
+            return
+        ks = KnowledgeScope.parse(report.scope, self.tenant)
+        files = list(dict.fromkeys(p.file for p in report.patches))
+        Lineage(self.store, ks.store_scope).record(
+            "edited", knowledge_subjects(ks.kind, files), by="dream", commit=report.commit,
+            why=[p.reason for p in report.patches if p.reason][:20], mode=report.mode)
 
     def archive_idle(self) -> list[ArchiveOutcome]:
         """Archive every session of this tenant with no message for
@@ -282,6 +317,12 @@ class Memory:
         size = sum(p.stat().st_size for p in root.rglob("*")
                    if p.is_file() and ".git" not in p.relative_to(root).parts)
         return WorkspaceStats(root, self.store.stats(), facts, size)
+
+    def activity(self) -> dict[str, float]:
+        """What the lineage log of this tenant records (every process, durable): prompts
+        prepared with their tokens vs budget, compactions, recalls, writes, knowledge edits.
+        See :func:`mindpalace.lineage.activity`; live counters are :attr:`metrics`."""
+        return activity(self.store, self.tenant)
 
     def sync_embeddings(self, *, progress: Progress | None = None) -> SyncReport | None:
         """Embed every document that lacks a vector from the configured embedder (all scopes);
@@ -336,7 +377,10 @@ class Memory:
         """Compact every session of this tenant that is idle past
         ``session.idle_compact_after_minutes`` (none when it is 0); sessions with a turn in
         flight are skipped. See :class:`~mindpalace.session.autocompact.AutoCompact`."""
-        return self.autocompact().run_once(Scope(self.tenant, ANY, ANY, ANY))
+        outcomes = self.autocompact().run_once(Scope(self.tenant, ANY, ANY, ANY))
+        for outcome in outcomes:
+            self.metrics.observe_consolidation(outcome.result, kind="idle")
+        return outcomes
 
     def find_task(
         self, task_id: str, *, session: str | None = None, user: str | None = None,
@@ -427,17 +471,47 @@ class Session:
     ) -> Remembered:
         """Remember ``entity:attribute`` = content: ``.fact`` kept, ``.archived``, ``.evicted``.
         See :meth:`FactMemory.remember`."""
-        return self.facts.remember(key, content, importance=importance, source=source)
+        remembered = self.facts.remember(key, content, importance=importance, source=source)
+        if self.lineage.enabled:
+            self.lineage.record_many(remember_events(
+                remembered, step=self._step(), threshold=self.memory.settings.facts.importance_threshold))
+        return remembered
 
     def forget(self, key: str) -> bool:
         """Forget a fact for good (tombstone). See :meth:`FactMemory.forget`."""
-        return self.facts.forget(key)
+        forgotten = self.facts.forget(key)
+        if forgotten:
+            self.lineage.record("tombstoned", [key], step=self._step(), why="forgotten on request")
+        return forgotten
 
     def recall(self, query: str, k: int | None = None) -> list[RecallHit]:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
-        steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`."""
-        return Recall(self.facts, self.memory.retriever, self.memory.settings.facts,
+        steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`.
+        Recorded as a ``recalled`` lineage event (query, rank, score per hit)."""
+        started = time.perf_counter()
+        hits = Recall(self.facts, self.memory.retriever, self.memory.settings.facts,
                       extra_scopes=self._knowledge_scopes())(query, k)
+        self.memory.metrics.recall_seconds.observe(time.perf_counter() - started)
+        if self.lineage.enabled:
+            self.lineage.record_many([recall_event(query, hits, step=self._step())])
+        return hits
+
+    # -- lineage (seed 001 §5.3: when written, why kept, when recalled, which prompt) --------
+    @cached_property
+    def lineage(self) -> Lineage:
+        """The session's lineage log (:class:`mindpalace.lineage.Lineage`): ``.trace(key)``,
+        ``.prompt_at(step)``, ``.events()``."""
+        return Lineage(self.store, self.scope, enabled=self.memory.settings.lineage.enabled)
+
+    def _fact_id(self, key: str) -> str:
+        """The current long-term version id of `key` ('' when working-memory only), read-only."""
+        fact = self.facts.peek(key)
+        return fact.id if fact is not None else ""
+
+    def _step(self) -> int | None:
+        """The step memory's latest begun step (None before the first): events belong to it."""
+        last = self.steps.state.next_step - 1
+        return last if last >= 1 else None
 
     @cached_property
     def knowledge(self) -> SessionKnowledge:
@@ -495,7 +569,9 @@ class Session:
     def compact(self) -> CompactOutcome:
         """Archive this session down to its recent window now, idle or not (never while a turn
         holds the lease). Running it again with no new messages changes nothing (I5)."""
-        return self.memory.autocompact().compact(self.scope, force=True)
+        outcome = self.memory.autocompact().compact(self.scope, force=True)
+        self.memory.metrics.observe_consolidation(outcome.result, kind="idle")
+        return outcome
 
     # -- step memory (seeds 000, 003; mindpalace.steps) ----------------------------------------
     @cached_property
@@ -503,7 +579,8 @@ class Session:
         """Step tiers, records, memory index, working checkpoint: ``s.steps.begin(goal=…)``."""
         mem = self.memory
         return StepMemory(self.store, self.scope, counter=mem.tokens, summarizer=mem.summarizer,
-                          settings=mem.settings.steps)
+                          settings=mem.settings.steps,
+                          lineage=self.lineage if self.lineage.enabled else None)
 
     @cached_property
     def refs(self) -> RefResolver:
@@ -625,6 +702,11 @@ class Session:
         built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools, query=query)
         built.report.consolidation = result
         built.report.knowledge = noticed
+        self.memory.metrics.observe_prompt(built.report)
+        if self.lineage.enabled:  # the prompt of the step the next model call begins
+            self.lineage.record_many(prompt_events(
+                built.report, step=self.steps.state.next_step, messages=self.messages.count(),
+                fact_id=self._fact_id))
         return built
 
     def _sync_knowledge(self) -> list[str]:
@@ -635,6 +717,11 @@ class Session:
             if report.recovered:
                 lines.append(f"{report.scope}: finished an interrupted write of {', '.join(report.recovered)}")
             if report.committed is not None:
+                if self.lineage.enabled:
+                    Lineage(self.store, report.scope.store_scope).record(
+                        "edited", knowledge_subjects(report.scope.kind, report.committed.files),
+                        step=self._step(), by="hand", commit=report.committed.sha,
+                        session=self.id, why="hand edit noticed by Session.prepare; axioms kept")
                 lines.append(f"{report.scope}: committed hand edit {report.committed.short} "
                              f"({', '.join(report.committed.files)})")
             lines.extend(f"{report.scope}: {e.file}: hand edit refused, not committed: {e.problem}"
@@ -663,7 +750,7 @@ class Session:
 
     def tool_call(self, name: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None) -> ToolCall:
         """Exactly-once tool call of the default task (see :meth:`mindpalace.tasks.Task.tool_call`)."""
-        return self.task.tool_call(name, args, idempotent=idempotent, key=key)
+        return metered(self.task.tool_call(name, args, idempotent=idempotent, key=key), self.memory.metrics)
 
     def clear_task(self, task_id: str | None = None) -> dict[str, int]:
         """End of a task: drop its short-term memory, keep the logs and long-term memory (seed

@@ -323,6 +323,12 @@ class WorkerSettings(_Section):
     breaker_reset_seconds: float = Field(1_800.0, gt=0, description="Seconds an open breaker skips its job before one run may try again.")
 
 
+class LineageSettings(_Section):
+    """Memory lineage and metrics (mindpalace.lineage, mindpalace.metrics; seed 001 §5.3)."""
+
+    enabled: bool = Field(True, description="Record every memory event (written, kept, recalled, injected into a prompt …) as a lineage event in the session's scope; false = record nothing (trace and why then show only what was recorded before).")
+
+
 class Settings(BaseSettings):
     """All settings of one workspace. See the section classes for each value's meaning and unit."""
 
@@ -344,6 +350,7 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
     worker: WorkerSettings = WorkerSettings()
+    lineage: LineageSettings = LineageSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -55,6 +55,7 @@ CALLS: tuple[Call, ...] = (
     Call("GET", T + "/tasks/{task_id}/ledger", S + f"/tasks/{SESSION}/ledger"),
     Call("POST", T + "/context", S + "/context", {"budget_tokens": 4000}),
     Call("POST", T + "/turn", S + "/turn", {}, True),
+    Call("GET", "/metrics", "/metrics"),  # the caller's tenant's series only
 )
 PUBLIC = {("GET", "/health"), ("GET", "/version")}
 """Routes without auth and without workspace data."""

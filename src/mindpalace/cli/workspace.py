@@ -33,12 +33,14 @@ def status(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Show what a workspace holds: sessions, records, facts, events, sizes, schema version."""
+    """Show what a workspace holds: sessions, records, facts, events, sizes, schema version,
+    and the memory activity the lineage log recorded (prompts vs budget, compactions, recalls)."""
     with open_memory(directory) as mem:
         data = mem.stats().to_json()
+        active = mem.activity()
     root = data["workspace"]
     if as_json:
-        print_json(data)
+        print_json({**data, "activity": active})
         return
     table = Table(title=f"mindpalace workspace {root}")
     table.add_column("item")
@@ -47,6 +49,12 @@ def status(
         if key != "workspace":
             table.add_row(key, str(value))
     console.print(table)
+    metrics = Table(title="memory activity (lineage; live counters: GET /metrics on `serve`)")
+    metrics.add_column("metric")
+    metrics.add_column("value", justify="right")
+    for key, value in active.items():
+        metrics.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(metrics)
 
 
 @app.command()

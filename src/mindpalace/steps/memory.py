@@ -12,6 +12,7 @@ from typing import Any
 
 from mindpalace.checks import require_int
 from mindpalace.errors import NotFoundError
+from mindpalace.lineage import Lineage
 from mindpalace.scope import Scope
 from mindpalace.settings import StepSettings
 from mindpalace.steps.checkpoint import SUMMARY_STREAM, extract_summary
@@ -78,8 +79,10 @@ class StepMemory:
         counter: TokenCounter,
         summarizer: Summarizer,
         settings: StepSettings | None = None,
+        lineage: Lineage | None = None,
     ) -> None:
         self.store = store
+        self.lineage = lineage  # step records written and tiers summarized (seed 001 §5.3)
         self.scope = scope.require_concrete()
         self.settings = settings or StepSettings()
         self.counter = counter
@@ -221,6 +224,9 @@ class StepMemory:
 
             def writes() -> None:
                 saved.append(self._put_step_record(found, evaluation, analysis, outputs))
+                if self.lineage is not None:
+                    self.lineage.record("written", [saved[-1].name], step=step_id,
+                                        why=f"step {step_id} evaluated: {one_line(evaluation, 80)}")
 
             return Transition(new, "evaluate", {"step": step_id}, writes)
 
@@ -375,7 +381,15 @@ class StepMemory:
                                                "attempts": result.attempts})
 
         self._apply_compaction(fn)
+        self._summarized(result, covers, step_id)
         return result
+
+    def _summarized(self, result: CompactionResult, covers: Sequence[str], step_id: int) -> None:
+        """Lineage: the tier was summarized into `result.snapshot` from the records `covers`."""
+        if self.lineage is not None:
+            self.lineage.record("summarized", [*covers, str(result.snapshot)], step=step_id,
+                                tier=result.tier, snapshot=str(result.snapshot),
+                                why=f"{result.tier} tier over its token budget")
 
     def _apply_compaction(self, fn: Callable[[TierState], Transition]) -> None:
         """Commit a compaction, unless what it summarized left the tier while the summary was
@@ -412,6 +426,7 @@ class StepMemory:
                                                "attempts": result.attempts})
 
         self._apply_compaction(fn)
+        self._summarized(result, [str(b.raw) for b in blocks], step_id)
         return result
 
     def _count_failure(self, result: CompactionResult, counter: str) -> None:

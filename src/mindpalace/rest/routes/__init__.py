@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from mindpalace.rest.routes import context, facts, meta, sessions, steps, tasks
+from mindpalace.rest.routes import context, facts, meta, metrics, sessions, steps, tasks
 
 ROUTERS: tuple[APIRouter, ...] = (
     meta.router, sessions.router, steps.router, facts.router, tasks.router, context.router,
+    metrics.router,
 )

@@ -20,7 +20,8 @@ FactKey = Annotated[str, Path(min_length=1, max_length=300, description="entity:
 @router.post("/recall")
 def recall(s: ReadSession, body: RecallIn) -> dict[str, Any]:
     """Working memory first, then hybrid keyword + vector search, scoped to the caller's
-    tenant and this user. Counts hits (working-memory bookkeeping); stores nothing new."""
+    tenant and this user. Counts hits (working-memory bookkeeping) and records a ``recalled``
+    lineage event; stores no memory."""
     return {"hits": [views.hit(h) for h in s.recall(body.query, body.k)]}
 
 
