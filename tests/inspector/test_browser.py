@@ -68,6 +68,11 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                  description="stored text is hostile <img src=x onerror=alert(1)>")
     out = _cli("worker", "-w", str(root), "--once")
     assert "dream @" in out.stdout and "compact @" in out.stdout
+    with Memory.open(root, embed={"provider": "none"}) as mem:  # one prepared prompt: lineage
+        s = mem.session("chat-1", user="traveller", agent="planner")
+        s.add_message({"role": "user", "content": "Which seat do I like?"})
+        s.steps.begin("answer the seat question")
+        s.prepare(system_prompt="You are a travel agent.")
     return root
 
 
@@ -209,3 +214,19 @@ def test_hostile_stored_text_is_shown_not_run(browser: Any, server: str) -> None
     assert not drv.find_elements(By.CSS_SELECTOR, "#record-body script, #record-body a[href^='javascript']")
     assert "<img src=x onerror=alert(1)>" in text_of(drv, "#front-matter")
     shot(drv, "9-hostile")
+
+
+def test_lineage_of_a_prepared_prompt_and_of_a_recall_hit(browser: Any, server: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    drv = browser
+    drv.get(server + "/ui/prompt?id=chat-1&user=traveller&agent=planner")
+    drv.find_element(By.CSS_SELECTOR, "#prompted-steps a").click()  # the step prepared above
+    table = text_of(drv, "#prepared-blocks")
+    assert "recalled memory" in table and "recalled for the newest user message" in table
+    assert "system prompt" in table and "Which seat do I like?" in text_of(drv, "h2 + p#prepared-total")
+    shot(drv, "10-prepared-prompt")
+    drv.get(server + "/ui/recall?id=chat-1&user=traveller&agent=planner&q=aisle+seat")
+    cells = [e.text for e in drv.find_elements(By.CSS_SELECTOR, "#recall-hits td.hit-lineage")]
+    assert any("recalled" in c and "injected" in c and "Which seat do I like?" in c for c in cells)
+    shot(drv, "11-recall-lineage")

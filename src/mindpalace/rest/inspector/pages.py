@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from mindpalace.errors import KnowledgeError, NotFoundError, ValidationError
 from mindpalace.knowledge import KnowledgeScope, Patch
+from mindpalace.lineage import hit_subjects, why_of
 from mindpalace.memory import Memory, Session
 from mindpalace.rest.inspector import render
 from mindpalace.rest.inspector.auth import COOKIE, UiCaller, UiMemory, can_write
@@ -151,7 +152,8 @@ def record(request: Request, mem: UiMemory, id: Text, name: Annotated[str, Query
             "description": found.description,
             "created": None if found.created_at is None else to_iso(found.created_at),
             **{f"meta.{k}": v for k, v in (found.meta or {}).items()}, **(front or {})}
-    return page(request, "record.html", s=s, qs=_qs(s), rec=found, meta=meta, body=body)
+    chain = s.lineage.trace(name)
+    return page(request, "record.html", s=s, qs=_qs(s), rec=found, meta=meta, body=body, chain=chain)
 
 
 @router.get("/prompt", response_class=HTMLResponse)
@@ -162,12 +164,14 @@ def prompt(request: Request, mem: UiMemory, id: Text, user: Text = "", agent: Te
     with its block table; with `step`, that step's record beside it."""
     s = _session(mem, id, user, agent)
     built = s.context(budget)
-    step_record = None
+    step_record = prepared = None
     if step is not None:
         step_record = s.read_records([f"step_{step}"]).found.get(f"step_{step}")
+        prepared = s.lineage.prompt_at(step)
+    prompted = sorted({e.step for e in s.lineage.prompts() if e.step is not None})
     return page(request, "prompt.html", s=s, qs=_qs(s), built=built, rep=built.report,
-                step=step, step_record=step_record,
-                bar=render.Bar(built.report.total_tokens, built.report.budget_tokens))
+                step=step, step_record=step_record, prepared=prepared, prompted=prompted,
+                why_of=why_of, bar=render.Bar(built.report.total_tokens, built.report.budget_tokens))
 
 
 @router.get("/recall", response_class=HTMLResponse)
@@ -176,10 +180,13 @@ def recall(request: Request, mem: UiMemory, id: Text, user: Text = "", agent: Te
            k: Annotated[int, Query(ge=1, le=50)] = 10) -> HTMLResponse:
     """Recall search with why each hit matched; htmx swaps only the results."""
     s = _session(mem, id, user, agent)
-    hits = s.recall(q, k) if q.strip() else []
+    hits = s.recall(q, k, record=False) if q.strip() else []  # looking is not recalling
+    events = s.lineage.events(sessions="user") if hits else []
+    lineage = [[e for e in events if any(e.concerns(x) for x in hit_subjects(h.tier, h.ref, h.fact))]
+               for h in hits]
     partial = request.headers.get("hx-request") == "true"
     return page(request, "recall_hits.html" if partial else "recall.html", s=s, qs=_qs(s), q=q,
-                hits=hits)
+                hits=list(zip(hits, lineage, strict=True)))
 
 
 @router.get("/task", response_class=HTMLResponse)
