@@ -82,11 +82,11 @@ def line_chart(
     parts = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}" '
              f'height="{height}" xmlns="http://www.w3.org/2000/svg">',
              f'<title>{escape(title)}</title>',
-             f'<text x="{pad_l}" y="14" class="chart-title">{escape(title)}</text>',
+             f'<text x="{pad_l + 8}" y="14" class="chart-title">{escape(title)}</text>',
              f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" class="axis"/>',
              f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + h}" class="axis"/>',
              f'<text x="{pad_l + w}" y="{height - 6}" text-anchor="end" class="label">{escape(x_label)}</text>',
-             f'<text x="4" y="{pad_t + 10}" class="label">{escape(y_label)}</text>',
+             f'<text x="4" y="14" class="label">{escape(y_label)}</text>',
              f'<text x="{pad_l - 4}" y="{sy(0):.1f}" text-anchor="end" class="tick">0</text>',
              f'<text x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end" class="tick">{int(y1)}</text>']
     if limit is not None:
