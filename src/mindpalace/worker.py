@@ -43,8 +43,7 @@ from filelock import FileLock, Timeout
 from mindpalace.errors import MindPalaceError, ValidationError
 from mindpalace.knowledge.schedule import dream_trigger
 from mindpalace.scope import ANY, Scope
-from mindpalace.tasks.events import DEFAULT_REGISTRY
-from mindpalace.tasks.eventstore import STREAM_PREFIX, TaskEventStore
+from mindpalace.tasks.eventstore import STREAM_PREFIX
 from mindpalace.timeutil import utcnow
 
 if TYPE_CHECKING:
@@ -312,18 +311,18 @@ def archive_job(memory: Memory) -> JobRun:
 
 
 def snapshot_job(memory: Memory) -> JobRun:
-    """A fresh snapshot of every task whose snapshot is behind its event log (one per unit)."""
+    """A fresh snapshot of every task whose snapshot is behind its event log (one per unit);
+    tasks are reached through the facade's sessions (the facade wires the event stores)."""
     def run(unit: Unit) -> None:
-        store = memory.store
-        for scope, stream, version in store.list_streams(Scope(memory.tenant, ANY, ANY, ANY),
-                                                         prefix=STREAM_PREFIX):
-            events = TaskEventStore(store, scope, memory.settings.tasks, memory.event_registry or DEFAULT_REGISTRY)
-            task = stream[len(STREAM_PREFIX):]
-            snap = events.latest_snapshot(task)
+        for scope, stream, version in memory.store.list_streams(
+                Scope(memory.tenant, ANY, ANY, ANY), prefix=STREAM_PREFIX):
+            session = memory.session(str(scope.session), user=str(scope.user), agent=str(scope.agent))
+            task = session.tasks(stream[len(STREAM_PREFIX):])
+            snap = task.events.latest_snapshot(task.id)
             if snap is not None and snap.version >= version:
                 continue
-            unit(f"task:{scope.session}/{task}")
-            events.snapshot(task)
+            unit(f"task:{scope.session}/{task.id}")
+            task.events.snapshot(task.id)
             unit.done += 1
     return run
 
