@@ -138,3 +138,15 @@ def test_charts_are_svg_with_the_budget_line_and_escaped_text() -> None:
     assert 'class="limit"' in svg and svg.count('class="point over"') == 1
     bar = render.Bar(500, 400)
     assert bar.over and bar.percent == 100.0
+
+
+def test_a_cross_site_form_post_is_refused_even_without_auth(ws: Path) -> None:
+    with TestClient(create_app(ws, auth=False, tenant="acme"), follow_redirects=False) as c:
+        form = {"scope": "user:ann", "file": "USER.md", "text": "- pwned"}
+        r = c.post("/ui/knowledge/file", data=form, headers={"Origin": "http://evil.example"})
+        assert r.status_code == 422 and "cross-site" in r.text
+        r = c.post("/ui/knowledge/file", data=form, headers={"Origin": "http://testserver"})
+        assert r.status_code == 303
+    with Memory.open(ws, embed={"provider": "none"}) as mem:
+        log = mem.for_tenant("acme").knowledge.log(KnowledgeScope.user("ann", "acme"))
+        assert [c.author for c in log] == ["inspector", "api"]  # only the same-origin post

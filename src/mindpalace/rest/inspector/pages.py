@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from importlib.resources import files
 from typing import Annotated, Any
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -44,9 +45,17 @@ def _session(mem: Memory, session: str, user: str, agent: str) -> Session:
 
 
 def _qs(s: Session) -> str:
-    from urllib.parse import urlencode
-
     return urlencode({"user": str(s.scope.user), "agent": str(s.scope.agent)})
+
+
+def same_origin(request: Request) -> None:
+    """Refuse a cross-site form post (CSRF): the browser's Origin (or Referer) must name this
+    server. Raises ValidationError (422, nothing written) otherwise."""
+    sent = request.headers.get("origin") or request.headers.get("referer")
+    if sent is None:
+        return  # not a browser form (curl, the test client): the key decides
+    if urlsplit(sent).netloc != request.headers.get("host", ""):
+        raise ValidationError(f"cross-site form post refused (Origin {sent[:100]!r})")
 
 
 # -- static, login ---------------------------------------------------------------------------
@@ -67,6 +76,7 @@ def login(request: Request, key: Annotated[str, Form(max_length=300)]) -> Respon
     """Check the key like ``/v1`` does; keep it as an HttpOnly, SameSite=Strict cookie."""
     from mindpalace.errors import AuthError
 
+    same_origin(request)
     if request.app.state.auth:
         try:
             request.app.state.pool.keys.verify(key)
@@ -244,9 +254,10 @@ def edit_knowledge(
     source: Annotated[str, Form(max_length=300)] = "",
 ) -> Response:
     """Replace `anchor` (exactly once in the file) by `text`, or append `text` when `anchor`
-    is empty: one patch, one commit authored by the key's name. Needs a ``write`` key."""
-    from urllib.parse import urlencode
-
+    is empty: one patch, one commit authored by the key's name. Needs a ``write`` key (or
+    auth off) and a same-origin form: a page of another site cannot post here (with
+    ``--no-auth`` there is no cookie to protect the form)."""
+    same_origin(request)
     who.require("write")
     ks = _kscope(mem, scope)
     author = who.key.name if who.key is not None and who.key.name else "inspector"
