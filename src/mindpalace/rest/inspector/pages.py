@@ -190,7 +190,7 @@ def recall(request: Request, mem: UiMemory, id: Text, user: Text = "", agent: Te
            k: Annotated[int, Query(ge=1, le=50)] = 10) -> HTMLResponse:
     """Recall search with why each hit matched; htmx swaps only the results."""
     s = _session(mem, id, user, agent)
-    hits = s.recall(q, k, record=False) if q.strip() else []  # looking is not recalling
+    hits = s.search(q, k) if q.strip() else []  # looking is not recalling: no lineage
     events = s.lineage.events(sessions="user") if hits else []
     lineage = [[e for e in events if any(e.concerns(x) for x in hit_subjects(h.tier, h.ref, h.fact))]
                for h in hits]
