@@ -50,6 +50,7 @@ COMMANDS: dict[str, list[str]] = {
     "keys revoke": ["keys", "revoke", "0123456789abcdef", "-w", W],
     "serve": ["serve", "-w", W, "--port", "0"],
     "chat": ["chat", "--session", "s1", "--message", "hi", "-w", W],
+    "worker": ["worker", "--once", "-w", W],
 }
 CREATES_ON_PURPOSE = {"init", "demo"}
 NO_WORKSPACE = {"eval locomo", "eval spans"}
