@@ -51,6 +51,16 @@ COMMANDS: dict[str, list[str]] = {
     "serve": ["serve", "-w", W, "--port", "0"],
     "chat": ["chat", "--session", "s1", "--message", "hi", "-w", W],
     "worker": ["worker", "--once", "-w", W],
+    "trace": ["trace", "user:city", "-w", W],
+    "why": ["why", "s1", "-w", W],
+    "archive": ["archive", "--idle", "-w", W],
+    "dream": ["dream", "-w", W],
+    "knowledge diff": ["knowledge", "diff", "HEAD", "--user", "u1", "-w", W],
+    "knowledge log": ["knowledge", "log", "--user", "u1", "-w", W],
+    "knowledge patch": ["knowledge", "patch", "--user", "u1", "-m", "edit", "-w", W],
+    "knowledge restore": ["knowledge", "restore", "HEAD", "--user", "u1", "-w", W],
+    "knowledge show": ["knowledge", "show", "--user", "u1", "-w", W],
+    "knowledge sync": ["knowledge", "sync", "--user", "u1", "-w", W],
 }
 CREATES_ON_PURPOSE = {"init", "demo"}
 NO_WORKSPACE = {"eval locomo", "eval spans"}

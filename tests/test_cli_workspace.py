@@ -18,7 +18,11 @@ from mindpalace.store.sqlite import SCHEMA_VERSION
 
 STATUS_KEYS = {
     "workspace", "schema_version", "sessions", "events", "streams", "records", "facts",
-    "kv_entries", "documents", "embeddings", "db_bytes", "workspace_bytes",
+    "kv_entries", "documents", "embeddings", "db_bytes", "workspace_bytes", "activity",
+}
+ACTIVITY_KEYS = {  # totals over the lineage log (mindpalace.lineage.activity)
+    "prompts", "prompt_tokens_mean", "prompt_tokens_max", "prompt_budget_ratio_max",
+    "compactions", "recalls", "written", "tombstoned", "knowledge_edits",
 }
 
 
@@ -80,6 +84,7 @@ class TestStatus:
         assert (data["schema_version"], data["events"], data["records"], data["sessions"]) == (
             SCHEMA_VERSION, 0, 0, 0)
         assert data["db_bytes"] > 0 and data["embeddings"] == {}
+        assert set(data["activity"]) == ACTIVITY_KEYS and data["activity"]["prompts"] == 0
 
     def test_counts_follow_the_store(self, tmp_path: Path) -> None:
         ws = tmp_path / "ws"

@@ -65,6 +65,9 @@ def test_a_replayed_tau_bench_run_answers_written_kept_recalled_and_which_prompt
     assert prompt is not None and prompt.position == injected.position
     blocks = {b["block"]: b["tokens"] for b in prompt.data["blocks"]}
     assert "recalled memory" in blocks
+    recalls = s.lineage.prompt_recalls(prompt)  # what the block held: rank, score, why, tokens
+    item = next(r for r in recalls if fact_id in r["subjects"])
+    assert item["rank"] == hit["rank"] and item["tokens"] > 0 and item["why"]
     assert sum(blocks.values()) == prompt.data["total_tokens"] <= prompt.data["budget_tokens"] == 3_000
     # every step record has its written event with the step it belongs to
     step_1 = s.lineage.trace("step_1")
@@ -86,6 +89,8 @@ def test_trace_and_why_print_the_chain(tmp_path: Path, shared_data: Path) -> Non
     assert out.exit_code == 0, out.output
     why = {b["block"]: b["why"] for b in json.loads(out.output)["blocks"]}
     assert "recalled" in why["recalled memory"] and why["system prompt"]
+    out = run(app, ["why", "t1", "--step", str(step), *args])  # the tables a person reads
+    assert out.exit_code == 0 and "recalled memory" in out.output and "trip:request" in out.output
     out = run(app, ["why", "t1", "--step", "9999", *args])
     assert out.exit_code == 1 and "9999" in str(out.exception)
 
@@ -159,3 +164,20 @@ def test_a_trace_never_reads_another_scope(mem: Memory, a: tuple[str, ...], b: t
         assert e.scope == Scope(*e.data["writer"])
     seen = [tuple(e.data["writer"]) for e in Lineage(mem.store, sb).trace("k:x")]
     assert (tuple(a) in seen) == readable_by(sa, sb)
+
+
+def test_compaction_and_archiving_are_recorded_with_their_snapshot(mem: Memory) -> None:
+    s = mem.session("long", user="u")
+    for i in range(30):
+        s.add_message({"role": "user" if i % 2 == 0 else "assistant",
+                       "content": f"message {i}: the Kyoto temples and the night train"})
+    outcome = s.compact()
+    assert outcome.result is not None and outcome.result.entries > 0
+    summarized = [e for e in s.lineage.events() if e.type == "summarized"]
+    last = outcome.result.last_consolidated
+    assert [e.data["snapshot"] for e in summarized] == [
+        f"message:{last - outcome.result.archived_messages + 1}-{last}"]
+    archived = s.archive()
+    events = s.lineage.trace(f"archive:{s.id}")
+    assert archived.appended > 0 and [e.type for e in events] == ["archived"]
+    assert events[0].data["through"] == f"message:{archived.through}"

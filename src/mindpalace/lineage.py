@@ -199,6 +199,16 @@ class Lineage:
         """The ``injected`` events of this session (one per ``Session.prepare``), oldest first."""
         return [e for e in self.events() if e.type == "injected"]
 
+    def prompt_recalls(self, prompt: LineageEvent) -> list[dict[str, Any]]:
+        """The recalled-memory items of `prompt` (an ``injected`` event), best first: each
+        ``{"subjects", "tier", "rank", "score", "why", "tokens"}`` — from the ``recalled``
+        event the same ``Session.prepare`` recorded just before it ([] when none)."""
+        before = [e for e in self.events() if e.position < prompt.position]
+        last = before[-1] if before else None
+        if last is not None and last.type == "recalled" and last.data.get("via") == "prompt":
+            return list(last.data.get("hits", []))
+        return []
+
     def prompt_at(self, step: int) -> LineageEvent | None:
         """The last prompt prepared for step `step` of this session (None when there was none)."""
         found = [e for e in self.prompts() if e.step == step]
@@ -295,6 +305,21 @@ def recall_event(query: str, hits: Sequence[Any], *, step: int | None) -> Pendin
                         data={"query": query, "hits": rows, "via": "recall"})
 
 
+def consolidation_events(c: Any, *, step: int | None, why: str = "") -> list[PendingEvent]:
+    """A ``summarized`` event for a consolidation that archived messages into history.jsonl
+    (a :class:`~mindpalace.session.consolidator.ConsolidationResult`; [] for None / nothing):
+    the messages it came from (``snapshot``: ``message:a-b``), why, and the summary's spend."""
+    if c is None or not c.entries:
+        return []
+    first = c.last_consolidated - c.archived_messages + 1
+    return [PendingEvent("summarized", ("history",), step, data={
+        "archived_messages": c.archived_messages, "entries": c.entries,
+        "snapshot": f"message:{first}-{c.last_consolidated}",
+        "why": why or (f"prompt {c.prompt_tokens_before} tokens over budget {c.budget_tokens}: "
+                       f"consolidated to {c.prompt_tokens_after}"),
+        "summary_tokens": c.summary_tokens_spent, "raw_fallbacks": c.raw_fallbacks})]
+
+
 def prompt_events(
     report: Any, *, step: int | None, messages: int,
     fact_id: Callable[[str], str] | None = None,
@@ -305,16 +330,7 @@ def prompt_events(
     block table — name and tokens per block —, budget, total, queries, degradations).
     `fact_id` maps a recalled fact's key to its current version id (so a trace by id finds
     the prompts that version went into)."""
-    out: list[PendingEvent] = []
-    c = report.consolidation
-    if c is not None and c.entries:
-        first = c.last_consolidated - c.archived_messages + 1
-        out.append(PendingEvent("summarized", ("history",), step, data={
-            "archived_messages": c.archived_messages, "entries": c.entries,
-            "snapshot": f"message:{first}-{c.last_consolidated}",
-            "why": f"prompt {c.prompt_tokens_before} tokens over budget {c.budget_tokens}: "
-                   f"consolidated to {c.prompt_tokens_after}",
-            "summary_tokens": c.summary_tokens_spent}))
+    out = consolidation_events(report.consolidation, step=step)
     items = []
     subjects: list[str] = []
     for rank, item in enumerate(report.recalled, 1):

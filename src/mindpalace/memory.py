@@ -34,6 +34,7 @@ from mindpalace.knowledge.view import SessionKnowledge
 from mindpalace.lineage import (
     Lineage,
     activity,
+    consolidation_events,
     knowledge_subjects,
     prompt_events,
     recall_event,
@@ -570,13 +571,22 @@ class Session:
             StoreBusyError: another process held the archive lock too long.
             StoreError: the archive file or the store could not be written (re-run to finish).
         """
-        return self.memory.archive.archive(self.scope)
+        outcome = self.memory.archive.archive(self.scope)
+        if outcome.appended or outcome.duplicates:
+            self.lineage.record("archived", [f"archive:{self.id}"], step=self._step(),
+                                why="session archived to L4 (Session.archive)",
+                                through=f"message:{outcome.through}", exchanges=outcome.exchanges,
+                                appended=outcome.appended, files=list(outcome.files))
+        return outcome
 
     def compact(self) -> CompactOutcome:
         """Archive this session down to its recent window now, idle or not (never while a turn
         holds the lease). Running it again with no new messages changes nothing (I5)."""
         outcome = self.memory.autocompact().compact(self.scope, force=True)
         self.memory.metrics.observe_consolidation(outcome.result, kind="idle")
+        if self.lineage.enabled:
+            self.lineage.record_many(consolidation_events(
+                outcome.result, step=self._step(), why="compacted on request (Session.compact)"))
         return outcome
 
     # -- step memory (seeds 000, 003; mindpalace.steps) ----------------------------------------

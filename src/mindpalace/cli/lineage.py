@@ -135,7 +135,7 @@ def why(
     for b in blocks:
         table.add_row(b["block"], str(b["tokens"]), b["why"])
     console.print(table)
-    recalled = [e for e in lineage_recalls(lineage, p)]
+    recalled = lineage.prompt_recalls(p)
     if recalled:
         hits = Table(title=f"recalled for {_cut(' | '.join(d.get('queries', [])))!r}")
         for col in ("rank", "memory", "score", "tokens", "why it matched"):
@@ -146,13 +146,3 @@ def why(
         console.print(hits)
     for line in d.get("degradations", []):
         console.print(Text(f"cut to fit: {line}"), soft_wrap=True)
-
-
-def lineage_recalls(lineage: Any, prompt: LineageEvent) -> list[dict[str, Any]]:
-    """The hits of the ``recalled`` event recorded with `prompt` (same prepare call)."""
-    events = lineage.events()
-    before = [e for e in events if e.position < prompt.position]
-    last = before[-1] if before else None
-    if last is not None and last.type == "recalled" and last.data.get("via") == "prompt":
-        return list(last.data.get("hits", []))
-    return []
