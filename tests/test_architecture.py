@@ -15,7 +15,7 @@ PACKAGE = "mindpalace"
 LAYERS = (
     grimp.Layer("cli", "demo", "eval", "replay", "testing", "rest", "client", "mcpserver",
                 independent=False),  # interfaces
-    grimp.Layer("agent", "aio", independent=False),  # the agent loop and the async twin:
+    grimp.Layer("agent", "aio", "worker", independent=False),  # the agent loop, the async twin, the worker:
     # clients of the facade, driven by the interfaces
     grimp.Layer("memory", "workspace", independent=False),  # the facade: the only wiring
     grimp.Layer("context", "recalled", independent=False),  # assembly: the only place a prompt is built
@@ -75,7 +75,7 @@ def test_nothing_below_the_facade_imports_it(graph: grimp.ImportGraph) -> None:
     importers = graph.find_downstream_modules("mindpalace.memory")  # direct or indirect
     allowed = ("mindpalace.cli", "mindpalace.demo", "mindpalace.eval", "mindpalace.replay",
                "mindpalace.testing", "mindpalace.rest", "mindpalace.aio",
-               "mindpalace.mcpserver", "mindpalace.agent")
+               "mindpalace.mcpserver", "mindpalace.agent", "mindpalace.worker")
     below = sorted(m for m in importers if m != PACKAGE and not m.startswith(allowed))
     assert below == []
 

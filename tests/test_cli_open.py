@@ -60,6 +60,7 @@ COMMANDS: dict[str, list[str]] = {
     "knowledge restore": ["knowledge", "restore", "HEAD", "-u", "u1", "-w", W],
     "knowledge sync": ["knowledge", "sync", "-w", W],
     "knowledge patch": ["knowledge", "patch", "USER.md", "--insert", "x", "-m", "m", "-u", "u1", "-w", W],
+    "worker": ["worker", "--once", "-w", W],
     "trace": ["trace", "user:city", "-w", W],
     "why": ["why", "s1", "-w", W],
 }

@@ -507,12 +507,18 @@ class Session:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`.
         Recorded as a ``recalled`` lineage event (query, rank, score per hit)."""
+        hits = self.search(query, k)
+        if self.lineage.enabled:
+            self.lineage.record_many([recall_event(query, hits, step=self._step())])
+        return hits
+
+    def search(self, query: str, k: int | None = None) -> list[RecallHit]:
+        """:meth:`recall` as an observer (the web inspector): the same hits, and no lineage
+        event — looking at memory is not the agent recalling it."""
         started = time.perf_counter()
         hits = Recall(self.facts, self.memory.retriever, self.memory.settings.facts,
                       extra_scopes=self._knowledge_scopes())(query, k)
         self.memory.metrics.recall_seconds.observe(time.perf_counter() - started)
-        if self.lineage.enabled:
-            self.lineage.record_many([recall_event(query, hits, step=self._step())])
         return hits
 
     # -- lineage (seed 001 §5.3: when written, why kept, when recalled, which prompt) --------

@@ -321,6 +321,17 @@ class AgentSettings(_Section):
     tool_arguments_max_chars: int = Field(100_000, ge=2, description="Tool-call arguments longer than this (characters) are refused as a tool-result error, unparsed.")
 
 
+class WorkerSettings(_Section):
+    """The background worker (``mindpalace worker``, mindpalace.worker): idle compaction and
+    task snapshots on their intervals; the dream and L4 archiving on ``[knowledge]``'s."""
+
+    compact_interval_minutes: float = Field(10.0, gt=0, description="Idle compaction runs every this many minutes (aligned to the epoch, so every worker agrees on the due time).")
+    snapshot_interval_minutes: float = Field(60.0, gt=0, description="Task snapshots are refreshed every this many minutes.")
+    compact_token_budget: int = Field(50_000, ge=1, description="Summary tokens one compaction run may spend (prompt + reply); the run stops before the next session once it is spent (tokens).")
+    breaker_fail_max: int = Field(3, ge=1, description="Consecutive failed runs of one job that open its circuit breaker.")
+    breaker_reset_seconds: float = Field(1_800.0, gt=0, description="Seconds an open breaker skips its job before one run may try again.")
+
+
 class LineageSettings(_Section):
     """Memory lineage and metrics (mindpalace.lineage, mindpalace.metrics; seed 001 §5.3)."""
 
@@ -347,6 +358,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     server: ServerSettings = ServerSettings()
     agent: AgentSettings = AgentSettings()
+    worker: WorkerSettings = WorkerSettings()
     lineage: LineageSettings = LineageSettings()
 
     @model_validator(mode="before")

@@ -134,9 +134,17 @@ class SessionArchive:
     def archive_idle(self, within: Scope) -> list[ArchiveOutcome]:
         """Archive every session under `within` (e.g. ``Scope(tenant, ANY, ANY, ANY)``) whose
         newest message is older than ``archive_idle_hours``; the others report ``active``."""
-        sessions = [s for s, stream, _v in self.store.list_streams(within, prefix=STREAM)
-                    if stream == STREAM and s.tenant == self.tenant]
-        return [self._archive(s, idle_only=True) for s in sessions]
+        return [self._archive(s, idle_only=True) for s in self.sessions(within)]
+
+    def sessions(self, within: Scope) -> list[Scope]:
+        """Every session scope of this tenant under `within` that has messages."""
+        return [s for s, stream, _v in self.store.list_streams(within, prefix=STREAM)
+                if stream == STREAM and s.tenant == self.tenant]
+
+    def archive_if_idle(self, scope: Scope) -> ArchiveOutcome:
+        """:meth:`archive` only when the session is idle past ``archive_idle_hours`` (else
+        ``active``): one session's step of :meth:`archive_idle` (the background worker's unit)."""
+        return self._archive(scope, idle_only=True)
 
     def _archive(self, scope: Scope, *, idle_only: bool) -> ArchiveOutcome:
         sid = str(scope.session)

@@ -24,6 +24,7 @@ from mindpalace.cli import serve as _serve  # noqa: F401  (registers commands)
 from mindpalace.cli import session as _session  # noqa: F401  (registers commands)
 from mindpalace.cli import steps as _steps  # noqa: F401  (registers commands)
 from mindpalace.cli import tasks as _tasks  # noqa: F401  (registers commands)
+from mindpalace.cli import worker as _worker  # noqa: F401  (registers commands)
 from mindpalace.cli import workspace as _workspace  # noqa: F401  (registers commands)
 from mindpalace.cli.app import app, err_console
 from mindpalace.errors import MindPalaceError

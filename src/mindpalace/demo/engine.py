@@ -209,7 +209,8 @@ def run_engine(
                 s.steps.evaluate(tier_step, "success" if "no hotel" not in outcome.text else "failed",
                                  analysis=outcome.text)
                 crash("step:before_finish")
-                output = {"text": outcome.text, "prompt_tokens": prompt_tokens, "blocked": outcome.blocked}
+                output = {"text": outcome.text, "prompt_tokens": prompt_tokens,
+                          "budget_tokens": config.budget_tokens, "blocked": outcome.blocked}
                 version = s.task.finish_step(i, output=output, artifacts=outcome.artifacts)
                 ack(version, "checkpoint" if outcome.artifacts else "step_finished")
                 crash("step:finished")

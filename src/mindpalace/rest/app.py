@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from mindpalace.aio import DEFAULT_MAX_THREADS, AsyncMemory
 from mindpalace.auth import require_tenant
 from mindpalace.memory import Memory
-from mindpalace.rest import problems
+from mindpalace.rest import inspector, problems
 from mindpalace.rest.body import BodyLimit
 from mindpalace.rest.deps import TenantPool
 from mindpalace.rest.routes import ROUTERS
@@ -77,4 +77,5 @@ def create_app(
     app.add_middleware(BodyLimit, max_body_bytes=server.max_body_bytes)
     for router in ROUTERS:
         app.include_router(router, responses=problems.RESPONSES if router.prefix else None)
+    inspector.install(app)  # /ui: the web inspector, same keys and tenants
     return app
