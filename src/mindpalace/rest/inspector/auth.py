@@ -49,10 +49,11 @@ UiCaller = Annotated[Caller, Depends(ui_caller)]
 
 
 def ui_reader(request: Request, who: UiCaller) -> Memory:
-    """The tenant handle of a page (key scope ``read``)."""
+    """The tenant handle of a page (key scope ``read``): the sync facade under the API's async
+    handle — pages are plain ``def`` routes, which FastAPI already runs in worker threads."""
     who.require(SCOPES[0])
     pool: TenantPool = request.app.state.pool
-    return pool.get(who.tenant)
+    return pool.get(who.tenant).memory
 
 
 UiMemory = Annotated[Memory, Depends(ui_reader)]
