@@ -31,9 +31,7 @@ import gzip
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +44,7 @@ from filelock import FileLock, Timeout
 
 from mindpalace.archive.exchanges import HASH_CHARS, Exchange, compress, split_exchanges
 from mindpalace.errors import StoreBusyError, StoreError, ValidationError
+from mindpalace.fsutil import atomic_write
 from mindpalace.scope import Scope
 from mindpalace.session.lease import current_lease
 from mindpalace.session.messages import STREAM, MessageLog
@@ -201,7 +200,7 @@ class SessionArchive:
             if not new:
                 continue
             body = "".join(line + "\n" for _, line in lines) + "".join(n + "\n" for n in new)
-            _atomic_write(path, gzip.compress(body.encode("utf-8"), mtime=0))
+            atomic_write(path, gzip.compress(body.encode("utf-8"), mtime=0))
             out.appended += len(new)
             out.files.append(path.name)
 
@@ -312,24 +311,6 @@ def tenant_dirname(tenant: str) -> str:
 def _xkey(key: str) -> str:
     return f"x:{key}"
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, fsync, rename over `path`, fsync the folder."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise StoreError(f"cannot write {path}: {exc}") from exc
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def describe(exchange: Exchange) -> dict[str, Any]:

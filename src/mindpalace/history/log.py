@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,6 +41,7 @@ from typing import Any, Literal
 from filelock import FileLock, Timeout
 
 from mindpalace.errors import StoreBusyError, StoreError, ValidationError
+from mindpalace.fsutil import atomic_write
 from mindpalace.scope import ANY, Scope
 from mindpalace.store import Store
 from mindpalace.summary import strip_reasoning
@@ -258,7 +258,7 @@ class HistoryLog:
             cursor = self._current_cursor()
             kept = [e for e in self._iter_entries() if keep is None or keep(e)]
             body = "".join(json.dumps(e.to_json(), ensure_ascii=False) + "\n" for e in kept)
-            _atomic_write(self.path, body.encode("utf-8"))
+            atomic_write(self.path, body.encode("utf-8"))
             self._write_cursor(cursor)
         return len(kept)
 
@@ -454,7 +454,7 @@ class HistoryLog:
         return 0
 
     def _write_cursor(self, cursor: int) -> None:
-        _atomic_write(self.cursor_path, f"{cursor}\n".encode())
+        atomic_write(self.cursor_path, f"{cursor}\n".encode())
 
 
 def _same_session(entry: HistoryEntry, scope: Scope) -> bool:
@@ -481,25 +481,3 @@ def _decode_line(raw: bytes, size: int, max_bytes: int) -> tuple[HistoryEntry | 
         return None, "JSON nested too deep"
     except (ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:  # 1e999 → inf
         return None, f"not a history entry ({type(exc).__name__}: {str(exc)[:120]})"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write temp file in the same folder, fsync, rename over `path`, fsync the folder."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise StoreError(f"cannot write {path}: {exc}") from exc
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
