@@ -19,10 +19,10 @@ import numpy as np
 from mindpalace.errors import DimensionMismatchError, NotFoundError, ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document, SearchHit
+from mindpalace.store.inputs import embedding_rows
 from mindpalace.store.postgres.connection import scope_where
 from mindpalace.store.postgres.documents import DOC_COLS, DocumentsMixin, doc_of
 from mindpalace.store.postgres.schema import hnsw_index_sql
-from mindpalace.textsafe import require_text
 
 
 def _index_name(model: str, dim: int) -> str:
@@ -48,17 +48,7 @@ class EmbeddingsMixin(DocumentsMixin):
         *,
         rows: Sequence[int] | None = None,
     ) -> None:
-        require_text("model", model, allow_empty=False)
-        mat = np.asarray(vectors, dtype=np.float32)
-        counts = [1] * len(doc_ids) if rows is None else [int(r) for r in rows]
-        if len(counts) != len(doc_ids) or any(r < 1 for r in counts):
-            raise ValidationError(
-                f"put_embeddings rows must give a count >= 1 for each of the {len(doc_ids)} ids")
-        if mat.ndim != 2 or mat.shape[0] != sum(counts):
-            raise DimensionMismatchError(
-                sum(counts), int(mat.shape[0]) if mat.ndim else 0, f"{model} (rows per id)")
-        if not np.isfinite(mat).all():
-            raise ValidationError(f"embeddings for model {model!r} contain NaN or infinity")
+        mat, counts = embedding_rows(doc_ids, vectors, model, rows)
         if not doc_ids:
             return
         dim = int(mat.shape[1])

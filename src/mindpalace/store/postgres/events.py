@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from mindpalace.errors import ConcurrencyError
 from mindpalace.scope import Scope
 from mindpalace.store.base import NewEvent, StoredEvent
-from mindpalace.store.codec import dumps
+from mindpalace.store.inputs import event_payloads
 from mindpalace.store.postgres.connection import PostgresBase, exact_scope, scope_of, scope_where
 from mindpalace.store.postgres.schema import SCOPE_COLS
-from mindpalace.textsafe import require_text
 from mindpalace.timeutil import utcnow
 
 _VERSION = ("SELECT coalesce(max(version), 0) FROM mp_events WHERE tenant = %s AND user_id = %s "
@@ -41,11 +40,7 @@ class EventsMixin(PostgresBase):
         *,
         expected_version: int | None = None,
     ) -> list[StoredEvent]:
-        scope.require_concrete()
-        require_text("stream", stream, allow_empty=False)
-        payloads = [
-            (require_text("event.type", e.type, allow_empty=False), dumps(e.data)) for e in events
-        ]
+        payloads = event_payloads(scope, stream, events)
         if not payloads:
             if expected_version is not None and self.stream_version(scope, stream) != expected_version:
                 raise ConcurrencyError(stream, expected_version, self.stream_version(scope, stream))

@@ -10,9 +10,10 @@ from mindpalace.errors import ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store.base import Record
 from mindpalace.store.codec import dumps
+from mindpalace.store.inputs import record_fields
 from mindpalace.store.postgres.connection import PostgresBase, exact_scope, scope_of, scope_where
 from mindpalace.store.postgres.schema import SCOPE_COLS
-from mindpalace.textsafe import require_name, require_text
+from mindpalace.textsafe import require_text
 from mindpalace.timeutil import utcnow
 
 _RECORD_COLS = f"{SCOPE_COLS}, name, type, body, description, step_id, created_at, meta"
@@ -28,13 +29,7 @@ class RecordsMixin(PostgresBase):
 
     # -- records ---------------------------------------------------------------------------
     def put_record(self, record: Record, *, overwrite: bool = False, index: bool = True) -> Record:
-        scope = record.scope.require_concrete()
-        require_name(record.name, field="record name")
-        require_text("record.type", record.type, allow_empty=False)
-        require_text("record.body", record.body)
-        require_text("record.description", record.description)
-        created = record.created_at or utcnow()
-        meta = dumps(record.meta)
+        scope, created, meta = record_fields(record)
         where, params = exact_scope(scope)
         with self._tx(serialize=False) as conn:
             self._xact_lock(conn, "record", *scope.values(), record.name)

@@ -11,10 +11,10 @@ from typing import Any
 from mindpalace.errors import ConcurrencyError, StoreError
 from mindpalace.scope import Scope
 from mindpalace.store.base import NewEvent, StoredEvent
+from mindpalace.store.inputs import event_payloads
 from mindpalace.store.sqlite.connection import SQLiteBase
-from mindpalace.store.sqlite.rows import dumps, inserted_id, scope_of, scope_where
+from mindpalace.store.sqlite.rows import inserted_id, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
-from mindpalace.textsafe import require_text
 from mindpalace.timeutil import from_iso, to_iso, utcnow
 
 # Single-event append as one statement; an aggregate without GROUP BY always yields one row,
@@ -38,11 +38,7 @@ class EventsMixin(SQLiteBase):
         *,
         expected_version: int | None = None,
     ) -> list[StoredEvent]:
-        scope.require_concrete()
-        require_text("stream", stream, allow_empty=False)
-        payloads = [
-            (require_text("event.type", e.type, allow_empty=False), dumps(e.data)) for e in events
-        ]
+        payloads = event_payloads(scope, stream, events)
         now = utcnow()
         now_iso = to_iso(now)
         if len(payloads) == 1 and not getattr(self._local, "depth", 0):

@@ -10,10 +10,11 @@ from typing import Any
 from mindpalace.errors import ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store.base import Record
+from mindpalace.store.inputs import record_fields
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import dumps, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
-from mindpalace.textsafe import require_name, require_text
+from mindpalace.textsafe import require_text
 from mindpalace.timeutil import from_iso, to_iso, utcnow
 
 
@@ -23,13 +24,7 @@ class RecordsMixin(SQLiteBase):
 
     # -- records ---------------------------------------------------------------------------
     def put_record(self, record: Record, *, overwrite: bool = False, index: bool = True) -> Record:
-        scope = record.scope.require_concrete()
-        require_name(record.name, field="record name")
-        require_text("record.type", record.type, allow_empty=False)
-        require_text("record.body", record.body)
-        require_text("record.description", record.description)
-        created = record.created_at or utcnow()
-        meta = dumps(record.meta)
+        scope, created, meta = record_fields(record)
         with self.transaction():
             exists = self._execute(
                 "SELECT type FROM records WHERE tenant = ? AND user = ? AND agent = ? "
