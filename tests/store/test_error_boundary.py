@@ -296,9 +296,12 @@ class TestDiskFullAndLocked:
         with Memory.open(tmp_path / "ws", **OPTS) as mem:
             s = mem.session("a")
             s.add_message({"role": "user", "content": "before the disk filled up"})
-            conn = mem.store._conn()  # type: ignore[attr-defined]
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            conn.execute(f"PRAGMA max_page_count = {pages + 2}")  # SQLite's own SQLITE_FULL
+            store = mem.store
+            pages = store._conn().execute("PRAGMA page_count").fetchone()[0]  # type: ignore[attr-defined]
+            # SQLite's own SQLITE_FULL, on the thread's connection and on the write connection
+            # every transaction runs on (group commit)
+            for conn in (store._conn(), store._write_conn()):  # type: ignore[attr-defined]
+                conn.execute(f"PRAGMA max_page_count = {pages + 2}")
             added = 1
             with pytest.raises(DiskFullError, match="free some space"):
                 for i in range(200):

@@ -137,6 +137,13 @@ class Transactions(abc.ABC):
         writes, an exception leaving the outermost block undoes all of them. Reads inside see
         the block's own writes."""
 
+    def in_transaction(self) -> bool:
+        """True while the calling thread is inside :meth:`transaction` (its writes are not
+        committed yet and may still roll back). In-process caches of committed state (the
+        folded task state) keep nothing read or written here. The default, True, is the safe
+        answer for a backend that cannot tell: such a backend is simply never cached."""
+        return True
+
     @abc.abstractmethod
     def stats(self) -> StoreStats:
         """Counts over the whole store (all scopes); an admin view for ``status``."""

@@ -109,6 +109,9 @@ class PostgresBase(Store):
         return self._run(lambda c: c.execute(sql, params).rowcount)
 
     # -- transactions ----------------------------------------------------------------------
+    def in_transaction(self) -> bool:
+        return getattr(self._local, "conn", None) is not None
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         with self._tx(serialize=True):

@@ -22,6 +22,7 @@ from mindpalace.scope import Scope
 from mindpalace.settings import StoreSettings
 from mindpalace.store.base import Document, Store, StoreStats
 from mindpalace.store.sqlite.errmap import is_busy, store_error
+from mindpalace.store.sqlite.group import GroupCommit
 from mindpalace.store.sqlite.rows import doc_of
 from mindpalace.store.sqlite.schema import SCHEMA_VERSION, migrate, refuse_newer_schema
 from mindpalace.textsafe import require_text
@@ -53,6 +54,8 @@ class SQLiteBase(Store):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
+        self._write: sqlite3.Connection | None = None
+        self._group = GroupCommit(self._retry, self._wait_seconds())
         remove_stale_creations(self.path)
         if not self.path.exists():
             create_database(self.path, self.settings.fts_tokenizer)
@@ -63,22 +66,31 @@ class SQLiteBase(Store):
 
     # -- connections & transactions --------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
+        # Inside a top-level transaction the thread works on the shared write connection of
+        # the group commit (see transaction); everywhere else on its own connection.
+        write = getattr(self._local, "write", None)
+        if write is not None:
+            return write
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, timeout=self.settings.busy_timeout_ms / 1000,
-                check_same_thread=False,
-            )
-            conn.row_factory = sqlite3.Row
-            self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-            conn.execute(f"PRAGMA busy_timeout={int(self.settings.busy_timeout_ms)}")
-            conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA recursive_triggers=ON")
+            conn = self._connect()
             self._local.conn = conn
             self._local.depth = 0
-            with self._conns_lock:
-                self._conns.append(conn)
+        return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, timeout=self.settings.busy_timeout_ms / 1000,
+            check_same_thread=False,
+        )
+        conn.row_factory = sqlite3.Row
+        self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+        conn.execute(f"PRAGMA busy_timeout={int(self.settings.busy_timeout_ms)}")
+        conn.execute(f"PRAGMA synchronous={self.settings.synchronous}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA recursive_triggers=ON")
+        with self._conns_lock:
+            self._conns.append(conn)
         return conn
 
     def _retry(self, fn: Any) -> Any:
@@ -103,48 +115,61 @@ class SQLiteBase(Store):
             raise store_error(self.path, exc, retries=self.settings.busy_retries) from exc
         return None  # pragma: no cover - Retrying always returns or raises
 
+    def in_transaction(self) -> bool:
+        return bool(getattr(self._local, "depth", 0))
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        conn = self._conn()
-        depth = self._local.depth
-        if depth:  # nested: a savepoint, so an inner failure rolls back only the inner block
-            name = f"sp{depth}"
-            self._retry(lambda: conn.execute(f"SAVEPOINT {name}"))
-            self._local.depth = depth + 1
+        if getattr(self._local, "depth", 0):
+            with self._savepoint():
+                yield
+            return
+        with self._group.member(self._write_conn()) as conn:
+            self._local.write, self._local.depth = conn, 1
             try:
                 yield
-            except BaseException:
-                with suppress(sqlite3.Error):  # the outer transaction rolls back in any case
-                    conn.execute(f"ROLLBACK TO {name}")
-                    conn.execute(f"RELEASE {name}")
-                raise
-            else:
-                self._retry(lambda: conn.execute(f"RELEASE {name}"))
             finally:
-                self._local.depth = depth
-            return
-        # BEGIN IMMEDIATE takes the write lock up front: no deadlocking read→write upgrades.
-        self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-        self._local.depth = 1
+                self._local.write, self._local.depth = None, 0
+
+    @contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        """A nested block: a savepoint, so an inner failure rolls back only the inner block."""
+        conn = self._conn()
+        depth = self._local.depth
+        name = f"sp{depth}"
+        self._retry(lambda: conn.execute(f"SAVEPOINT {name}"))
+        self._local.depth = depth + 1
         try:
             yield
         except BaseException:
-            with suppress(sqlite3.Error):  # a failed rollback leaves the error being raised
-                conn.rollback()
+            with suppress(sqlite3.Error):  # the outer transaction rolls back in any case
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
             raise
         else:
-            try:
-                self._retry(lambda: conn.execute("COMMIT"))
-            except BaseException:
-                if conn.in_transaction:
-                    with suppress(sqlite3.Error):
-                        conn.rollback()
-                raise
+            self._retry(lambda: conn.execute(f"RELEASE {name}"))
         finally:
-            self._local.depth = 0
+            self._local.depth = depth
+
+    def _write_conn(self) -> sqlite3.Connection:
+        """The one connection every top-level transaction of this store object runs on."""
+        with self._conns_lock:
+            conn = self._write
+        if conn is None:
+            fresh = self._connect()
+            with self._conns_lock:
+                if self._write is None:
+                    self._write = fresh
+                conn = self._write
+        return conn
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self._retry(lambda: self._conn().execute(sql, params))
+
+    def _wait_seconds(self) -> float:
+        """How long a transaction waits for the write connection before StoreBusyError: as
+        long as SQLite's own busy handling would have let it wait for the write lock."""
+        return self.settings.busy_timeout_ms / 1000 * max(1, self.settings.busy_retries)
 
     def _migrate(self) -> None:
         conn = self._conn()
@@ -152,7 +177,7 @@ class SQLiteBase(Store):
         if self._retry(lambda: conn.execute(_CURRENT_VERSION).fetchone()[0]) == SCHEMA_VERSION:
             return
         with self.transaction():
-            migrate(conn, self.path, self.settings.fts_tokenizer)
+            migrate(self._conn(), self.path, self.settings.fts_tokenizer)
 
     def close(self) -> None:
         with self._conns_lock:
@@ -160,6 +185,7 @@ class SQLiteBase(Store):
                 with suppress(sqlite3.Error):
                     conn.close()
             self._conns.clear()
+            self._write = None
         self._local = threading.local()
 
     def get_documents(self, ids: Sequence[int]) -> dict[int, Document]:

@@ -224,7 +224,8 @@ class KeywordSearchMixin(SQLiteBase):
         missing = [t for t in dict.fromkeys(terms) if t not in cache]
         resolved: dict[str, tuple[str, ...]] = {}
         if missing:
-            if not getattr(self._local, "qtok", False):
+            made = getattr(self._local, "qtok", ())  # connections of this thread that have it
+            if conn not in made:
                 tok = self._fts_tokenizer.replace("'", "")
                 conn.execute(
                     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mp_qtok "
@@ -234,7 +235,7 @@ class KeywordSearchMixin(SQLiteBase):
                     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mp_qtok_v "
                     "USING fts5vocab(temp, mp_qtok, 'instance')"
                 )
-                self._local.qtok = True
+                self._local.qtok = (*made, conn)
             conn.execute("DELETE FROM temp.mp_qtok")
             conn.executemany(
                 "INSERT INTO temp.mp_qtok (rowid, x) VALUES (?, ?)",

@@ -1,0 +1,206 @@
+"""Group commit of the SQLite store: concurrent top-level transactions share one COMMIT.
+
+At ``synchronous=FULL`` every SQLite COMMIT in WAL mode ends with one fsync of the log, and the
+write lock is held across it, so N threads committing one after another pay N fsyncs. Here the
+top-level transactions of one store object run, one at a time, on one shared write connection
+inside one open SQLite transaction (a *batch*); each block is a savepoint of it (the first one
+needs none), so a block that raises undoes only its own writes. The thread that finishes a
+block while no other thread is waiting to start one commits the batch — one COMMIT, one fsync —
+and every block of the batch returns only after that COMMIT returned: nothing is acknowledged
+before it is durable, and a failed COMMIT raises in every block of the batch (all of it rolled
+back). A single thread pays exactly what a plain BEGIN IMMEDIATE … COMMIT costs.
+
+Readers on other connections see a batch only after its COMMIT (SQLite publishes a WAL commit
+after its fsync at FULL), so nobody can act on a write that may still be lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+from mindpalace.errors import StoreBusyError, StoreError
+
+MAX_BATCH = 64  # blocks per COMMIT: bounds how long the first block of a batch waits for it
+_SAVEPOINT = "group_member"
+
+
+@dataclass
+class _Batch:
+    """One open SQLite transaction shared by `size` blocks."""
+
+    size: int = 0
+    done: bool = False
+    error: BaseException | None = None
+    poisoned: BaseException | None = None
+    """Set when a block's writes could not be undone: the batch must not commit."""
+
+
+class GroupCommit:
+    """Serialises the top-level transactions of one store object and commits them in batches.
+
+    Args:
+        retry: runs a statement with the store's bounded SQLITE_BUSY retries (errors translated).
+        wait_seconds: how long a block waits for the write connection before StoreBusyError.
+        max_batch: most blocks per COMMIT.
+    """
+
+    def __init__(self, retry: Callable[[Callable[[], Any]], Any], wait_seconds: float,
+                 max_batch: int = MAX_BATCH) -> None:
+        self._retry = retry
+        self._wait_seconds = wait_seconds
+        self._max_batch = max_batch
+        self._cond = threading.Condition()
+        self._busy = False  # a thread runs a block (or commits) on the write connection
+        self._entering = 0  # threads waiting to start a block
+        self._batch: _Batch | None = None
+        self.commits = 0
+        """COMMITs issued (successful or not)."""
+        self.blocks = 0
+        """Blocks that joined a batch."""
+
+    @property
+    def entering(self) -> int:
+        """Threads waiting to start a block now (they will join the open batch)."""
+        with self._cond:
+            return self._entering
+
+    @contextmanager
+    def member(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """Run the caller's block on `conn` as a member of the open batch (or a new one); returns
+        once the batch is committed.
+
+        Raises:
+            StoreBusyError: the write connection stayed taken for ``wait_seconds``.
+            The block's own exception (its writes undone), or the COMMIT's error (every
+            block of the batch rolled back).
+        """
+        batch, first = self._join(conn)
+        try:
+            yield conn
+        except BaseException:
+            self._undo(conn, batch, first)
+            if not first:
+                self._finish(conn, batch, wait=False)
+            raise
+        try:
+            if not first:
+                self._retry(lambda: conn.execute(f"RELEASE {_SAVEPOINT}"))
+        except BaseException:
+            self._undo(conn, batch, first)
+            if not first:
+                self._finish(conn, batch, wait=False)
+            raise
+        self._finish(conn, batch, wait=True)
+
+    # -- steps -----------------------------------------------------------------------------
+    def _join(self, conn: sqlite3.Connection) -> tuple[_Batch, bool]:
+        with self._cond:
+            self._entering += 1
+            try:
+                deadline = time.monotonic() + self._wait_seconds
+                while self._busy:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise StoreBusyError(
+                            f"the store's write connection stayed busy for {self._wait_seconds:g}s "
+                            "(another thread holds a long transaction); retry later")
+                    self._cond.wait(remaining)
+            finally:
+                self._entering -= 1
+            self._busy = True
+            batch = self._batch
+        if batch is None:
+            try:
+                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            except BaseException:
+                self._release()
+                raise
+            batch = _Batch()
+            with self._cond:
+                self._batch = batch
+        else:
+            try:
+                self._retry(lambda: conn.execute(f"SAVEPOINT {_SAVEPOINT}"))
+            except BaseException:
+                self._finish(conn, batch, wait=False)
+                raise
+        with self._cond:
+            batch.size += 1
+            self.blocks += 1
+        return batch, batch.size == 1
+
+    def _undo(self, conn: sqlite3.Connection, batch: _Batch, first: bool) -> None:
+        """Undo a failed block: the whole transaction when it is the batch's only block (blocks
+        run one at a time, so nobody else joined it yet), else its savepoint."""
+        if first:
+            with suppress(sqlite3.Error):  # a failed rollback leaves the error being raised
+                conn.rollback()
+            with self._cond:
+                batch.done = True
+                self._batch = None
+            self._release()
+            return
+        try:
+            conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            conn.execute(f"RELEASE {_SAVEPOINT}")
+        except sqlite3.Error as exc:  # its writes may still be in the batch: commit none of it
+            batch.poisoned = StoreError(f"a transaction could not be rolled back: {exc}")
+
+    def _finish(self, conn: sqlite3.Connection, batch: _Batch, *, wait: bool) -> None:
+        """Hand the write connection to a waiting thread, or commit the batch when none waits.
+        With `wait`, return only once the batch is committed (raise its error if it failed)."""
+        with self._cond:
+            lead = (self._entering == 0 or batch.size >= self._max_batch
+                    or batch.poisoned is not None)
+            if not lead:
+                self._busy = False
+                self._cond.notify_all()
+                if wait:
+                    while not batch.done:
+                        self._cond.wait()
+                    if batch.error is not None:
+                        raise _copy(batch.error) from batch.error
+                return
+        error = batch.poisoned
+        if error is None:
+            try:
+                self._commit(conn)
+            except BaseException as exc:
+                error = exc
+        if error is not None and conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.rollback()
+        with self._cond:
+            batch.done, batch.error = True, error
+            self._batch = None
+            self.commits += 1
+            self._busy = False
+            self._cond.notify_all()
+        if wait and error is not None:
+            raise error
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """COMMIT the batch (one fsync of the log at synchronous=FULL)."""
+        self._retry(lambda: conn.execute("COMMIT"))
+
+    def _release(self) -> None:
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
+
+
+def _copy(error: BaseException) -> BaseException:
+    """A copy of the batch's error for each waiting block (one exception object is not raised
+    in several threads at once: each raise rewrites its traceback)."""
+    try:
+        clone = copy.copy(error)
+    except Exception:  # an exception whose constructor does not take its args back
+        return StoreError(f"the group commit of this transaction failed: {error}")
+    return clone if isinstance(clone, BaseException) else error
