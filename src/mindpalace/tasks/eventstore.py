@@ -5,10 +5,18 @@ Each task is the event stream ``task:<id>`` in its session's scope. Appends go t
 state is written to kv namespace ``task_snapshots`` **in the same transaction** as the append
 that crosses a multiple of ``settings.tasks.snapshot_every_events`` (so a snapshot can never be
 ahead of, or inconsistent with, the log). Recovery = latest snapshot + replay of later events.
+
+The folded state of each task is cached in the process (per ``TaskEventStore`` object) with the
+store position of the event it ends at. ``recover`` reads the stream from that event on — one
+indexed query — and folds only the events after it; when the event at the cached version is no
+longer the same one (the stream was deleted and written again) it recovers from scratch. Only
+committed state is cached: nothing read inside a transaction (it may still roll back), so a
+second store object or process appending is seen on the next ``recover``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +28,7 @@ from mindpalace.checks import require_int
 from mindpalace.errors import ConcurrencyError, NotFoundError
 from mindpalace.scope import Scope
 from mindpalace.settings import TaskSettings
-from mindpalace.store import NewEvent, Store
+from mindpalace.store import NewEvent, Store, StoredEvent
 from mindpalace.tasks.events import DEFAULT_REGISTRY, EventRegistry, TaskEvent, payload_of
 from mindpalace.tasks.state import TaskState, apply, initial_state
 from mindpalace.textsafe import require_name
@@ -44,6 +52,14 @@ class TaskEventRecord:
     event: TaskEvent
     data: dict[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _Folded:
+    """A committed folded state and the store position of its last event (0 at version 0)."""
+
+    state: TaskState
+    position: int
 
 
 def stream_of(task: str) -> str:
@@ -72,6 +88,8 @@ class TaskEventStore:
         self.scope = scope.require_concrete()
         self.settings = settings or TaskSettings()
         self.registry = registry
+        self._folded: dict[str, _Folded] = {}
+        self._folded_lock = threading.Lock()
 
     # -- writes ----------------------------------------------------------------------------
     def append(
@@ -99,11 +117,18 @@ class TaskEventStore:
             return []
         new = [NewEvent(m.type, payload_of(m)) for m in models]
         every = self.settings.snapshot_every_events
+        top_level = not self.store.in_transaction()
+        folded: TaskState | None = None
         with self.store.transaction():
             stored = self.store.append_events(self.scope, stream, new, expected_version=expected_version)
             last = stored[-1].version
             if snapshot or last // every > (last - len(stored)) // every:
-                self._write_snapshot(task, self.recover(task))
+                folded = self.recover(task)
+                self._write_snapshot(task, folded)
+        if top_level and folded is not None:
+            # read and folded under this transaction's write lock, now committed: the exact
+            # state at `last`, so the next recover folds only what comes after it
+            self._remember(task, _Folded(folded, stored[-1].position))
         return [
             TaskEventRecord(task, s.version, s.type, m, n.data, s.created_at)
             for s, n, m in zip(stored, new, models, strict=True)
@@ -190,13 +215,63 @@ class TaskEventStore:
     def recover(self, task: str, *, use_snapshot: bool = True) -> TaskState:
         """The exact current state: latest snapshot (if any) + replay of every later event.
 
-        A task with no events recovers to its initial state (version 0).
+        A task with no events recovers to its initial state (version 0). With `use_snapshot`
+        the in-process cache is used (see the module docstring): unchanged stream → one
+        one-row query and no fold; new events → only they are folded. ``use_snapshot=False``
+        replays from event 1 and touches no cache (the reference the cache is tested against).
         """
-        state = (self.latest_snapshot(task) if use_snapshot else None) or initial_state(task)
-        rows = self.store.read_events(self.scope, stream_of(task), from_version=state.version + 1)
+        if not use_snapshot:
+            return self._fold(initial_state(task), self._events(task, 1))
+        cacheable = not self.store.in_transaction()
+        cached = self._folded.get(require_name(task, field="task id"))
+        if cached is not None:
+            head = cached.state.version
+            rows = self._events(task, max(head, 1))
+            if head == 0 or (rows and rows[0].version == head and rows[0].position == cached.position):
+                new = rows[1:] if head else rows
+                state = self._fold(cached.state, new)
+                if new and cacheable:
+                    self._remember(task, _Folded(state, new[-1].position))
+                return state
+        return self._recover_cold(task, cacheable)
+
+    def _recover_cold(self, task: str, cacheable: bool) -> TaskState:
+        """Snapshot + replay, reading the snapshot's own last event too (its position keys the
+        cache); a snapshot the log does not bear out is ignored (the log is the truth)."""
+        snap = self.latest_snapshot(task)
+        if snap is not None and snap.version > 0:
+            rows = self._events(task, snap.version)
+            if rows and rows[0].version == snap.version:
+                state = self._fold(snap, rows[1:])
+                if cacheable:
+                    self._remember(task, _Folded(state, rows[-1].position))
+                return state
+        rows = self._events(task, 1)
+        state = self._fold(initial_state(task), rows)
+        if cacheable:
+            self._remember(task, _Folded(state, rows[-1].position if rows else 0))
+        return state
+
+    def _events(self, task: str, from_version: int) -> list[StoredEvent]:
+        return self.store.read_events(self.scope, stream_of(task), from_version=from_version)
+
+    def _fold(self, state: TaskState, rows: Sequence[StoredEvent]) -> TaskState:
         for r in rows:
             state = apply(state, self.registry.parse_stored(r.type, r.data), self.registry)
         return state
+
+    def _remember(self, task: str, folded: _Folded) -> None:
+        with self._folded_lock:
+            self._folded[task] = folded
+
+    def forget(self, task: str | None = None) -> None:
+        """Drop the cached folded state of `task` (None = every task); the next ``recover``
+        rebuilds it from the snapshot and the log. Never needed for correctness."""
+        with self._folded_lock:
+            if task is None:
+                self._folded.clear()
+            else:
+                self._folded.pop(task, None)
 
     def list_tasks(self) -> list[tuple[str, int]]:
         """(task id, version) of every task in this scope."""

@@ -1,0 +1,209 @@
+"""Durable agent steps against the physical floor: a bare fsync loop on the same disk.
+
+Printed per SQLite ``synchronous`` mode (FULL: a commit returns after its fsync and survives a
+power cut; NORMAL: survives a process crash), all through the public API of one workspace:
+
+* **bare fsync loop** (the baseline, measured in the same run): rewrite one 4 KiB page of a
+  file in the workspace folder and ``os.fsync`` it — what one durable commit cannot beat;
+* **checkpoint per step**: ``Session.checkpoint(step=i, artifacts=…)`` — one event, one commit;
+* **start + finish step**: ``Task.start_step(i)`` then ``Task.finish_step(i, output=…,
+  artifacts=…)`` — two commits (the start is durable before the step runs);
+* **ledger tool call + checkpoint**: ``with Session.tool_call("book", {"i": i}) as call:
+  call.run(fn)`` then ``Session.checkpoint(…)`` — the ``started`` row durable before the tool
+  runs, its outcome, then the checkpoint: three commits;
+* **N concurrent agents** (N = 1, 2, 4, 8): N threads over ONE ``Memory``, each its own
+  ``Session`` doing ``Session.checkpoint`` in a loop; aggregate durable steps/s. Concurrent
+  top-level transactions of one store share one COMMIT (group commit,
+  :mod:`mindpalace.store.sqlite.group`), so one fsync acknowledges several agents' steps.
+
+Columns: steps/s, ms per step, the step's cost in bare fsyncs (ms per step ÷ ms per bare
+fsync), and commits per step from the store's group-commit counter (below 1 = shared fsyncs).
+
+    python benchmarks/bench_durable.py              # 2 s per row
+    python benchmarks/bench_durable.py --fast       # 0.3 s per row (smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mindpalace import Memory
+
+PAGE = 4096
+
+
+@dataclass
+class Row:
+    synchronous: str
+    workload: str
+    agents: int
+    steps: int
+    seconds: float
+    commits: int | None = None
+
+    @property
+    def per_s(self) -> float:
+        return self.steps / self.seconds
+
+    @property
+    def ms(self) -> float:
+        return 1000 * self.seconds / self.steps
+
+
+def bare_fsync(folder: Path, seconds: float) -> tuple[int, float]:
+    """Rewrite one page of a preallocated file and fsync it, for `seconds`; (count, elapsed)."""
+    path = folder / "fsync-baseline.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"\0" * PAGE * 64)
+        os.fsync(fd)
+        page = os.urandom(PAGE)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            os.pwrite(fd, page, (n % 64) * PAGE)
+            os.fsync(fd)
+            n += 1
+        return n, time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def timed(step: Callable[[int], Any], seconds: float) -> tuple[int, float]:
+    step(0)  # warm-up: connections, first event of the task
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        n += 1
+        step(n)
+    return n, time.perf_counter() - t0
+
+
+def commits(mem: Memory) -> int | None:
+    group = getattr(mem.store, "_group", None)  # the SQLite store's group-commit counters
+    return None if group is None else int(group.commits)
+
+
+def open_memory(folder: Path, synchronous: str) -> Memory:
+    return Memory.open(folder, embed={"provider": "none"}, store={"synchronous": synchronous})
+
+
+def single_agent_rows(folder: Path, synchronous: str, seconds: float) -> list[Row]:
+    rows = []
+    with open_memory(folder / f"single-{synchronous}", synchronous) as mem:
+        s = mem.session("agent")
+        task = s.task
+
+        def checkpoint(i: int) -> None:
+            s.checkpoint(step=i, artifacts={"last": i, "note": f"step {i} done"})
+
+        def start_finish(i: int) -> None:
+            task.start_step(i, f"step {i}")
+            task.finish_step(i, output={"text": f"did {i}"}, artifacts={"last": i})
+
+        def tool_and_checkpoint(i: int) -> None:
+            with s.tool_call("book", {"i": i}) as call:
+                if not call.done:
+                    call.run(lambda i: {"booking": f"B{i}"})
+            s.checkpoint(step=i, artifacts={"booked": i})
+
+        for name, fn in (("checkpoint per step", checkpoint), ("start + finish step", start_finish),
+                         ("ledger tool call + checkpoint", tool_and_checkpoint)):
+            before = commits(mem)
+            n, dt = timed(fn, seconds)
+            after = commits(mem)
+            rows.append(Row(synchronous, name, 1, n, dt,
+                            None if before is None or after is None else after - before))
+    return rows
+
+
+def concurrent_rows(folder: Path, synchronous: str, seconds: float, counts: list[int]) -> list[Row]:
+    rows = []
+    for agents in counts:
+        with open_memory(folder / f"agents{agents}-{synchronous}", synchronous) as mem:
+            sessions = [mem.session(f"agent-{k}") for k in range(agents)]
+            for s in sessions:
+                s.checkpoint(step=0)  # warm-up: connections, first event of each task
+            done = [0] * agents
+            start = threading.Barrier(agents + 1)
+            stop = threading.Event()
+
+            def agent(k: int) -> None:
+                s = sessions[k]
+                start.wait()
+                while not stop.is_set():
+                    s.checkpoint(step=done[k], artifacts={"agent": k, "last": done[k]})
+                    done[k] += 1
+
+            threads = [threading.Thread(target=agent, args=(k,)) for k in range(agents)]
+            for t in threads:
+                t.start()
+            before = commits(mem)
+            start.wait()
+            t0 = time.perf_counter()
+            time.sleep(seconds)
+            stop.set()
+            for t in threads:
+                t.join()
+            dt = time.perf_counter() - t0
+            after = commits(mem)
+            # every acknowledged step is in the log: nothing lost, nothing doubled
+            for k, s in enumerate(sessions):
+                assert s.task.version == done[k] + 1, (k, s.task.version, done[k])
+            rows.append(Row(synchronous, f"{agents} concurrent agents (checkpoint)", agents,
+                            sum(done), dt, None if before is None or after is None else after - before))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=2.0, help="time per row (s)")
+    ap.add_argument("--fast", action="store_true", help="0.3 s per row")
+    ap.add_argument("--synchronous", nargs="+", default=["FULL", "NORMAL"], choices=["FULL", "NORMAL"])
+    ap.add_argument("--agents", type=int, nargs="+", default=[1, 2, 4, 8], help="concurrent agent counts")
+    ap.add_argument("--folder", type=Path, default=None,
+                    help="where the workspaces go (default: a temporary folder; pick the disk to measure)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = ap.parse_args(argv)
+    seconds = 0.3 if args.fast else args.seconds
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(dir=args.folder) as tmp:
+        folder = Path(tmp)
+        n, dt = bare_fsync(folder, seconds)
+        base = Row("-", "bare fsync loop (baseline)", 1, n, dt)
+        rows.append(base)
+        for mode in args.synchronous:
+            rows += single_agent_rows(folder, mode, seconds)
+            rows += concurrent_rows(folder, mode, seconds, args.agents)
+
+    table = Table(title=f"bench_durable — {datetime.now(UTC):%Y-%m-%d} — {seconds:g} s per row, "
+                        f"bare fsync = {base.ms:.3f} ms")
+    for col in ("synchronous", "workload", "steps/s", "ms / step", "× bare fsync", "commits / step"):
+        table.add_column(col, justify="left" if col in ("synchronous", "workload") else "right")
+    out = []
+    for r in rows:
+        ratio = r.ms / base.ms
+        per_commit = "-" if r.commits is None else f"{r.commits / r.steps:.2f}"
+        table.add_row(r.synchronous, r.workload, f"{r.per_s:,.0f}", f"{r.ms:.3f}", f"{ratio:.2f}", per_commit)
+        out.append({**asdict(r), "per_s": r.per_s, "ms": r.ms, "x_bare_fsync": ratio})
+    Console(width=140).print(table)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The in-process cache of folded task state: always equal to a fresh fold from event 1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mindpalace import Memory
+from mindpalace.tasks import TaskEventStore
+from mindpalace.tasks.events import Checkpoint, ConstraintSet, StepFinished, StepStarted
+
+OPS = st.lists(
+    st.sampled_from([
+        "append_a", "append_b", "append_a_batch", "append_in_committed_tx",
+        "append_then_rollback", "snapshot_a", "drop_b", "recover_a", "recover_b",
+    ]),
+    min_size=1, max_size=14,
+)
+
+
+def _event(i: int) -> list:
+    match i % 3:
+        case 0:
+            return [Checkpoint(step=i, artifacts={f"k{i % 4}": i})]
+        case 1:
+            return [StepStarted(index=i), StepFinished(index=i, output={"i": i})]
+        case _:
+            return [ConstraintSet(name=f"c{i % 2}", value=i, source="user")]
+
+
+class _Rollback(Exception):
+    pass
+
+
+def _check(a: TaskEventStore, fresh: TaskEventStore, task: str) -> None:
+    expected = fresh.recover(task, use_snapshot=False)
+    assert a.recover(task) == expected
+    assert a.recover(task) == expected  # a second, unchanged read (cache hit) too
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_cached_fold_equals_a_fresh_fold_after_any_interleaving(
+    memory: Memory, workspace_dir: Path, ops: list[str]
+) -> None:
+    scope = memory.scope(user="u", session=f"s-{uuid.uuid4().hex[:8]}")
+    task = "t"
+    a = TaskEventStore(memory.store, scope, memory.settings.tasks)  # the cached handle
+    with Memory.open(workspace_dir, embed={"provider": "hashing"},
+                     tasks={"snapshot_every_events": 3}) as other:
+        b = TaskEventStore(other.store, scope, other.settings.tasks)  # a second store object
+        fresh = TaskEventStore(other.store, scope, other.settings.tasks)
+        for i, op in enumerate(ops):
+            match op:
+                case "append_a":
+                    a.append(task, _event(i))
+                case "append_b":
+                    b.append(task, _event(i))
+                case "append_a_batch":
+                    a.append(task, _event(i) + _event(i + 1))
+                case "append_in_committed_tx":
+                    with memory.store.transaction():
+                        a.append(task, _event(i))
+                        a.recover(task)
+                case "append_then_rollback":
+                    # read inside the transaction (its uncommitted event), then roll back and
+                    # let another writer take that version with a different event
+                    with pytest.raises(_Rollback), memory.store.transaction():
+                        a.append(task, [Checkpoint(artifacts={"rolled": "back"})])
+                        assert a.recover(task).artifacts.get("rolled") == "back"
+                        raise _Rollback
+                    b.append(task, [Checkpoint(artifacts={"rolled": "no"})])
+                case "snapshot_a":
+                    a.snapshot(task)
+                case "drop_b":
+                    b.clear_task(task, drop_events=True)
+                case "recover_a":
+                    a.recover(task)
+                case "recover_b":
+                    b.recover(task)
+            _check(a, fresh, task)
+
+
+class TestIncrementalFold:
+    def test_an_unchanged_stream_folds_nothing(self, memory: Memory, uid: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+        ev = TaskEventStore(memory.store, memory.scope(user="u", session=uid))
+        ev.append("t", [Checkpoint(artifacts={"a": i}) for i in range(7)])
+        first = ev.recover("t")
+        parsed: list[str] = []
+        real = ev.registry.parse_stored
+        monkeypatch.setattr(ev.registry, "parse_stored",
+                            lambda t, d: parsed.append(t) or real(t, d))  # type: ignore[func-returns-value]
+        assert ev.recover("t") == first and parsed == []
+        ev.append("t", [Checkpoint(artifacts={"b": 1})])
+        assert ev.recover("t").artifacts == {**first.artifacts, "b": 1}
+        assert parsed == ["checkpoint"]  # only the new event was folded
+
+    def test_a_dropped_and_rewritten_stream_is_not_mistaken_for_the_old_one(
+        self, memory: Memory, workspace_dir: Path, uid: str
+    ) -> None:
+        scope = memory.scope(user="u", session=uid)
+        a = TaskEventStore(memory.store, scope)
+        a.append("t", [Checkpoint(artifacts={"old": 1}), Checkpoint(artifacts={"old": 2})])
+        assert a.recover("t").artifacts == {"old": 2}
+        with Memory.open(workspace_dir, embed={"provider": "hashing"}) as other:
+            b = TaskEventStore(other.store, scope)
+            b.clear_task("t", drop_events=True)
+            b.append("t", [Checkpoint(artifacts={"new": 1}), Checkpoint(artifacts={"new": 2})])
+        state = a.recover("t")  # same version (2) as the cached one, different events
+        assert state.version == 2 and state.artifacts == {"new": 2}
+
+
+def test_an_append_by_another_process_is_seen(memory: Memory, workspace_dir: Path, uid: str) -> None:
+    scope = memory.scope(user="u", session=uid)
+    ev = TaskEventStore(memory.store, scope)
+    ev.append("t", [Checkpoint(artifacts={"here": 1})])
+    assert ev.recover("t").version == 1  # cached now
+    code = textwrap.dedent(f"""
+        from mindpalace import Memory
+        from mindpalace.tasks import TaskEventStore
+        from mindpalace.tasks.events import Checkpoint
+        with Memory.open({str(workspace_dir)!r}, embed={{"provider": "hashing"}}) as mem:
+            scope = mem.scope(user="u", session={uid!r})
+            TaskEventStore(mem.store, scope).append("t", [Checkpoint(artifacts={{"there": 2}})])
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    state = ev.recover("t")
+    assert state.version == 2 and state.artifacts == {"here": 1, "there": 2}
