@@ -130,6 +130,31 @@ def single_agent_rows(folder: Path, synchronous: str, seconds: float) -> list[Ro
     return rows
 
 
+def run_agents(sessions: list[Any], seconds: float) -> tuple[list[int], float]:
+    """Each session checkpoints in its own thread for `seconds`; (steps per agent, elapsed)."""
+    done = [0] * len(sessions)
+    start = threading.Barrier(len(sessions) + 1)
+    stop = threading.Event()
+
+    def agent(k: int) -> None:
+        s = sessions[k]
+        start.wait()
+        while not stop.is_set():
+            s.checkpoint(step=done[k], artifacts={"agent": k, "last": done[k]})
+            done[k] += 1
+
+    threads = [threading.Thread(target=agent, args=(k,)) for k in range(len(sessions))]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return done, time.perf_counter() - t0
+
+
 def concurrent_rows(folder: Path, synchronous: str, seconds: float, counts: list[int]) -> list[Row]:
     rows = []
     for agents in counts:
@@ -137,28 +162,8 @@ def concurrent_rows(folder: Path, synchronous: str, seconds: float, counts: list
             sessions = [mem.session(f"agent-{k}") for k in range(agents)]
             for s in sessions:
                 s.checkpoint(step=0)  # warm-up: connections, first event of each task
-            done = [0] * agents
-            start = threading.Barrier(agents + 1)
-            stop = threading.Event()
-
-            def agent(k: int) -> None:
-                s = sessions[k]
-                start.wait()
-                while not stop.is_set():
-                    s.checkpoint(step=done[k], artifacts={"agent": k, "last": done[k]})
-                    done[k] += 1
-
-            threads = [threading.Thread(target=agent, args=(k,)) for k in range(agents)]
-            for t in threads:
-                t.start()
             before = commits(mem)
-            start.wait()
-            t0 = time.perf_counter()
-            time.sleep(seconds)
-            stop.set()
-            for t in threads:
-                t.join()
-            dt = time.perf_counter() - t0
+            done, dt = run_agents(sessions, seconds)
             after = commits(mem)
             # every acknowledged step is in the log: nothing lost, nothing doubled
             for k, s in enumerate(sessions):

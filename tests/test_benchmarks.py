@@ -157,3 +157,17 @@ class TestBenchLineage:
         assert steps["on"]["prompts"] == steps["off"]["prompts"] > 0
         assert steps["on"]["over_budget"] == steps["off"]["over_budget"] == 0
         assert rows["recall"]["on@300"]["recall_p50_ms"] > 0 and rows["recall"]["off@300"]["recall_p50_ms"] > 0
+
+
+class TestBenchDurable:
+    def test_fast_run_prints_every_workload_against_the_fsync_baseline(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_durable").main(["--seconds", "0.05", "--agents", "1", "2",
+                                           "--synchronous", "NORMAL", "--json", str(out)]) == 0
+        rows = json.loads(out.read_text())
+        assert [r["workload"] for r in rows] == [
+            "bare fsync loop (baseline)", "checkpoint per step", "start + finish step",
+            "ledger tool call + checkpoint", "1 concurrent agents (checkpoint)",
+            "2 concurrent agents (checkpoint)"]
+        assert all(r["steps"] > 0 and r["x_bare_fsync"] > 0 for r in rows)
+        assert all(r["commits"] >= 1 for r in rows[1:])  # the store's group-commit counter

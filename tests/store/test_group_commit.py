@@ -1,0 +1,157 @@
+"""Group commit of the SQLite store: one COMMIT for concurrent transactions, none acknowledged
+before it, a failed COMMIT fails every member, per-stream order kept, nothing lost or doubled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mindpalace.errors import StoreError
+from mindpalace.scope import Scope
+from mindpalace.store import NewEvent
+from mindpalace.store.sqlite import SQLiteStore
+
+SCOPE = Scope(tenant="t", user="u", agent="a", session="s")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    s = SQLiteStore(tmp_path / "gc.db")
+    yield s
+    s.close()
+
+
+def _wait_for(cond: Callable[[], bool]) -> None:
+    """Wait for a state of the other threads (not for time to pass): a bounded poll."""
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, "the other threads never got there"
+        time.sleep(0.001)
+
+
+def one_batch(store: SQLiteStore, bodies: list[Callable[[], None]],
+              returned: Callable[[int], None] = lambda k: None) -> list[BaseException | None]:
+    """Run each body in its own thread inside ``store.transaction()`` so that they all join ONE
+    batch: the first holds its block open until every other thread waits to start its own.
+    `returned(k)` is called in thread k as soon as its transaction returned."""
+    group = store._group
+    outcome: list[BaseException | None] = [None] * len(bodies)
+    release = threading.Event()
+
+    def run(k: int) -> None:
+        try:
+            with store.transaction():
+                if k == 0:
+                    release.wait()
+                bodies[k]()
+            returned(k)
+        except BaseException as exc:
+            outcome[k] = exc
+
+    first = threading.Thread(target=run, args=(0,))
+    first.start()
+    _wait_for(lambda: group.blocks >= 1)
+    others = [threading.Thread(target=run, args=(k,)) for k in range(1, len(bodies))]
+    for t in others:
+        t.start()
+    _wait_for(lambda: group.entering == len(others))
+    release.set()
+    for t in (first, *others):
+        t.join()
+    return outcome
+
+
+def append(store: SQLiteStore, stream: str, n: int) -> Callable[[], None]:
+    return lambda: store.append_events(SCOPE, stream, [NewEvent("e", {"n": n})])
+
+
+class TestOneCommitForMany:
+    def test_concurrent_transactions_share_one_commit_and_all_are_stored(self, store: SQLiteStore) -> None:
+        before = store._group.commits
+        outcome = one_batch(store, [append(store, f"s{k}", k) for k in range(6)])
+        assert outcome == [None] * 6
+        assert store._group.commits - before == 1
+        assert [store.stream_version(SCOPE, f"s{k}") for k in range(6)] == [1] * 6
+
+    def test_nobody_is_acknowledged_before_the_commit(self, store: SQLiteStore,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        acked: list[int] = []
+        seen_at_commit: list[int] = []
+        group = store._group
+        real = group._commit
+
+        def commit(conn: object) -> None:
+            seen_at_commit.append(len(acked))
+            real(conn)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(group, "_commit", commit)
+
+        def body(k: int) -> Callable[[], None]:
+            return append(store, "shared", k)
+
+        outcome = one_batch(store, [body(k) for k in range(5)], returned=acked.append)
+        assert outcome == [None] * 5 and seen_at_commit == [0] and sorted(acked) == list(range(5))
+
+    def test_a_failed_commit_fails_every_member_and_stores_nothing(
+        self, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def broken(conn: object) -> None:
+            raise StoreError("injected: the disk went away during COMMIT")
+
+        monkeypatch.setattr(store._group, "_commit", broken)
+        outcome = one_batch(store, [append(store, f"s{k}", k) for k in range(5)])
+        assert all(isinstance(e, StoreError) and "injected" in str(e) for e in outcome)
+        monkeypatch.undo()
+        assert [store.stream_version(SCOPE, f"s{k}") for k in range(5)] == [0] * 5
+        store.append_events(SCOPE, "after", [NewEvent("e", {})])  # the store works on
+        assert store.stream_version(SCOPE, "after") == 1
+
+    def test_a_failing_member_undoes_only_its_own_writes(self, store: SQLiteStore) -> None:
+        def failing() -> None:
+            store.append_events(SCOPE, "bad", [NewEvent("e", {})])
+            raise ValueError("the agent's own error")
+
+        outcome = one_batch(store, [append(store, "a", 0), failing, append(store, "c", 2)])
+        assert outcome[0] is None and outcome[2] is None
+        assert isinstance(outcome[1], ValueError)
+        assert [store.stream_version(SCOPE, s) for s in ("a", "bad", "c")] == [1, 0, 1]
+
+    def test_a_failing_first_member_leaves_the_next_batch_clean(self, store: SQLiteStore) -> None:
+        def failing() -> None:
+            store.append_events(SCOPE, "bad", [NewEvent("e", {})])
+            raise ValueError("first fails")
+
+        outcome = one_batch(store, [failing, append(store, "b", 1)])
+        assert isinstance(outcome[0], ValueError) and outcome[1] is None
+        assert store.stream_version(SCOPE, "bad") == 0 and store.stream_version(SCOPE, "b") == 1
+
+
+class TestConcurrentAppends:
+    def test_order_per_stream_kept_and_nothing_lost_or_doubled(self, store: SQLiteStore) -> None:
+        threads, per_thread = 8, 40
+
+        def agent(k: int) -> None:
+            for i in range(per_thread):
+                with store.transaction():  # own stream and a shared one, atomically
+                    store.append_events(SCOPE, f"own{k}", [NewEvent("e", {"k": k, "i": i})])
+                    store.append_events(SCOPE, "shared", [NewEvent("e", {"k": k, "i": i})])
+
+        workers = [threading.Thread(target=agent, args=(k,)) for k in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        for k in range(threads):
+            own = store.read_events(SCOPE, f"own{k}")
+            assert [e.version for e in own] == list(range(1, per_thread + 1))
+            assert [e.data["i"] for e in own] == list(range(per_thread))
+        shared = store.read_events(SCOPE, "shared")
+        assert [e.version for e in shared] == list(range(1, threads * per_thread + 1))
+        pairs = [(e.data["k"], e.data["i"]) for e in shared]
+        assert len(set(pairs)) == len(pairs) == threads * per_thread
+        for k in range(threads):  # each agent's events in its own order
+            assert [i for kk, i in pairs if kk == k] == list(range(per_thread))
