@@ -166,8 +166,9 @@ class TestBenchDurable:
                                            "--synchronous", "NORMAL", "--json", str(out)]) == 0
         rows = json.loads(out.read_text())
         assert [r["workload"] for r in rows] == [
-            "bare fsync loop (baseline)", "checkpoint per step", "start + finish step",
-            "ledger tool call + checkpoint", "1 concurrent agents (checkpoint)",
+            "bare fsync loop (baseline)", "checkpoint per step, fresh WAL (file growing)",
+            "checkpoint per step", "start + finish step", "ledger tool call + checkpoint",
+            "ledger tool call, run(checkpoint=…)", "1 concurrent agents (checkpoint)",
             "2 concurrent agents (checkpoint)"]
         assert all(r["steps"] > 0 and r["x_bare_fsync"] > 0 for r in rows)
         assert all(r["commits"] >= 1 for r in rows[1:])  # the store's group-commit counter

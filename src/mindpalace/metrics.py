@@ -16,7 +16,7 @@ the handle was opened.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -182,9 +182,9 @@ class MeteredToolCall(ToolCall):
             self._inc("ledger_replays")
         return self
 
-    def run(self, fn: Callable[..., Any]) -> Any:
+    def run(self, fn: Callable[..., Any], *, checkpoint: Mapping[str, Any] | None = None) -> Any:
         try:
-            return super().run(fn)
+            return super().run(fn, checkpoint=checkpoint)
         except ConstraintError:
             self._inc("constraint_refusals")
             raise

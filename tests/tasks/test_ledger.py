@@ -250,3 +250,40 @@ class TestTwoProcessesOneCall:
             session.tasks.ledger.finish(other, result={"booking_id": "TK-other"})
             assert call.run(tool) == {"booking_id": "TK-other"}
         assert tool.calls == 0
+
+
+class TestOutcomeWithCheckpoint:
+    def test_outcome_and_checkpoint_are_one_append(self, session: Session) -> None:
+        tool = Booker()
+        with session.tool_call("book_ticket", ARGS) as call:
+            result = call.run(tool, checkpoint={"step": 3, "artifacts": {"ticket": "TK001"}})
+        events = session.task.history()
+        assert [e.type for e in events][-2:] == ["tool_call_completed", "checkpoint"]
+        assert events[-1].created_at == events[-2].created_at  # one append, one transaction
+        state = session.task.state()
+        assert result["booking_id"] == "TK001" and state.step == 3
+        assert state.artifacts == {"ticket": "TK001"} and state.in_flight == {}
+
+    def test_a_bad_checkpoint_is_refused_before_the_tool_runs(self, session: Session) -> None:
+        tool = Booker()
+        with session.tool_call("book_ticket", ARGS) as call, \
+                pytest.raises(ValidationError, match="checkpoint"):
+            call.run(tool, checkpoint={"step": -1})
+        assert tool.calls == 0 and session.task.version == 0
+
+    def test_a_replay_writes_no_second_checkpoint(self, session: Session) -> None:
+        tool = Booker()
+        for _ in range(2):
+            with session.tool_call("book_ticket", ARGS) as call:
+                if not call.done:
+                    call.run(tool, checkpoint={"artifacts": {"n": 1}})
+        assert tool.calls == 1
+        assert [e.type for e in session.task.history()].count("checkpoint") == 1
+
+    def test_a_failed_call_writes_no_checkpoint(self, session: Session) -> None:
+        def broken(place: str, date: str) -> dict:
+            raise EffectNotApplied("sold out")
+
+        with session.tool_call("book_ticket", ARGS) as call, pytest.raises(EffectNotApplied):
+            call.run(broken, checkpoint={"artifacts": {"n": 1}})
+        assert "checkpoint" not in [e.type for e in session.task.history()]

@@ -26,12 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mindpalace.errors import EffectNotApplied, NotFoundError, OutcomeUnknownError, ValidationError
-from mindpalace.tasks.events import ToolCallCompleted, ToolCallRecorded
+from mindpalace.tasks.events import TaskEvent, ToolCallCompleted, ToolCallRecorded
 from mindpalace.tasks.eventstore import LEDGER_NS, TaskEventStore
 from mindpalace.textsafe import clean_json, require_name, require_text
 
@@ -207,10 +207,13 @@ class Ledger:
         error: str | None = None,
         unknown: bool = False,
         reconciled: bool = False,
+        also: Sequence[TaskEvent] = (),
     ) -> LedgerEntry:
         """Record the outcome of a started call: ``completed`` with `result`; ``failed`` when
         `error` is given (the effect did not happen); ``unknown`` when `unknown` (the call raised
-        `error` after dispatch: it may have happened).
+        `error` after dispatch: it may have happened). `also`: task events appended after the
+        outcome in the same append (one commit — e.g. the step's checkpoint); not written when
+        the row was settled meanwhile.
 
         The row is re-read inside the write transaction: when it was settled meanwhile (a
         ``task resolve`` by hand, or another attempt), the first outcome stands and is returned
@@ -222,9 +225,10 @@ class Ledger:
             if current is not None and (current.attempt != entry.attempt or current.status not in UNSETTLED
                                         or (current.status == "unknown" and not reconciled)):
                 return current
-            [rec] = self.events.append(
+            rec, *_ = self.events.append(
                 entry.task,
-                [ToolCallCompleted(key=entry.key, tool=entry.tool, status=status, result=value, error=error, reconciled=reconciled)],
+                [ToolCallCompleted(key=entry.key, tool=entry.tool, status=status, result=value, error=error,
+                                   reconciled=reconciled), *also],
             )
             done = LedgerEntry(
                 entry.task, entry.key, entry.tool, entry.args, status, entry.attempt, entry.idempotent,
@@ -335,10 +339,21 @@ class ToolCall:
             raise ValidationError(f"tool call {self.tool!r} has no recorded result yet; call run(fn)")
         return self.entry.result  # type: ignore[union-attr]
 
-    def run(self, fn: Callable[..., Any]) -> Any:
-        """Run the tool once (or return the recorded result); returns its JSON-normalized result."""
+    def run(self, fn: Callable[..., Any], *, checkpoint: Mapping[str, Any] | None = None) -> Any:
+        """Run the tool once (or return the recorded result); returns its JSON-normalized result.
+
+        Args:
+            checkpoint: ``step`` / ``artifacts`` / ``pending`` of a task checkpoint (as
+                :meth:`mindpalace.tasks.Task.checkpoint`) written with the ``completed`` outcome
+                in ONE commit — a durable tool step costs two commits (``started`` before the
+                tool runs, outcome + checkpoint after) instead of three. Written only by the run
+                that completes the call; a replay of a completed call writes nothing.
+        Raises:
+            ValidationError: `checkpoint` does not fit a checkpoint event (before anything runs).
+        """
         if self.done:
             return self.result
+        also = [] if checkpoint is None else [self._checkpoint_event(checkpoint)]
         if self.before_run is not None:
             self.before_run(self.tool, self.args)
         started = self.ledger.begin(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
@@ -356,7 +371,14 @@ class ToolCall:
         if value is NOT_RUN:
             self.entry = self.ledger.finish(started, error="the tool returned NOT_RUN: the side effect did not happen")
             return NOT_RUN
-        self.entry = self.ledger.finish(started, result=value)
+        self.entry = self.ledger.finish(started, result=value, also=also)
         if self.after_run is not None:
             self.notes.extend(self.after_run(self.tool, self.entry.result) or [])
         return self.entry.result
+
+    def _checkpoint_event(self, checkpoint: Mapping[str, Any]) -> TaskEvent:
+        if not isinstance(checkpoint, Mapping):
+            raise ValidationError(f"checkpoint must be a mapping (step, artifacts, pending), got {type(checkpoint).__name__}")
+        data = dict(checkpoint)
+        data["artifacts"] = clean_json(data.get("artifacts") or {})
+        return self.ledger.events.registry.coerce(("checkpoint", data))
