@@ -41,7 +41,7 @@ class EventsMixin(SQLiteBase):
         payloads = event_payloads(scope, stream, events)
         now = utcnow()
         now_iso = to_iso(now)
-        if len(payloads) == 1 and not getattr(self._local, "depth", 0):
+        if len(payloads) == 1:  # one statement: atomic alone, in or outside a transaction
             return [self._append_one(scope, stream, events[0], *payloads[0], now, now_iso,
                                      expected_version)]
         with self.transaction():
@@ -65,9 +65,10 @@ class EventsMixin(SQLiteBase):
         self, scope: Scope, stream: str, event: NewEvent, etype: str, data: str,
         now: datetime, now_iso: str, expected_version: int | None,
     ) -> StoredEvent:
-        """One event in one autocommit statement: reading the version and inserting are atomic
-        (a stale WAL snapshot fails as SQLITE_BUSY and the whole statement is retried), so the
-        common single append costs one statement instead of BEGIN/SELECT/INSERT/COMMIT."""
+        """One event in one statement: reading the version and inserting are atomic (outside a
+        transaction a stale WAL snapshot fails as SQLITE_BUSY and the whole statement is
+        retried), so the common single append costs one statement instead of
+        BEGIN/SELECT/INSERT/COMMIT — or, inside a transaction, SAVEPOINT/SELECT/INSERT/RELEASE."""
         sql = _APPEND_ONE if expected_version is None else _APPEND_ONE + " WHERE v = ?"
         params: list[Any] = [*scope.values(), stream, etype, data, now_iso, *scope.values(), stream]
         if expected_version is not None:
@@ -104,9 +105,10 @@ class EventsMixin(SQLiteBase):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
+        same = scope if scope.concrete else None  # every row is in it: no Scope per row
         return [
             StoredEvent(
-                scope_of(r), r["stream"], r["version"], r["type"], json.loads(r["data"]),
+                same or scope_of(r), r["stream"], r["version"], r["type"], json.loads(r["data"]),
                 from_iso(r["created_at"]), r["position"],
             )
             for r in self._execute(sql, params)

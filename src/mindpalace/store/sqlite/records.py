@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from mindpalace.errors import ValidationError
@@ -114,7 +115,8 @@ class RecordsMixin(SQLiteBase):
         require_text("kv.namespace", namespace, allow_empty=False)
         require_text("kv.key", key, allow_empty=False)
         data = dumps(value)
-        with self.transaction():
+        # one statement is atomic by itself: inside a transaction no savepoint around it
+        with nullcontext() if self.in_transaction() else self.transaction():
             self._execute(
                 f"INSERT OR REPLACE INTO kv ({SCOPE_COLS}, namespace, key, value, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
