@@ -45,7 +45,7 @@ def _check(a: TaskEventStore, fresh: TaskEventStore, task: str) -> None:
     assert a.recover(task) == expected  # a second, unchanged read (cache hit) too
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=OPS)
 def test_cached_fold_equals_a_fresh_fold_after_any_interleaving(
     memory: Memory, workspace_dir: Path, ops: list[str]
