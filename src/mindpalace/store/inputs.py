@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -66,3 +67,65 @@ def embedding_rows(
     if not np.isfinite(mat).all():
         raise ValidationError(f"embeddings for model {model!r} contain NaN or infinity")
     return mat, counts
+
+
+# -- bounded document parts ------------------------------------------------------------------
+MAX_DOCUMENT_CHARS = 16_384  # one search document's text; ~4k tokens, a few embedding windows
+EMBEDDED_PARTS = 4  # parts of one text that get vectors (64 KiB); later parts: keyword only
+PART_SEPARATOR = "#part"  # ref of part i >= 2: f"{ref}#part{i}" ('#' is never in a record name)
+_CUT_LOOKBACK_CHARS = 1_024  # a part ends at the last line break / space in its final KiB
+
+
+def document_parts(
+    ref: str, text: str, meta: dict[str, Any] | None = None, *, max_chars: int = MAX_DOCUMENT_CHARS
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """A search document's text as bounded parts: ``[(ref, text, meta), ...]``.
+
+    A text of at most `max_chars` characters is one part, unchanged. A longer one (a tool
+    output of tens of MB) is cut into consecutive parts of at most `max_chars` characters, at
+    a line break or space where one is near the boundary; their concatenation is the text.
+    Part 1 keeps `ref`; part i ≥ 2 is ``{ref}#part{i}``. Every part's meta is `meta` plus
+    ``part``, ``parts`` and ``of`` (= `ref`), so each maps back to what was indexed (a record's
+    meta names the record). Parts after :data:`EMBEDDED_PARTS` carry ``keyword_only: true``:
+    the embedding sync skips them, so no recall embeds a huge text whole — keyword search
+    (FTS, BM25) still reaches its tail.
+
+    Args:
+        ref: the document's ref.
+        text: its whole text.
+        meta: its metadata (not modified).
+        max_chars: part size bound (characters, ≥ 2 × the cut look-back).
+    Returns:
+        One entry per part, in order.
+    """
+    base = dict(meta or {})
+    if len(text) <= max_chars:
+        return [(ref, text, base)]
+    pieces = _cut(text, max_chars)
+    n = len(pieces)
+    out = []
+    for i, piece in enumerate(pieces, 1):
+        part_meta = {**base, "part": i, "parts": n, "of": ref}
+        if i > EMBEDDED_PARTS:
+            part_meta["keyword_only"] = True
+        out.append((ref if i == 1 else part_ref(ref, i), piece, part_meta))
+    return out
+
+
+def part_ref(ref: str, part: int) -> str:
+    """The ref of part `part` (≥ 2) of document `ref`."""
+    return f"{ref}{PART_SEPARATOR}{part}"
+
+
+def _cut(text: str, max_chars: int) -> list[str]:
+    pieces, start, size = [], 0, len(text)
+    while start < size:
+        end = min(start + max_chars, size)
+        if end < size:
+            window = text[max(start, end - _CUT_LOOKBACK_CHARS):end]
+            brk = max(window.rfind("\n"), window.rfind(" "))
+            if brk >= 0:
+                end = end - len(window) + brk + 1
+        pieces.append(text[start:end])
+        start = end
+    return pieces
