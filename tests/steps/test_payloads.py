@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from mindpalace import Memory
 from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, _counter
-from mindpalace.store.inputs import EMBEDDED_PARTS, MAX_DOCUMENT_CHARS, document_parts, part_ref
+from mindpalace.store.inputs import (
+    EMBEDDED_PARTS,
+    HEAD_WINDOWS,
+    MAX_DOCUMENT_CHARS,
+    document_parts,
+    part_ref,
+)
 
 TAIL_PHRASE = "quokka zeppelin marmalade"
 
@@ -77,9 +83,9 @@ class TestHugeStepOutput:
         assert any(h.meta.get("record") == name and TAIL_PHRASE in h.text for h in hits)
         embed_bound = memory.settings.embed.chunk_tokens or memory.embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS  # type: ignore[union-attr]
         assert 0 < spy.max_tokens <= embed_bound
-        # only the first EMBEDDED_PARTS parts get vectors: bounded, whatever the size
-        windows_per_part = MAX_DOCUMENT_CHARS // embed_bound + 2
-        assert spy.texts <= (EMBEDDED_PARTS + 4) * windows_per_part * 2
+        # the output record and the cut step record are both long: one window each, whatever
+        # their size (the small step records and messages of the session are embedded whole)
+        assert spy.texts <= 2 * EMBEDDED_PARTS * HEAD_WINDOWS + 2
 
     def test_a_small_output_stays_inline(self, memory: Memory) -> None:
         s = memory.session(f"s-{uuid.uuid4().hex[:8]}", user="u1")

@@ -71,7 +71,8 @@ def embedding_rows(
 
 # -- bounded document parts ------------------------------------------------------------------
 MAX_DOCUMENT_CHARS = 16_384  # one search document's text; ~4k tokens, a few embedding windows
-EMBEDDED_PARTS = 4  # parts of one text that get vectors (64 KiB); later parts: keyword only
+EMBEDDED_PARTS = 1  # parts of one long text that get vectors; later parts: keyword only
+HEAD_WINDOWS = 1  # embedding windows of that part: a long text's vector describes its head
 PART_SEPARATOR = "#part"  # ref of part i >= 2: f"{ref}#part{i}" ('#' is never in a record name)
 _CUT_LOOKBACK_CHARS = 1_024  # a part ends at the last line break / space in its final KiB
 
@@ -87,8 +88,10 @@ def document_parts(
     Part 1 keeps `ref`; part i ≥ 2 is ``{ref}#part{i}``. Every part's meta is `meta` plus
     ``part``, ``parts`` and ``of`` (= `ref`), so each maps back to what was indexed (a record's
     meta names the record). Parts after :data:`EMBEDDED_PARTS` carry ``keyword_only: true``:
-    the embedding sync skips them, so no recall embeds a huge text whole — keyword search
-    (FTS, BM25) still reaches its tail.
+    the embedding sync skips them, and embeds the others' first :data:`HEAD_WINDOWS` windows
+    only (:func:`embedding_windows`), so no recall embeds a huge text whole — the cost of
+    its vectors is bounded whatever its size, and keyword search (FTS, BM25) still reaches
+    its tail.
 
     Args:
         ref: the document's ref.
@@ -129,3 +132,9 @@ def _cut(text: str, max_chars: int) -> list[str]:
         pieces.append(text[start:end])
         start = end
     return pieces
+
+
+def embedding_windows(windows: list[str], meta: dict[str, Any]) -> list[str]:
+    """The embedding windows to embed for a document: all of them for a text that fits one
+    part, the first :data:`HEAD_WINDOWS` for a part of a long text (its meta has ``parts``)."""
+    return windows[:HEAD_WINDOWS] if "parts" in meta else windows
