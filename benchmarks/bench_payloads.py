@@ -13,7 +13,7 @@ latency = first recall after the huge output − first recall after the small on
 issue 16: under 1 s for 50 MB).
 
     python benchmarks/bench_payloads.py                 # 50 MB vs 1 KB, step output and tool message
-    python benchmarks/bench_payloads.py --mb 5 --fast   # 5 MB, step output only
+    python benchmarks/bench_payloads.py --fast          # 5 MB, step output only
 """
 
 from __future__ import annotations
@@ -108,11 +108,11 @@ def spawn(chars: int, path: str, embed: str, context: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
-    ap.add_argument("--mb", type=float, default=50.0, help="Size of the huge output (MB of characters).")
+    ap.add_argument("--mb", type=float, default=None, help="Size of the huge output (MB of characters; default 50, fast 5).")
     ap.add_argument("--small-chars", type=int, default=1_000, help="Size of the baseline output (characters).")
     ap.add_argument("--embed", default="use", help="Embedder (default: mindpalace's default, use).")
     ap.add_argument("--context", type=int, default=200, help="Small messages in the session before the output.")
-    ap.add_argument("--fast", action="store_true", help="Step outputs only (no tool-message rows).")
+    ap.add_argument("--fast", action="store_true", help="5 MB, step outputs only (no tool-message rows).")
     ap.add_argument("--json", type=Path, default=None, help="Also write the rows to this file.")
     ap.add_argument("--case", nargs=2, metavar=("CHARS", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -122,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for path in ("step",) if args.fast else ("step", "message"):
         small = spawn(args.small_chars, path, args.embed, args.context)
-        big = spawn(int(args.mb * 1_000_000), path, args.embed, args.context)
+        mb = args.mb if args.mb is not None else (5.0 if args.fast else 50.0)
+        big = spawn(int(mb * 1_000_000), path, args.embed, args.context)
         big["added_latency_s"] = big["recall_after_s"] - small["recall_after_s"]
         rows += [small, big]
     print_table(rows, args)

@@ -500,7 +500,7 @@ def build_rows(mp: dict[str, Any], peer: dict[str, Any] | None, floor: dict[str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
-    ap.add_argument("--quick", action="store_true", help="1 conversation cut to 80 turns, 40 steps, 200 for storage.")
+    ap.add_argument("--quick", "--fast", dest="quick", action="store_true", help="1 conversation cut to 80 turns, 40 steps, 200 for storage.")
     ap.add_argument("--setup-peers", action="store_true", help="Create the peer venv (PyPI) and exit.")
     ap.add_argument("--peer-venv", type=Path, default=DEFAULT_PEER_VENV, help="The peers' own virtual environment.")
     ap.add_argument("--data", type=Path, default=None,
