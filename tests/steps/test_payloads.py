@@ -120,7 +120,8 @@ class TestPartsLifecycle:
         store.index_document(scope, "note", "n", big_output(40_000))
         assert 1 < len(docs_of(memory, scope)) < n_parts
         assert not store.get_documents_by_ref(scope, "note", [part_ref("n", n_parts)])
-        store.index_document(scope, "note", "other", "short")
+        store.index_document(scope, "note", "other", "short", {"parts": "a caller's own key"})
+        store.index_document(scope, "note", "other", "short")  # re-indexing reads no part count
         assert store.delete_documents(scope, "note", ["n"]) == 1
         assert [d.ref for d in docs_of(memory, scope)] == ["other"]
 

@@ -136,5 +136,10 @@ def _cut(text: str, max_chars: int) -> list[str]:
 
 def embedding_windows(windows: list[str], meta: dict[str, Any]) -> list[str]:
     """The embedding windows to embed for a document: all of them for a text that fits one
-    part, the first :data:`HEAD_WINDOWS` for a part of a long text (its meta has ``parts``)."""
-    return windows[:HEAD_WINDOWS] if "parts" in meta else windows
+    part, the first :data:`HEAD_WINDOWS` for a part of a long text (its meta has ``of``)."""
+    return windows[:HEAD_WINDOWS] if "of" in meta else windows
+
+
+def stored_part_count(meta: dict[str, Any]) -> int:
+    """How many parts the text behind a stored document's meta was cut into (1 when whole)."""
+    return int(meta["parts"]) if "of" in meta else 1

@@ -27,7 +27,12 @@ from mindpalace.scope import Scope
 from mindpalace.store.base import Document, SearchHit
 from mindpalace.store.bm25 import score_postings, top_k
 from mindpalace.store.codec import dumps
-from mindpalace.store.inputs import PART_SEPARATOR, document_parts, part_ref
+from mindpalace.store.inputs import (
+    PART_SEPARATOR,
+    document_parts,
+    part_ref,
+    stored_part_count,
+)
 from mindpalace.store.postgres.connection import PostgresBase, exact_scope, scope_of, scope_where
 from mindpalace.store.postgres.schema import SCOPE_COLS
 from mindpalace.store.textindex import query_terms, segment_for_index
@@ -90,7 +95,7 @@ class DocumentsMixin(PostgresBase):
                 conn.execute("DELETE FROM mp_embeddings WHERE doc_id = %s", (row[0],))
             conn.execute("UPDATE mp_docs SET text = %s, search_text = %s, meta = %s "
                          "WHERE id = %s", (text, segment_for_index(text), meta_json, row[0]))
-            return int(row[0]), int(json.loads(row[2]).get("parts", 1))
+            return int(row[0]), stored_part_count(json.loads(row[2]))
         new = conn.execute(
             f"INSERT INTO mp_docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, "
             "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",

@@ -8,7 +8,12 @@ from typing import Any
 
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
-from mindpalace.store.inputs import PART_SEPARATOR, document_parts, part_ref
+from mindpalace.store.inputs import (
+    PART_SEPARATOR,
+    document_parts,
+    part_ref,
+    stored_part_count,
+)
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import doc_of, dumps, inserted_id, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
@@ -61,7 +66,7 @@ class DocumentsMixin(SQLiteBase):
                 "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
                 (text, segment_for_index(text), meta_json, row["id"]),
             )
-            return int(row["id"]), int(json.loads(row["meta"]).get("parts", 1))
+            return int(row["id"]), stored_part_count(json.loads(row["meta"]))
         cur = self._execute(
             f"INSERT INTO docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
