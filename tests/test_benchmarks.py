@@ -172,3 +172,34 @@ class TestBenchDurable:
             "2 concurrent agents (checkpoint)"]
         assert all(r["steps"] > 0 and r["x_bare_fsync"] > 0 for r in rows)
         assert all(r["commits"] >= 1 for r in rows[1:])  # the store's group-commit counter
+
+
+class TestBenchPeers:
+    def test_quick_run_measures_mindpalace_and_says_na_without_the_peer_venv(
+        self, tmp_path: Path, shared_data: Path
+    ) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_peers").main([
+            "--quick", "--peer-venv", str(tmp_path / "no-venv"), "--data", str(shared_data / "locomo" / "locomo10.json"),
+            "--embed", "hashing", "--max-turns", "30", "--max-questions", "3", "--steps", "5", "--agents", "2",
+            "--agent-steps", "3", "--storage-steps", "400", "--dir", str(tmp_path), "--json", str(out)]) == 0
+        data = json.loads(out.read_text())
+        assert data["peers"] is None  # nothing installed during the test suite
+        mp = data["mindpalace"]
+        assert mp["locomo"]["n"] == 3 and mp["locomo"]["p95_ms"] > 0
+        for sync in ("FULL", "NORMAL"):
+            assert all(mp["durable"][sync][k] > 0 for k in ("checkpoint", "tool_call", "start_finish", "agents"))
+        assert 0 < mp["storage"]["half"] <= mp["storage"]["full"]
+        assert data["floor"]["fsync"] > 0
+
+
+class TestBenchPayloads:
+    def test_small_run_keeps_the_tail_findable_in_the_same_run_as_its_baseline(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_payloads").main(["--mb", "0.3", "--fast", "--embed", "hashing", "--context", "20",
+                                            "--json", str(out)]) == 0
+        small, big = json.loads(out.read_text())
+        assert small["chars"] < 2_000 < 300_000 <= big["chars"]
+        assert small["keyword_tail"] and big["keyword_tail"]
+        assert big["db_growth_bytes"] > small["db_growth_bytes"] and "added_latency_s" in big
+

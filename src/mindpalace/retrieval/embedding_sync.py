@@ -17,6 +17,7 @@ from mindpalace.errors import StoreError
 from mindpalace.providers.embed.base import Embedder
 from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_text
 from mindpalace.store.base import Store
+from mindpalace.store.inputs import embedding_windows
 
 DEFAULT_SYNC_BATCH = 256  # documents read and written per store round trip
 
@@ -109,7 +110,9 @@ def _embed_missing(
         ids = [d.id for d in docs]
         if ids == last_ids:  # a write that does not stick would loop forever
             raise StoreError(f"documents {ids[:5]} stay without {model!r} vectors after writing them")
-        chunks = [chunk_text(d.text, chunk_tokens, overlap_tokens) for d in docs]
+        # a part of a huge text is embedded by its head only (store.inputs.document_parts)
+        chunks = [embedding_windows(chunk_text(d.text, chunk_tokens, overlap_tokens), d.meta)
+                  for d in docs]
         vectors = embedder.embed([c for parts in chunks for c in parts])
         store.put_embeddings(ids, vectors, model, rows=[len(parts) for parts in chunks])
         last_ids, count = ids, count + len(ids)

@@ -18,7 +18,14 @@ from mindpalace.settings import StepSettings
 from mindpalace.steps.checkpoint import SUMMARY_STREAM, extract_summary
 from mindpalace.steps.compaction import CompactionResult, Compactor
 from mindpalace.steps.index import render_index
-from mindpalace.steps.records import STEP, ReadResult, RecordBook, step_record_name
+from mindpalace.steps.records import (
+    OUTPUT,
+    STEP,
+    ReadResult,
+    RecordBook,
+    output_record_name,
+    step_record_name,
+)
 from mindpalace.steps.tiers import (
     PENDING,
     UNKNOWN,
@@ -182,7 +189,9 @@ class StepMemory:
                 in full in the record).
             analysis: what was learned (record only).
             tool_outputs: raw tool results (record only, each cut to
-                ``record_tool_output_max_chars`` characters; NUL and lone surrogates escaped).
+                ``record_tool_output_max_chars`` characters in ``step_N``; a longer one is also
+                kept whole, byte for byte, in the record ``step_N.output_I`` (1-based I) that
+                the cut names; NUL and lone surrogates escaped).
 
         A failed attempt that repeats one still in the recent tier — same action (tool and
         arguments; the goal when there is no action), evaluation, analysis and tool outputs —
@@ -319,8 +328,16 @@ class StepMemory:
         if outputs:
             parts.append("Tool outputs:")
             for i, out in enumerate(outputs, 1):
-                cut = out if len(out) <= cap else out[:cap] + f"\n…[{len(out) - cap} more characters cut]"
-                parts.append(f"[{i}] {cut}")
+                if len(out) <= cap:
+                    parts.append(f"[{i}] {out}")
+                    continue
+                # Kept whole once, in its own record (indexed in bounded parts by the store);
+                # the step record keeps the head and names it, so nothing is lost (I2).
+                name = output_record_name(p.step, i)
+                self.book.put(name, OUTPUT, out, step_id=p.step,
+                              description=f"Step {p.step}: tool output {i} ({len(out):,} characters)")
+                parts.append(f"[{i}] {out[:cap]}\n…[{len(out) - cap:,} more characters: "
+                             f"the whole output is record {name}]")
         times = f" ×{repeated[0]}" if repeated is not None else ""
         description = f"Step {p.step} ({one_line(evaluation, 40)}{times}): {one_line(p.goal, 160)}"
         return self.book.put(

@@ -25,7 +25,8 @@ from mindpalace.timeutil import to_iso
 STEP: Final = "step"
 INFO: Final = "info"
 SNAPSHOT: Final = "snapshot"
-RECORD_TYPES: Final = frozenset({STEP, INFO, SNAPSHOT})
+OUTPUT: Final = "output"  # a tool output too long for its step record, kept whole
+RECORD_TYPES: Final = frozenset({STEP, INFO, SNAPSHOT, OUTPUT})
 
 SNAPSHOT_DESCRIPTION: Final = "Pre-summarization snapshot of recent memory at step {step}"
 SUMMARY_SNAPSHOT_DESCRIPTION: Final = "Pre-summarization snapshot of summary memory at step {step}"
@@ -34,6 +35,12 @@ SUMMARY_SNAPSHOT_DESCRIPTION: Final = "Pre-summarization snapshot of summary mem
 def step_record_name(step_id: int) -> str:
     """``step_N`` — the record of step N."""
     return f"step_{step_id}"
+
+
+def output_record_name(step_id: int, index: int) -> str:
+    """``step_N.output_I`` — the whole I-th (1-based) tool output of step N, when it was too
+    long to keep in full in ``step_N``."""
+    return f"step_{step_id}.output_{index}"
 
 
 def snapshot_record_name(tier: str, step_id: int) -> str:

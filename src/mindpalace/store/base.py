@@ -286,7 +286,10 @@ class DocumentIndex(abc.ABC):
         (stable across replacements; never reused after a delete).
 
         Replacing the text with another drops the document's vectors (they described the old
-        text); the same text keeps them.
+        text); the same text keeps them. A text over
+        :data:`~mindpalace.store.inputs.MAX_DOCUMENT_CHARS` is indexed as bounded parts (refs
+        ``<ref>#part<i>`` for i ≥ 2, see :func:`~mindpalace.store.inputs.document_parts`);
+        the id returned is part 1's, and deleting `ref` deletes its parts.
         """
 
     @abc.abstractmethod

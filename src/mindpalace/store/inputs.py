@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -66,3 +67,79 @@ def embedding_rows(
     if not np.isfinite(mat).all():
         raise ValidationError(f"embeddings for model {model!r} contain NaN or infinity")
     return mat, counts
+
+
+# -- bounded document parts ------------------------------------------------------------------
+MAX_DOCUMENT_CHARS = 16_384  # one search document's text; ~4k tokens, a few embedding windows
+EMBEDDED_PARTS = 1  # parts of one long text that get vectors; later parts: keyword only
+HEAD_WINDOWS = 1  # embedding windows of that part: a long text's vector describes its head
+PART_SEPARATOR = "#part"  # ref of part i >= 2: f"{ref}#part{i}" ('#' is never in a record name)
+_CUT_LOOKBACK_CHARS = 1_024  # a part ends at the last line break / space in its final KiB
+
+
+def document_parts(
+    ref: str, text: str, meta: dict[str, Any] | None = None, *, max_chars: int = MAX_DOCUMENT_CHARS
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """A search document's text as bounded parts: ``[(ref, text, meta), ...]``.
+
+    A text of at most `max_chars` characters is one part, unchanged. A longer one (a tool
+    output of tens of MB) is cut into consecutive parts of at most `max_chars` characters, at
+    a line break or space where one is near the boundary; their concatenation is the text.
+    Part 1 keeps `ref`; part i ≥ 2 is ``{ref}#part{i}``. Every part's meta is `meta` plus
+    ``part``, ``parts`` and ``of`` (= `ref`), so each maps back to what was indexed (a record's
+    meta names the record). Parts after :data:`EMBEDDED_PARTS` carry ``keyword_only: true``:
+    the embedding sync skips them, and embeds the others' first :data:`HEAD_WINDOWS` windows
+    only (:func:`embedding_windows`), so no recall embeds a huge text whole — the cost of
+    its vectors is bounded whatever its size, and keyword search (FTS, BM25) still reaches
+    its tail.
+
+    Args:
+        ref: the document's ref.
+        text: its whole text.
+        meta: its metadata (not modified).
+        max_chars: part size bound (characters, ≥ 2 × the cut look-back).
+    Returns:
+        One entry per part, in order.
+    """
+    base = dict(meta or {})
+    if len(text) <= max_chars:
+        return [(ref, text, base)]
+    pieces = _cut(text, max_chars)
+    n = len(pieces)
+    out = []
+    for i, piece in enumerate(pieces, 1):
+        part_meta = {**base, "part": i, "parts": n, "of": ref}
+        if i > EMBEDDED_PARTS:
+            part_meta["keyword_only"] = True
+        out.append((ref if i == 1 else part_ref(ref, i), piece, part_meta))
+    return out
+
+
+def part_ref(ref: str, part: int) -> str:
+    """The ref of part `part` (≥ 2) of document `ref`."""
+    return f"{ref}{PART_SEPARATOR}{part}"
+
+
+def _cut(text: str, max_chars: int) -> list[str]:
+    pieces, start, size = [], 0, len(text)
+    while start < size:
+        end = min(start + max_chars, size)
+        if end < size:
+            window = text[max(start, end - _CUT_LOOKBACK_CHARS):end]
+            brk = max(window.rfind("\n"), window.rfind(" "))
+            if brk >= 0:
+                end = end - len(window) + brk + 1
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+def embedding_windows(windows: list[str], meta: dict[str, Any]) -> list[str]:
+    """The embedding windows to embed for a document: all of them for a text that fits one
+    part, the first :data:`HEAD_WINDOWS` for a part of a long text (its meta has ``of``)."""
+    return windows[:HEAD_WINDOWS] if "of" in meta else windows
+
+
+def stored_part_count(meta: dict[str, Any]) -> int:
+    """How many parts the text behind a stored document's meta was cut into (1 when whole)."""
+    return int(meta["parts"]) if "of" in meta else 1

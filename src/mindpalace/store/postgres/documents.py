@@ -27,6 +27,12 @@ from mindpalace.scope import Scope
 from mindpalace.store.base import Document, SearchHit
 from mindpalace.store.bm25 import score_postings, top_k
 from mindpalace.store.codec import dumps
+from mindpalace.store.inputs import (
+    PART_SEPARATOR,
+    document_parts,
+    part_ref,
+    stored_part_count,
+)
 from mindpalace.store.postgres.connection import PostgresBase, exact_scope, scope_of, scope_where
 from mindpalace.store.postgres.schema import SCOPE_COLS
 from mindpalace.store.textindex import query_terms, segment_for_index
@@ -65,26 +71,38 @@ class DocumentsMixin(PostgresBase):
         require_text("document.kind", kind, allow_empty=False)
         require_text("document.ref", ref, allow_empty=False)
         require_text("document.text", text)
-        meta_json = dumps(meta or {})
+        parts = document_parts(ref, text, meta)
         with self._tx(serialize=False) as conn:
             self._xact_lock(conn, "doc", *scope.values(), kind, ref)
-            row = conn.execute(f"SELECT id, text FROM mp_docs WHERE {where} AND kind = %s "
-                               "AND ref = %s", [*params, kind, ref]).fetchone()
-            if row is not None:
-                if row[1] != text:
-                    conn.execute("DELETE FROM mp_embeddings WHERE doc_id = %s", (row[0],))
-                conn.execute("UPDATE mp_docs SET text = %s, search_text = %s, meta = %s "
-                             "WHERE id = %s", (text, segment_for_index(text), meta_json, row[0]))
-                self._bump_generation(conn)
-                return int(row[0])
-            new = conn.execute(
-                f"INSERT INTO mp_docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, "
-                "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (*scope.values(), kind, ref, text, segment_for_index(text), meta_json, utcnow()),
-            ).fetchone()
+            done = [self._index_part(conn, scope, kind, r, t, dumps(m)) for r, t, m in parts]
+            if done[0][1] > len(parts):  # parts of a longer earlier text, past the new count
+                stale = [part_ref(ref, i) for i in range(len(parts) + 1, done[0][1] + 1)]
+                conn.execute(f"DELETE FROM mp_docs WHERE {where} AND kind = %s AND ref = ANY(%s)",
+                             [*params, kind, stale])
             self._bump_generation(conn)
-            assert new is not None
-            return int(new[0])
+            return done[0][0]
+
+    def _index_part(
+        self, conn: Any, scope: Scope, kind: str, ref: str, text: str, meta_json: str
+    ) -> tuple[int, int]:
+        """One part (inside the caller's transaction): (document id, how many parts the text
+        it replaces had; 1 for a new document)."""
+        where, params = exact_scope(scope)
+        row = conn.execute(f"SELECT id, text, meta FROM mp_docs WHERE {where} AND kind = %s "
+                           "AND ref = %s", [*params, kind, ref]).fetchone()
+        if row is not None:
+            if row[1] != text:
+                conn.execute("DELETE FROM mp_embeddings WHERE doc_id = %s", (row[0],))
+            conn.execute("UPDATE mp_docs SET text = %s, search_text = %s, meta = %s "
+                         "WHERE id = %s", (text, segment_for_index(text), meta_json, row[0]))
+            return int(row[0]), stored_part_count(json.loads(row[2]))
+        new = conn.execute(
+            f"INSERT INTO mp_docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, "
+            "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (*scope.values(), kind, ref, text, segment_for_index(text), meta_json, utcnow()),
+        ).fetchone()
+        assert new is not None
+        return int(new[0]), 1
 
     def delete_documents(self, scope: Scope, kind: str, refs: Sequence[str]) -> int:
         where, params = exact_scope(scope)
@@ -93,6 +111,10 @@ class DocumentsMixin(PostgresBase):
         with self._tx(serialize=False) as conn:
             n = conn.execute(f"DELETE FROM mp_docs WHERE {where} AND kind = %s AND ref = ANY(%s)",
                              [*params, kind, list(refs)]).rowcount
+            # the bounded parts 2..n of a long text (inputs.document_parts) go with it
+            conn.execute(f"DELETE FROM mp_docs WHERE {where} AND kind = %s AND strpos(ref, %s) > 0 "
+                         "AND split_part(ref, %s, 1) = ANY(%s)",
+                         [*params, kind, PART_SEPARATOR, PART_SEPARATOR, list(refs)])
             self._bump_generation(conn)
         return n
 

@@ -135,7 +135,9 @@ class EmbeddingsMixin(DocumentsMixin):
         cols = ", ".join(f"d.{c.strip()}" for c in DOC_COLS.split(","))
         rows = self._all(
             f"SELECT {cols} FROM mp_docs d WHERE NOT EXISTS (SELECT 1 FROM mp_embeddings e "
-            "WHERE e.doc_id = d.id AND e.model = %s) ORDER BY d.id LIMIT %s", (model, limit))
+            "WHERE e.doc_id = d.id AND e.model = %s) "
+            # late parts of a huge text are keyword-only (store.inputs.document_parts)
+            "AND (d.meta::jsonb ->> 'keyword_only') IS NULL ORDER BY d.id LIMIT %s", (model, limit))
         return [doc_of(r) for r in rows]
 
     def embedding_models(self) -> dict[str, tuple[int, int]]:

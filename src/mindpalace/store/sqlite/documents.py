@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
+from mindpalace.store.inputs import (
+    PART_SEPARATOR,
+    document_parts,
+    part_ref,
+    stored_part_count,
+)
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import doc_of, dumps, inserted_id, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
@@ -26,29 +33,47 @@ class DocumentsMixin(SQLiteBase):
         require_text("document.kind", kind, allow_empty=False)
         require_text("document.ref", ref, allow_empty=False)
         require_text("document.text", text)
-        meta_json = dumps(meta or {})
+        parts = document_parts(ref, text, meta)
         with self.transaction():
-            row = self._execute(
-                "SELECT id, text FROM docs WHERE tenant = ? AND user = ? AND agent = ? "
-                "AND session = ? AND kind = ? AND ref = ?",
-                (*scope.values(), kind, ref),
-            ).fetchone()
-            if row is not None:
-                if row["text"] != text:
-                    self._execute("DELETE FROM embeddings WHERE doc_id = ?", (row["id"],))
-                    self._bump_generation()
-                self._execute(
-                    "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
-                    (text, segment_for_index(text), meta_json, row["id"]),
-                )
-                return int(row["id"])
-            cur = self._execute(
-                f"INSERT INTO docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*scope.values(), kind, ref, text, segment_for_index(text), meta_json,
-                 to_iso(utcnow())),
+            done = [self._index_part(scope, kind, r, t, dumps(m)) for r, t, m in parts]
+            if done[0][1] > len(parts):  # parts of a longer earlier text, past the new count
+                stale = [part_ref(ref, i) for i in range(len(parts) + 1, done[0][1] + 1)]
+                for i in range(0, len(stale), 500):  # SQLite's bound-parameter limit
+                    chunk = stale[i:i + 500]
+                    self._execute(
+                        "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? "
+                        f"AND session = ? AND kind = ? AND ref IN ({','.join('?' * len(chunk))})",
+                        (*scope.values(), kind, *chunk),
+                    )
+                self._bump_generation()
+            return done[0][0]
+
+    def _index_part(
+        self, scope: Scope, kind: str, ref: str, text: str, meta_json: str
+    ) -> tuple[int, int]:
+        """One part (inside the caller's transaction): (document id, how many parts the text
+        it replaces had; 1 for a new document)."""
+        row = self._execute(
+            "SELECT id, text, meta FROM docs WHERE tenant = ? AND user = ? AND agent = ? "
+            "AND session = ? AND kind = ? AND ref = ?",
+            (*scope.values(), kind, ref),
+        ).fetchone()
+        if row is not None:
+            if row["text"] != text:
+                self._execute("DELETE FROM embeddings WHERE doc_id = ?", (row["id"],))
+                self._bump_generation()
+            self._execute(
+                "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
+                (text, segment_for_index(text), meta_json, row["id"]),
             )
-            return inserted_id(cur)
+            return int(row["id"]), stored_part_count(json.loads(row["meta"]))
+        cur = self._execute(
+            f"INSERT INTO docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*scope.values(), kind, ref, text, segment_for_index(text), meta_json,
+             to_iso(utcnow())),
+        )
+        return inserted_id(cur), 1
 
     def delete_documents(self, scope: Scope, kind: str, refs: Sequence[str]) -> int:
         scope.require_concrete()
@@ -60,6 +85,13 @@ class DocumentsMixin(SQLiteBase):
                 "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
                 f"AND kind = ? AND ref IN ({marks})",
                 (*scope.values(), kind, *refs),
+            )
+            # the bounded parts 2..n of a long text (inputs.document_parts) go with it
+            self._execute(
+                "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
+                "AND kind = ? AND instr(ref, ?) > 0 "
+                f"AND substr(ref, 1, instr(ref, ?) - 1) IN ({marks})",
+                (*scope.values(), kind, PART_SEPARATOR, PART_SEPARATOR, *refs),
             )
             self._bump_generation()
             return cur.rowcount

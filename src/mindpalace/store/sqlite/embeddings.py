@@ -148,7 +148,9 @@ class EmbeddingsMixin(SQLiteBase):
     def documents_missing_embeddings(self, model: str, *, limit: int = 1000) -> list[Document]:
         rows = self._execute(
             "SELECT d.* FROM docs d WHERE NOT EXISTS (SELECT 1 FROM embeddings e "
-            "WHERE e.doc_id = d.id AND e.model = ?) ORDER BY d.id LIMIT ?",
+            "WHERE e.doc_id = d.id AND e.model = ?) "
+            # late parts of a huge text are keyword-only (store.inputs.document_parts)
+            "AND json_extract(d.meta, '$.keyword_only') IS NULL ORDER BY d.id LIMIT ?",
             (model, limit),
         )
         return [doc_of(r) for r in rows]

@@ -1,0 +1,162 @@
+"""A huge tool output (tens of MB) against a small one, in the same run: write, recall after it, memory, disk.
+
+Each case runs in a fresh subprocess (so peak RSS is its own) on a fresh workspace with the
+default embedder: a session with `--context` small messages (recall warmed, vectors synced),
+then ONE tool output recorded through the public API — ``steps.evaluate(tool_outputs=[…])``
+(kept whole in record ``step_N.output_1``) or ``add_message({"role": "tool", …})`` — then
+``Session.recall`` of a phrase that occurs only in the output's last line.
+
+Printed per case: output size, write seconds, the first recall after it (what the issue's
+"recall afterwards took 102 s" measured) and the p50 of 5 more, whether the tail phrase was
+found by recall (top 5) and by the store's keyword index alone (with its time), database growth (``page_count × page_size``, WAL included) and peak RSS. The added
+latency = first recall after the huge output − first recall after the small one (target
+issue 16: under 1 s for 50 MB).
+
+    python benchmarks/bench_payloads.py                 # 50 MB vs 1 KB, step output and tool message
+    python benchmarks/bench_payloads.py --fast          # 5 MB, step output only
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+TAIL_PHRASE = "quokka zeppelin marmalade"
+
+
+def output_text(chars: int) -> str:
+    """Distinct log lines of about `chars` characters, the tail phrase in the last line only."""
+    lines, size, i = [], 0, 0
+    while size < chars:
+        line = f"{i:08d} GET /api/v1/items/{i} 200 sha={hashlib.sha1(str(i).encode()).hexdigest()[:16]} ok"
+        lines.append(line)
+        size += len(line) + 1
+        i += 1
+    return "\n".join(lines) + f"\nfinal line: the {TAIL_PHRASE} report ends here"
+
+
+def db_bytes(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("PRAGMA page_count").fetchone()[0]) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def run_case(chars: int, path: str, embed: str, context: int) -> dict[str, Any]:
+    """One case in this process; returns its numbers."""
+    from mindpalace import Memory
+
+    with tempfile.TemporaryDirectory() as tmp, Memory.open(tmp, embed={"provider": embed}) as mem:
+        s = mem.session("payload", user="bench", agent="a0")
+        s.messages.add_many([{"role": "user", "content": f"note {i}: the build of module m{i} passed"}
+                             for i in range(context)])
+        s.recall("warm up", k=5)  # loads the model, embeds the context
+        before = db_bytes(Path(tmp) / "memory.db")
+        text = output_text(chars)
+        start = time.perf_counter()
+        if path == "step":
+            step = s.steps.begin("dump the build log", action="cat build.log")
+            s.steps.evaluate(step, "success", tool_outputs=[text])
+        else:
+            s.add_message({"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]})
+            s.add_message({"role": "tool", "tool_call_id": "c1", "content": text})
+        write_s = time.perf_counter() - start
+        start = time.perf_counter()
+        hits = s.recall(TAIL_PHRASE, k=5)
+        first_s = time.perf_counter() - start
+        found = any(TAIL_PHRASE in h.text for h in hits)
+        start = time.perf_counter()
+        keyword = mem.store.keyword_search(s.scope, TAIL_PHRASE, k=5)
+        keyword_s = time.perf_counter() - start
+        in_index = any(TAIL_PHRASE in h.doc.text for h in keyword)
+        more = []
+        for q in ("build log status", "module m3 passed", TAIL_PHRASE, "items sha", "report ends"):
+            start = time.perf_counter()
+            s.recall(q, k=5)
+            more.append(time.perf_counter() - start)
+        grown = db_bytes(Path(tmp) / "memory.db") - before
+    return {
+        "path": path, "chars": len(text), "write_s": write_s, "recall_after_s": first_s,
+        "recall_p50_s": statistics.median(more), "found_tail": found,
+        "keyword_tail": in_index, "keyword_s": keyword_s, "db_growth_bytes": grown,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def spawn(chars: int, path: str, embed: str, context: int) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--case", str(chars), path, "--embed", embed,
+                          "--context", str(context)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"case {path} {chars} chars failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    ap.add_argument("--mb", type=float, default=None, help="Size of the huge output (MB of characters; default 50, fast 5).")
+    ap.add_argument("--small-chars", type=int, default=1_000, help="Size of the baseline output (characters).")
+    ap.add_argument("--embed", default="use", help="Embedder (default: mindpalace's default, use).")
+    ap.add_argument("--context", type=int, default=200, help="Small messages in the session before the output.")
+    ap.add_argument("--fast", action="store_true", help="5 MB, step outputs only (no tool-message rows).")
+    ap.add_argument("--json", type=Path, default=None, help="Also write the rows to this file.")
+    ap.add_argument("--case", nargs=2, metavar=("CHARS", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.case:
+        print(json.dumps(run_case(int(args.case[0]), args.case[1], args.embed, args.context)))
+        return 0
+    rows = []
+    for path in ("step",) if args.fast else ("step", "message"):
+        small = spawn(args.small_chars, path, args.embed, args.context)
+        mb = args.mb if args.mb is not None else (5.0 if args.fast else 50.0)
+        big = spawn(int(mb * 1_000_000), path, args.embed, args.context)
+        big["added_latency_s"] = big["recall_after_s"] - small["recall_after_s"]
+        rows += [small, big]
+    print_table(rows, args)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    return 0
+
+
+def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                            capture_output=True, text=True).stdout.strip() or "?"
+    table = Table(title=f"bench_payloads — {datetime.now(UTC):%Y-%m-%d} — commit {commit} — embed {args.embed}, "
+                        f"{args.context} context messages; baseline = the small output, same run")
+    for col in ("recorded as", "output", "write (s)", "first recall after (s)", "recall p50 (s)",
+                "added latency vs small (s)", "tail in recall top 5",
+                "tail in keyword index (s)", "DB growth (MB)", "peak RSS (MB)"):
+        table.add_column(col, justify="left" if col == "recorded as" else "right")
+    for r in rows:
+        added = r.get("added_latency_s")
+        table.add_row(
+            "step tool output" if r["path"] == "step" else "tool message",
+            f"{r['chars'] / 1e6:.3f} MB" if r["chars"] >= 100_000 else f"{r['chars']:,} chars",
+            f"{r['write_s']:.2f}", f"{r['recall_after_s']:.3f}", f"{r['recall_p50_s']:.3f}",
+            "baseline" if added is None else f"{added:+.3f} ({'met' if added < 1 else 'MISSED'} < 1 s)",
+            "yes" if r["found_tail"] else "NO",
+            f"{'yes' if r['keyword_tail'] else 'NO'} ({r['keyword_s']:.3f})", f"{r['db_growth_bytes'] / 1e6:.1f}",
+            f"{r['peak_rss_bytes'] / 1e6:.0f}",
+        )
+    Console(width=200).print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
