@@ -37,6 +37,7 @@ class DocumentsMixin(SQLiteBase):
                 if row["text"] != text:
                     self._execute("DELETE FROM embeddings WHERE doc_id = ?", (row["id"],))
                     self._bump_generation()
+                    self._bump_index_generation()  # postings change in place: rebuild
                 self._execute(
                     "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
                     (text, segment_for_index(text), meta_json, row["id"]),
@@ -55,13 +56,17 @@ class DocumentsMixin(SQLiteBase):
         if not refs:
             return 0
         marks = ",".join("?" * len(refs))
+        where = (
+            "tenant = ? AND user = ? AND agent = ? AND session = ? "
+            f"AND kind = ? AND ref IN ({marks})"
+        )
+        params = (*scope.values(), kind, *refs)
         with self.transaction():
-            cur = self._execute(
-                "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
-                f"AND kind = ? AND ref IN ({marks})",
-                (*scope.values(), kind, *refs),
-            )
+            gone = [r[0] for r in self._execute(f"SELECT id FROM docs WHERE {where}", params)]
+            cur = self._execute(f"DELETE FROM docs WHERE {where}", params)
             self._bump_generation()
+            if gone:  # the in-process indexes of this process drop them (no rebuild)
+                self._bump_index_generation(removed_docs=gone)
             return cur.rowcount
 
     def get_documents_by_ref(
@@ -89,6 +94,13 @@ class DocumentsMixin(SQLiteBase):
             "(SELECT value FROM meta WHERE key = 'embedding_generation')"
         ).fetchone()
         return (row[0] or 0, int(row[1]))
+
+    def last_document_id(self) -> int:
+        return int(self._execute("SELECT coalesce(max(id), 0) FROM docs").fetchone()[0])
+
+    def append_only_generation(self) -> object:
+        # Writers are serialised, so AUTOINCREMENT ids commit in increasing order.
+        return self._index_generation()
 
     def iter_documents(
         self, scope: Scope, *, kinds: Sequence[str] | None = None

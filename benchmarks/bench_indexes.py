@@ -1,0 +1,208 @@
+"""Store-layer index speed: queries right after a write, incremental indexes vs a full rebuild.
+
+For each size N (10k and 100k documents; 1M with ``--full``) one SQLite store is filled with
+synthetic facts (Zipf-distributed words, clustered float32 vectors), then, in the same run:
+
+* **build** — the first keyword / vector query of a fresh store object (postings read from the
+  word index, the vector matrix from the embeddings table): the cost a full rebuild pays;
+* **mixed, incremental** — one write before every query (a new fact with its vector; every
+  fourth write supersedes a fact: delete + add), then ``keyword_search`` + ``vector_search``:
+  the indexes follow in place (this module's subject);
+* **mixed, full rebuild (baseline)** — the same, with the in-process caches dropped before each
+  query, so every query rebuilds them (what a store without incremental indexes pays);
+* **read-only** — the same queries with no writes;
+* **ANN** — an HNSW index (hnswlib) over the same vectors: build time, query p50/p95 beside exact
+  cosine, and recall@10 of the HNSW list against the exact list;
+* **RSS** — peak resident memory of the process after the size (``ru_maxrss``).
+
+    python benchmarks/bench_indexes.py            # 10k, 100k (a few minutes)
+    python benchmarks/bench_indexes.py --full     # + 1M
+    python benchmarks/bench_indexes.py --tiny     # smoke run (seconds)
+
+Latencies are per query pair (keyword + vector), in ms; ratios are within the same run.
+Seeded (``--seed``): the same texts, vectors and queries every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from mindpalace.scope import Scope
+from mindpalace.settings import StoreSettings
+from mindpalace.store import SQLiteStore
+from mindpalace.store.vectors import ExactCosineIndex, HnswIndex
+
+SCOPE = Scope("bench", "user-1", "agent-1", "")
+MODEL = "bench-128"
+DIM = 128
+VOCAB = 20_000  # distinct words
+WORDS_PER_DOC = (6, 20)
+
+
+class Corpus:
+    """Seeded synthetic facts: Zipf words, vectors around 1,000 cluster centres."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.words = [f"w{i}" for i in range(VOCAB)]
+        self.centres = self.rng.standard_normal((1000, DIM)).astype(np.float32)
+
+    def texts(self, n: int) -> list[str]:
+        lengths = self.rng.integers(*WORDS_PER_DOC, size=n)
+        ranks = np.minimum(self.rng.zipf(1.2, size=int(lengths.sum())) - 1, VOCAB - 1)
+        out, at = [], 0
+        for length in lengths.tolist():
+            out.append(" ".join(self.words[r] for r in ranks[at : at + length]))
+            at += length
+        return out
+
+    def vectors(self, n: int) -> np.ndarray:
+        centre = self.centres[self.rng.integers(0, len(self.centres), size=n)]
+        return centre + 0.6 * self.rng.standard_normal((n, DIM)).astype(np.float32)
+
+    def query(self) -> tuple[str, np.ndarray]:
+        words = [self.words[int(min(self.rng.zipf(1.3), VOCAB) - 1)] for _ in range(3)]
+        return " ".join(words), self.vectors(1)[0]
+
+
+def fill(store: SQLiteStore, corpus: Corpus, n: int, start: int = 0, chunk: int = 5_000) -> None:
+    for at in range(start, start + n, chunk):
+        size = min(chunk, start + n - at)
+        texts = corpus.texts(size)
+        with store.transaction():
+            ids = [store.index_document(SCOPE, "fact", f"f{at + i}", t) for i, t in enumerate(texts)]
+            store.put_embeddings(ids, corpus.vectors(size), MODEL)
+
+
+def pct(samples: list[float]) -> tuple[float, float]:
+    a = np.asarray(samples) * 1000
+    return float(np.percentile(a, 50)), float(np.percentile(a, 95))
+
+
+def query_pair(store: SQLiteStore, corpus: Corpus) -> float:
+    text, vector = corpus.query()
+    t = time.perf_counter()
+    store.keyword_search(SCOPE, text, k=50)
+    store.vector_search(SCOPE, vector, MODEL, k=50)
+    return time.perf_counter() - t
+
+
+def mixed(store: SQLiteStore, corpus: Corpus, queries: int, *, rebuild: bool) -> list[float]:
+    """One write before every query; `rebuild`: drop the in-process caches first (baseline)."""
+    out = []
+    for i in range(queries):
+        ref = f"m{rebuild}{i}"
+        if i % 4 == 3:  # supersede: the previous fact replaced (delete + add)
+            store.delete_documents(SCOPE, "fact", [f"m{rebuild}{i - 1}"])
+        doc = store.index_document(SCOPE, "fact", ref, corpus.texts(1)[0])
+        store.put_embeddings([doc], corpus.vectors(1), MODEL)
+        if rebuild:
+            store._bm25 = None
+            store._vec_cache.clear()
+        out.append(query_pair(store, corpus))
+    return out
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def ann_rows(corpus: Corpus, n: int, queries: int, ef: int) -> dict[str, float]:
+    """HNSW vs exact over n vectors: build seconds, query p50/p95 ms, recall@10."""
+    ids = np.arange(n, dtype=np.int64)
+    matrix = corpus.vectors(n)
+    exact = ExactCosineIndex(ids, matrix)
+    build = time.perf_counter()
+    ann = HnswIndex(ids, matrix, ef_search=ef)
+    build = time.perf_counter() - build
+    qs = corpus.vectors(queries)
+    hits, t_exact, t_ann = 0, [], []
+    for q in qs:
+        t_exact.append(timed(lambda q=q: exact.search(q, 10)))
+        t_ann.append(timed(lambda q=q: ann.search(q, 10)))
+        hits += len(set(exact.search(q, 10)[0].tolist()) & set(ann.search(q, 10)[0].tolist()))
+    return {
+        "build_s": build, "exact": pct(t_exact)[1], "exact50": pct(t_exact)[0],
+        "ann": pct(t_ann)[1], "ann50": pct(t_ann)[0], "recall": hits / (10 * queries),
+    }
+
+
+def run_size(n: int, queries: int, seed: int, folder: Path, console: Console) -> dict[str, object]:
+    corpus = Corpus(seed)
+    path = folder / f"n{n}.db"
+    t = time.perf_counter()
+    # Exact vectors in the store (ANN is measured separately below, same vectors' distribution).
+    store = SQLiteStore(path, settings=StoreSettings(ann_min_vectors=0))
+    fill(store, corpus, n)
+    fill_s = time.perf_counter() - t
+    store.close()
+    store = SQLiteStore(path, settings=StoreSettings(ann_min_vectors=0))
+    text, vector = corpus.query()
+    build_kw = timed(lambda: store.keyword_search(SCOPE, text, k=50))
+    build_vec = timed(lambda: store.vector_search(SCOPE, vector, MODEL, k=50))
+    read_only = [query_pair(store, corpus) for _ in range(queries)]
+    incremental = mixed(store, corpus, queries, rebuild=False)
+    baseline = mixed(store, corpus, max(3, queries // 10), rebuild=True)
+    store.close()
+    ann = ann_rows(corpus, n, min(queries, 100), StoreSettings().hnsw_ef_search)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    console.print(f"  n={n:,}: filled in {fill_s:.1f}s")
+    return {
+        "n": n, "fill_s": fill_s, "build_kw": build_kw * 1000, "build_vec": build_vec * 1000,
+        "read": pct(read_only), "incr": pct(incremental), "full": pct(baseline), "ann": ann,
+        "rss": rss,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="also 1M documents (long)")
+    parser.add_argument("--tiny", action="store_true", help="smoke run: 2,000 documents")
+    parser.add_argument("--queries", type=int, default=200, help="queries per workload")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dir", type=Path, default=None, help="folder for the databases")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args(argv)
+    sizes = [2_000] if args.tiny else [10_000, 100_000] + ([1_000_000] if args.full else [])
+    queries = 20 if args.tiny else args.queries
+    console = Console(width=220)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        rows = [run_size(n, queries, args.seed, Path(tmp), console) for n in sizes]
+    table = Table(title="store indexes: query pair (keyword + vector, k=50) after one write, ms")
+    for col in ("docs", "build kw/vec ms", "read-only p50/p95", "mixed incremental p50/p95",
+                "mixed full rebuild p50/p95", "speed-up p95", "exact p50/p95", "HNSW p50/p95",
+                "HNSW build s", "recall@10", "peak RSS MB"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        read, incr, full = r["read"], r["incr"], r["full"]
+        ann = r["ann"]
+        assert isinstance(read, tuple) and isinstance(incr, tuple) and isinstance(full, tuple)
+        assert isinstance(ann, dict)
+        table.add_row(
+            f"{r['n']:,}", f"{r['build_kw']:.0f} / {r['build_vec']:.0f}",
+            f"{read[0]:.1f} / {read[1]:.1f}", f"{incr[0]:.1f} / {incr[1]:.1f}",
+            f"{full[0]:.0f} / {full[1]:.0f}", f"{full[1] / max(incr[1], 1e-9):.0f}×",
+            f"{ann['exact50']:.2f} / {ann['exact']:.2f}", f"{ann['ann50']:.2f} / {ann['ann']:.2f}",
+            f"{ann['build_s']:.1f}", f"{ann['recall']:.3f}", f"{r['rss']:.0f}",
+        )
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
