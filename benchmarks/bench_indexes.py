@@ -13,7 +13,10 @@ synthetic facts (Zipf-distributed words, clustered float32 vectors), then, in th
 * **read-only** — the same queries with no writes;
 * **ANN** — an HNSW index (hnswlib) over the same vectors: build time, query p50/p95 beside exact
   cosine, and recall@10 of the HNSW list against the exact list;
-* **RSS** — peak resident memory of the process after the size (``ru_maxrss``).
+* **RSS** — peak resident memory of this process after the size (``ru_maxrss``), and at 100k
+  (2k with ``--tiny``) of a fresh process opening the facts and answering 20 queries: the
+  store's keyword path, keyword + vector, and bm25s indexing the same texts (bm25s is a peer
+  installed into the benchmark's environment: ``pip install bm25s``).
 
     python benchmarks/bench_indexes.py            # 10k, 100k (a few minutes)
     python benchmarks/bench_indexes.py --full     # + 1M
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -140,6 +144,49 @@ def ann_rows(corpus: Corpus, n: int, queries: int, ef: int) -> dict[str, float]:
     }
 
 
+def rss_child(which: str, path: Path, seed: int) -> None:
+    """In a fresh process: open the `path` store's facts, answer 20 queries, print peak RSS (MB).
+
+    ``mindpalace`` / ``mindpalace+vec``: SQLiteStore keyword search (and vector search);
+    ``bm25s``: bm25s indexes the same texts (read from the file) and answers the same queries."""
+    corpus = Corpus(seed + 1)
+    queries = [corpus.query() for _ in range(20)]
+    if which == "bm25s":
+        import sqlite3
+
+        import bm25s  # a peer, installed into the benchmark's environment only
+
+        conn = sqlite3.connect(path)
+        texts = [r[0] for r in conn.execute("SELECT search_text FROM docs ORDER BY id")]
+        conn.close()
+        retriever = bm25s.BM25()
+        retriever.index(bm25s.tokenize(texts, stopwords=None, show_progress=False), show_progress=False)
+        del texts
+        for text, _ in queries:
+            tokens = bm25s.tokenize([text], stopwords=None, show_progress=False)
+            retriever.retrieve(tokens, k=10, show_progress=False)
+    else:
+        store = SQLiteStore(path, settings=StoreSettings(ann_min_vectors=0))
+        for text, vector in queries:
+            store.keyword_search(SCOPE, text, k=10)
+            if which == "mindpalace+vec":
+                store.vector_search(SCOPE, vector, MODEL, k=10)
+        store.close()
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def peak_rss(path: Path, seed: int) -> dict[str, float]:
+    """Peak RSS (MB) of each side, every one in its own process."""
+    out = {}
+    for which in ("mindpalace", "mindpalace+vec", "bm25s"):
+        done = subprocess.run(
+            [sys.executable, __file__, "--rss-child", which, "--db", str(path), "--seed", str(seed)],
+            check=True, capture_output=True, text=True, timeout=1800,
+        )
+        out[which] = float(done.stdout.strip().splitlines()[-1])
+    return out
+
+
 def run_size(n: int, queries: int, seed: int, folder: Path, console: Console) -> dict[str, object]:
     corpus = Corpus(seed)
     path = folder / f"n{n}.db"
@@ -159,11 +206,12 @@ def run_size(n: int, queries: int, seed: int, folder: Path, console: Console) ->
     store.close()
     ann = ann_rows(corpus, n, min(queries, 100), StoreSettings().hnsw_ef_search)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peers = peak_rss(path, seed) if n in (2_000, 100_000) else {}
     console.print(f"  n={n:,}: filled in {fill_s:.1f}s")
     return {
         "n": n, "fill_s": fill_s, "build_kw": build_kw * 1000, "build_vec": build_vec * 1000,
         "read": pct(read_only), "incr": pct(incremental), "full": pct(baseline), "ann": ann,
-        "rss": rss,
+        "rss": rss, "peers_rss": peers,
     }
 
 
@@ -175,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--dir", type=Path, default=None, help="folder for the databases")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--rss-child", choices=["mindpalace", "mindpalace+vec", "bm25s"],
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rss_child:
+        rss_child(args.rss_child, args.db, args.seed)
+        return 0
     sizes = [2_000] if args.tiny else [10_000, 100_000] + ([1_000_000] if args.full else [])
     queries = 20 if args.tiny else args.queries
     console = Console(width=220)
@@ -199,6 +253,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{ann['build_s']:.1f}", f"{ann['recall']:.3f}", f"{r['rss']:.0f}",
         )
     console.print(table)
+    for r in rows:
+        peers = r["peers_rss"]
+        assert isinstance(peers, dict)
+        if peers:
+            console.print(
+                f"peak RSS, {r['n']:,} facts open + 20 queries (own process each): mindpalace "
+                f"keyword {peers['mindpalace']:.0f} MB, keyword+vector {peers['mindpalace+vec']:.0f} MB; "
+                f"bm25s {peers['bm25s']:.0f} MB (ratio {peers['mindpalace'] / peers['bm25s']:.2f})"
+            )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

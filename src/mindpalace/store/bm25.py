@@ -120,9 +120,14 @@ class _ScopeView:
     local: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     n_docs: int = 0
     avgdl: float = 0.0
+    dirty: bool = True  # the mask changed since the statistics were computed
 
     def refresh(self, doc_len: np.ndarray) -> None:
-        """Recompute the statistics from the mask (the same arithmetic as a fresh build)."""
+        """Recompute the statistics from the mask (the same arithmetic as a fresh build);
+        lazily, on the next query of the scope, so a scope not queried costs nothing."""
+        if not self.dirty:
+            return
+        self.dirty = False
         mask = self.mask.view()
         self.positions = np.flatnonzero(mask)
         self.n_docs = int(self.positions.shape[0])
@@ -250,7 +255,7 @@ class PostingIndex:
         for view in self.views.values():
             covered = pos[pos < view.upto]
             view.mask.a[covered] = False
-            view.refresh(self.doc_len)
+            view.dirty = True
 
     def _fold(self) -> None:
         """Merge the side segment into the main one (same postings, so the same scores)."""
@@ -297,7 +302,7 @@ class PostingIndex:
         added[pos] = True
         view.mask.extend(added & self.alive.view()[view.upto :])
         view.upto = self.n_docs
-        view.refresh(self.doc_len)
+        view.dirty = True
 
     def postings(self, token: str, view: _ScopeView) -> tuple[np.ndarray, np.ndarray]:
         """(scope-local positions, term frequencies float64) of `token` inside the scope."""
@@ -316,6 +321,7 @@ class PostingIndex:
     ) -> list[tuple[int, float]]:
         """(doc id, score) best first, ties by doc id, statistics of `view`'s scope; `tokens`
         are index tokens, one per query term (a repeated token counts twice)."""
+        view.refresh(self.doc_len)
         if view.n_docs == 0 or k <= 0:
             return []
         # Scope-local positions: scores are computed over the scope's documents only.

@@ -62,11 +62,12 @@ def _unit_query(query: np.ndarray, dim: int) -> np.ndarray:
     return q / max(float(np.linalg.norm(q)), 1e-12)
 
 
-def _best(sims: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
-    """Row positions of the `k` best finite similarities, best first; ties by smaller id, then
-    earlier row — deterministic, so an index updated in place ranks exactly as a fresh one."""
+def _best(sims: np.ndarray, ids: np.ndarray, k: int, live: int) -> np.ndarray:
+    """Row positions of the `k` best similarities (`live` of them finite, the rest −inf), best
+    first; ties by smaller id, then earlier row — deterministic, so an index updated in place
+    ranks exactly as a fresh one."""
     n = sims.shape[0]
-    k = min(k, int(np.isfinite(sims).sum()))
+    k = min(k, live)
     if k <= 0:
         return np.empty(0, np.int64)
     kth = np.partition(sims, n - k)[n - k]  # k-th largest
@@ -148,7 +149,7 @@ class ExactCosineIndex:
         sims = self._buf[: self._n] @ q
         if self._dead:
             sims[~self._alive[: self._n]] = -np.inf
-        top = _best(sims, self._ids[: self._n], k)
+        top = _best(sims, self._ids[: self._n], k, len(self))
         return self._ids[top], sims[top]
 
 
@@ -166,7 +167,8 @@ class HnswIndex:
         ids / matrix: the first rows (int64 (n,), float32 (n, dim)).
         ef_search: candidate list per query (≥ k is used); higher = better recall, slower.
         m / ef_construction: graph degree and build-time candidate list (hnswlib's M, ef).
-        seed: hnswlib's random seed (level assignment), so a build is reproducible.
+        seed: hnswlib's random seed (level assignment); bulk adds of 10,000+ rows use every
+            core, so the graph (not the exact scores) may differ between builds.
 
     Raises:
         StoreError: hnswlib failed (its exceptions never reach the caller raw).
@@ -189,7 +191,6 @@ class HnswIndex:
             self._index.init_index(
                 max_elements=self._cap, ef_construction=ef_construction, M=m, random_seed=seed
             )
-            self._index.set_num_threads(1)  # deterministic graph; the store serves many threads
         except RuntimeError as exc:
             raise StoreError(f"HNSW index: {exc}") from exc
         self._ids = np.empty(0, np.int64)
@@ -212,7 +213,10 @@ class HnswIndex:
             if end > self._cap:
                 self._cap = max(end, self._cap + self._cap // 4)
                 self._index.resize_index(self._cap)
-            self._index.add_items(m, np.arange(self._n, end, dtype=np.int64))
+            # Bulk builds on every core (graph order then varies; results are approximate
+            # anyway); single appends on one thread.
+            threads = -1 if ids.shape[0] >= 10_000 else 1
+            self._index.add_items(m, np.arange(self._n, end, dtype=np.int64), num_threads=threads)
         except RuntimeError as exc:
             raise StoreError(f"HNSW index: {exc}") from exc
         self._ids = _grown(self._ids, self._n, (self._cap,))
