@@ -44,6 +44,7 @@ def score_postings(
     n_docs: int,
     *,
     max_df_ratio: float | None = None,
+    norm: np.ndarray | None = None,
 ) -> np.ndarray:
     """BM25 scores of `n_docs` documents (positions 0…n_docs−1) for one query.
 
@@ -55,6 +56,8 @@ def score_postings(
         n_docs: documents in the scope (N).
         max_df_ratio: drop terms found in more than this share of the scope's documents
             while a rarer term remains (the rarest term always stays); None keeps all.
+        norm: :func:`length_norm` of (doc_len, avgdl) when the caller keeps it (then
+            `doc_len` is not read).
     Returns:
         float64 array of shape (n_docs,), 0 for documents holding no term.
     """
@@ -66,13 +69,22 @@ def score_postings(
         dfs = [int(p.shape[0]) for p, _ in terms]
         keep = [t for t, df in zip(terms, dfs, strict=True) if df <= max_df_ratio * n_docs]
         terms = keep or [terms[int(np.argmin(dfs))]]
-    norm = K1 * (1.0 - B + B * doc_len / max(avgdl, 1e-9))
+    if norm is None:
+        norm = length_norm(doc_len, avgdl)
     for pos, tf in terms:
         if pos.size == 0:
             continue
         weight = idf(n_docs, int(pos.shape[0]))
         score[pos] += weight * (tf * (K1 + 1.0)) / (tf + norm[pos])
     return score
+
+
+_NO_LENGTHS = np.empty(0)
+
+
+def length_norm(doc_len: np.ndarray, avgdl: float) -> np.ndarray:
+    """BM25's per-document length normalisation K1·(1 − B + B·len/avgdl) (float64)."""
+    return K1 * (1.0 - B + B * doc_len / max(avgdl, 1e-9))
 
 
 def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -83,7 +95,12 @@ def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, float]]
     s = score[cand]
     if cand.size > k:
         kth = np.partition(s, cand.size - k)[cand.size - k]  # k-th largest
-        keep = s >= kth  # every tie of the k-th score stays, so id order decides
+        greater = np.flatnonzero(s > kth)
+        ties = np.flatnonzero(s == kth)
+        need = k - greater.size
+        if ties.size > need:  # of the k-th score's ties only the smallest ids can make it
+            ties = ties[np.argpartition(ids[cand[ties]], need - 1)[:need]]
+        keep = np.concatenate([greater, ties])
         cand, s = cand[keep], s[keep]
     found = ids[cand]
     order = np.lexsort((found, -s))[:k]
@@ -120,6 +137,7 @@ class _ScopeView:
     local: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     n_docs: int = 0
     avgdl: float = 0.0
+    norm: np.ndarray = field(default_factory=lambda: np.empty(0))  # length_norm of the scope
     dirty: bool = True  # the mask changed since the statistics were computed
 
     def refresh(self, doc_len: np.ndarray) -> None:
@@ -131,7 +149,9 @@ class _ScopeView:
         mask = self.mask.view()
         self.positions = np.flatnonzero(mask)
         self.n_docs = int(self.positions.shape[0])
-        self.avgdl = float(doc_len[self.positions].mean()) if self.n_docs else 0.0
+        lengths = doc_len[self.positions]
+        self.avgdl = float(lengths.mean()) if self.n_docs else 0.0
+        self.norm = length_norm(lengths, self.avgdl)
         self.local = np.cumsum(mask) - 1
 
 
@@ -327,8 +347,9 @@ class PostingIndex:
         # Scope-local positions: scores are computed over the scope's documents only.
         postings = [self.postings(token, view) for token in tokens]
         scope_pos = view.positions
-        score = score_postings(
-            postings, self.doc_len[scope_pos], view.avgdl, view.n_docs, max_df_ratio=max_df_ratio
+        score = score_postings(  # lengths enter through the scope's cached norm
+            postings, _NO_LENGTHS, view.avgdl, view.n_docs, max_df_ratio=max_df_ratio,
+            norm=view.norm,
         )
         return top_k(score, self.doc_ids[scope_pos], k)
 

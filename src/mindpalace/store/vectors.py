@@ -146,7 +146,9 @@ class ExactCosineIndex:
         if len(self) == 0 or k <= 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         q = _unit_query(query, self.dim)
-        sims = self._buf[: self._n] @ q
+        # einsum, not BLAS: one query is a memory-bound mat-vec, and a multi-threaded BLAS on a
+        # busy machine made it 50-300x slower (measured: 10k x 128 in 0.3 ms vs 56 ms).
+        sims = np.einsum("ij,j->i", self._buf[: self._n], q)
         if self._dead:
             sims[~self._alive[: self._n]] = -np.inf
         top = _best(sims, self._ids[: self._n], k, len(self))
