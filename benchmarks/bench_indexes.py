@@ -172,7 +172,19 @@ def rss_child(which: str, path: Path, seed: int) -> None:
             if which == "mindpalace+vec":
                 store.vector_search(SCOPE, vector, MODEL, k=10)
         store.close()
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(_peak_mb())
+
+
+def _peak_mb() -> float:
+    """This process's peak RSS in MB: VmHWM (reset by exec, unlike ru_maxrss, which a child
+    inherits from the process that forked it on Linux), else ru_maxrss."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def peak_rss(path: Path, seed: int) -> dict[str, float]:
@@ -205,7 +217,7 @@ def run_size(n: int, queries: int, seed: int, folder: Path, console: Console) ->
     baseline = mixed(store, corpus, max(3, queries // 10), rebuild=True)
     store.close()
     ann = ann_rows(corpus, n, min(queries, 100), StoreSettings().hnsw_ef_search)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = _peak_mb()
     peers = peak_rss(path, seed) if n in (2_000, 100_000) else {}
     console.print(f"  n={n:,}: filled in {fill_s:.1f}s")
     return {
