@@ -169,14 +169,15 @@ class _Segment:
         cls, tokens: list[str], tok: np.ndarray, doc: np.ndarray, tf: np.ndarray
     ) -> _Segment:
         """From postings in any order; `tok` indexes `tokens`."""
-        order = np.argsort(tok, kind="stable")
-        tok = tok[order]
+        if tok.size > 1 and not bool(np.all(tok[1:] >= tok[:-1])):
+            order = np.argsort(tok, kind="stable")
+            tok, doc, tf = tok[order], doc[order], tf[order]
         bounds = np.searchsorted(tok, np.arange(len(tokens) + 1))
         starts = {
             t: (int(bounds[i]), int(bounds[i + 1]))
             for i, t in enumerate(tokens) if bounds[i + 1] > bounds[i]
         }
-        return cls(tokens, starts, doc[order].astype(np.int32), tf[order].astype(np.float32))
+        return cls(tokens, starts, doc.astype(np.int32), tf.astype(np.float32))
 
 
 @dataclass
@@ -228,7 +229,7 @@ class PostingIndex:
         counts = np.fromiter((c for _, c in vocab), dtype=np.int64, count=len(vocab))
         if int(counts.sum()) != int(docs.shape[0]):
             raise LookupError("word index vocabulary and instances disagree")
-        tok = np.repeat(np.arange(len(tokens), dtype=np.int64), counts)
+        tok = np.repeat(np.arange(len(tokens), dtype=np.int32), counts)
         pos = np.searchsorted(doc_ids, docs)
         if docs.size and (pos.max() >= n or not np.array_equal(doc_ids[pos], docs)):
             raise LookupError("word index and docs table disagree")
@@ -359,9 +360,21 @@ def _collapse(
 ) -> tuple[_Segment, np.ndarray]:
     """Occurrences (token index, document position) → postings with term frequencies, and
     the tokens per document (float64, length n)."""
-    key = tok * max(n, 1) + pos  # one key per (token, document)
-    uniq, tf = np.unique(key, return_counts=True)
-    post_tok = uniq // max(n, 1)
-    post_doc = uniq % max(n, 1)
+    tok = tok.astype(np.int32)
+    pos = pos.astype(np.int32)
+    ordered = tok.size < 2 or bool(
+        np.all((tok[1:] > tok[:-1]) | ((tok[1:] == tok[:-1]) & (pos[1:] >= pos[:-1])))
+    )
+    if not ordered:  # a new documents' batch: sort by (token, document) first
+        order = np.lexsort((pos, tok))
+        tok, pos = tok[order], pos[order]
+    # The word index lists occurrences by (token, document): equal neighbours are one posting,
+    # so run lengths are the term frequencies — no sort of the ~10 M occurrences at 1 M docs.
+    if tok.size:
+        starts = np.flatnonzero(np.concatenate(([True], (tok[1:] != tok[:-1]) | (pos[1:] != pos[:-1]))))
+        tf = np.diff(np.append(starts, tok.size)).astype(np.float32)
+        post_tok, post_doc = tok[starts], pos[starts]
+    else:
+        tf, post_tok, post_doc = np.empty(0, np.float32), tok, pos
     doc_len = np.bincount(post_doc, weights=tf, minlength=n).astype(np.float64)
     return _Segment.grouped(tokens, post_tok, post_doc, tf), doc_len
