@@ -100,6 +100,17 @@ class TestBenchDream:
         assert all(r["all"]["reached"] <= ceiling["reached"] for r in rows["reachability"][1:])
 
 
+class TestBenchIndexes:
+    def test_tiny_run_measures_incremental_beside_full_rebuild_and_ann_recall(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_indexes").main(["--tiny", "--dir", str(tmp_path), "--json", str(out)]) == 0
+        (row,) = json.loads(out.read_text())
+        assert row["n"] == 2_000 and row["build_kw"] > 0 and row["build_vec"] > 0
+        for key in ("read", "incr", "full"):
+            assert 0 < row[key][0] <= row[key][1]
+        assert 0.0 <= row["ann"]["recall"] <= 1.0 and row["ann"]["build_s"] > 0 and row["rss"] > 0
+
+
 class TestBenchKnowledge:
     def test_tiny_run_measures_both_sides_of_every_row(self, tmp_path: Path) -> None:
         out = tmp_path / "rows.json"

@@ -121,7 +121,11 @@ class StoreSettings(_Section):
     )
     pool_max_size: int = Field(10, ge=1, le=1000, description="PostgreSQL: connections per process (pool size).")
     pool_timeout_seconds: float = Field(30.0, gt=0, description="PostgreSQL: wait for a free pooled connection (seconds).")
-    hnsw_ef_search: int = Field(100, ge=1, le=1000, description="PostgreSQL: HNSW candidate list per vector query (recall vs speed).")
+    hnsw_ef_search: int = Field(100, ge=1, le=1000, description="HNSW candidate list per vector query (recall vs speed; PostgreSQL, and SQLite above ann_min_vectors).")
+    ann_min_vectors: int = Field(
+        200_000, ge=0, description="SQLite: vectors in one scope's index from which an HNSW graph "
+        "(hnswlib) ranks instead of exact cosine (scores stay exact); 0 = always exact.",
+    )
 
 
 class SummarySettings(_Section):

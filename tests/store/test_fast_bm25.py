@@ -1,6 +1,8 @@
-"""The in-process BM25 scorer returns exactly what FTS5's bm25() returns (ids, scores, order),
-and its posting cache is rebuilt by data state alone: a stale cache is rebuilt only when a
-second query sees the same search generation (no write in between)."""
+"""The in-process BM25 scorer returns exactly what FTS5's bm25() returns (ids, scores, order).
+Its posting cache follows appends (any process) and this process's deletions in place; a
+change it cannot follow (another process's deletion) makes it stale, and a stale cache is
+rebuilt by data state alone: only when a second query sees the same state (no write in
+between)."""
 
 from __future__ import annotations
 
@@ -74,35 +76,56 @@ def test_matches_the_sql_path_exactly(stores: tuple[SQLiteStore, SQLiteStore]) -
 def test_a_stale_cache_is_rebuilt_on_the_second_query_of_a_generation(
     stores: tuple[SQLiteStore, SQLiteStore],
 ) -> None:
-    fast, sql = stores
+    fast, other = stores  # `other`: the same file opened by another store (another process)
     fast.index_document(SCOPE, "note", "1", "giraffe zebra")
+    fast.index_document(SCOPE, "note", "3", "zebra")
     assert fast.bm25_cache_generation is None
     assert _refs(fast, "giraffe") == ["1"]  # no cache yet: the first query builds it
     assert _fresh(fast)
 
     fast.index_document(SCOPE, "note", "2", "zebra okapi")
+    assert _refs(fast, "okapi") == ["2"]  # an append is followed in place
+    assert _fresh(fast)
+
+    other.delete_documents(SCOPE, "note", ["3"])  # a deletion this process cannot follow
     before = fast.bm25_cache_generation
     first = fast.keyword_search(SCOPE, "zebra")  # stale: served by SQL, nothing rebuilt
     assert fast.bm25_cache_generation == before
     assert not _fresh(fast)
-    second = fast.keyword_search(SCOPE, "zebra")  # same generation again: rebuild
+    second = fast.keyword_search(SCOPE, "zebra")  # same state again: rebuild
     assert _fresh(fast)
-    assert _key(first) == _key(second) == _key(sql.keyword_search(SCOPE, "zebra"))
+    assert _key(first) == _key(second) == _key(other.keyword_search(SCOPE, "zebra"))
     assert {h.doc.ref for h in first} == {"1", "2"}
 
 
-def test_a_write_between_queries_keeps_the_sql_path(
+def test_appends_and_own_deletions_are_followed_in_place(
     stores: tuple[SQLiteStore, SQLiteStore],
 ) -> None:
     fast, sql = stores
     fast.index_document(SCOPE, "note", "0", "okapi")
     _refs(fast, "okapi")  # first build
-    built = fast.bm25_cache_generation
-    for i in range(1, 6):  # each query sees a new generation: never a rebuild
+    for i in range(1, 6):  # each query sees a write: the cache follows it, never stale
         fast.index_document(SCOPE, "note", str(i), f"okapi number{i}")
+        if i % 2 == 0:
+            fast.delete_documents(SCOPE, "note", [str(i - 1)])
         hits = fast.keyword_search(SCOPE, "okapi", k=20)
+        assert _fresh(fast)
         assert _key(hits) == _key(sql.keyword_search(SCOPE, "okapi", k=20))
-        assert len(hits) == i + 1
+
+
+def test_other_processes_deletions_between_queries_keep_the_sql_path(
+    stores: tuple[SQLiteStore, SQLiteStore],
+) -> None:
+    fast, other = stores
+    for i in range(8):
+        fast.index_document(SCOPE, "note", str(i), f"okapi number{i}")
+    _refs(fast, "okapi")  # first build
+    built = fast.bm25_cache_generation
+    for i in range(1, 6):  # each query sees a new state: never a rebuild
+        other.delete_documents(SCOPE, "note", [str(i)])
+        hits = fast.keyword_search(SCOPE, "okapi", k=20)
+        assert _key(hits) == _key(other.keyword_search(SCOPE, "okapi", k=20))
+        assert len(hits) == 8 - i
         assert fast.bm25_cache_generation == built
     fast.keyword_search(SCOPE, "okapi")  # writes stop: the second sighting rebuilds
     assert _fresh(fast)
@@ -121,9 +144,7 @@ def test_write_transactions_do_not_count_and_split_terms_are_served(tmp_path: Pa
             assert sorted(_refs(store, "giraffe")) == ["1", "2"]
             assert sorted(_refs(store, "giraffe")) == ["1", "2"]
         assert not _fresh(store)
-        assert _refs(store, "boxer") == ["2"]  # first sighting of this generation: SQL
-        assert not _fresh(store)
-        assert _refs(store, "boxer") == ["2"]  # second sighting: rebuilt, in-process
+        assert _refs(store, "boxer") == ["2"]  # the append is followed in place
         assert _fresh(store)
     finally:
         store.close()

@@ -101,12 +101,46 @@ def sync_embeddings(
     return SyncReport(model, embedder.dim, done, retired, dropped, time.perf_counter() - start)
 
 
+def sync_new_embeddings(
+    store: Store,
+    embedder: Embedder,
+    after_id: int,
+    *,
+    batch: int = DEFAULT_SYNC_BATCH,
+    chunk_tokens: int = 0,
+    overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
+) -> tuple[int, int]:
+    """Embed the documents above id `after_id` that lack a vector for ``embedder.model_id``
+    (the incremental step of :func:`sync_embeddings`: no counting, no retiring of models).
+
+    Only complete when nothing but appends happened since every document up to `after_id`
+    had a vector (``store.append_only_generation()`` unchanged); the caller checks that.
+
+    Returns:
+        (documents embedded, the highest document id now known to have a vector, ≥ after_id).
+    Raises:
+        ProviderError / DimensionMismatchError / StoreError: as :func:`sync_embeddings`.
+    """
+    chunk_tokens = chunk_tokens or embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
+    overlap_tokens = min(overlap_tokens, max(0, (chunk_tokens - 1) // 2))
+    count = 0
+    while True:
+        # Read the last id first: when nothing above after_id is missing afterwards, every
+        # document up to it has a vector (later documents get higher ids).
+        last = store.last_document_id()
+        if not store.documents_missing_embeddings(embedder.model_id, limit=1, after_id=after_id):
+            return count, max(after_id, last)
+        count += _embed_missing(
+            store, embedder, batch, None, 0, 0, chunk_tokens, overlap_tokens, after_id=after_id
+        )
+
+
 def _embed_missing(
     store: Store, embedder: Embedder, batch: int, progress: Progress | None, done: int, total: int,
-    chunk_tokens: int, overlap_tokens: int,
+    chunk_tokens: int, overlap_tokens: int, *, after_id: int = 0,
 ) -> int:
     model, count, last_ids = embedder.model_id, 0, None
-    while docs := store.documents_missing_embeddings(model, limit=max(1, batch)):
+    while docs := store.documents_missing_embeddings(model, limit=max(1, batch), after_id=after_id):
         ids = [d.id for d in docs]
         if ids == last_ids:  # a write that does not stick would loop forever
             raise StoreError(f"documents {ids[:5]} stay without {model!r} vectors after writing them")

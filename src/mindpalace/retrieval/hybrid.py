@@ -168,6 +168,8 @@ class HybridRetriever:
         self.chunk_tokens = chunk_tokens
         self.chunk_overlap_tokens = chunk_overlap_tokens
         self._synced: object = None
+        self._synced_upto: int | None = None  # every document up to this id had a vector
+        self._synced_appended_only: object = None  # store.append_only_generation() then
         self._sync_lock = threading.Lock()
 
     # -- embedding sync --------------------------------------------------------------------
@@ -183,14 +185,25 @@ class HybridRetriever:
             generation = self.store.search_generation()
             if generation == self._synced:
                 return 0
-            from mindpalace.retrieval.embedding_sync import sync_embeddings
+            from mindpalace.retrieval.embedding_sync import sync_embeddings, sync_new_embeddings
 
-            report = sync_embeddings(
-                self.store, self.embedder, batch=max(64, self.embedder.batch_size),
-                chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
-            )
+            batch = max(64, self.embedder.batch_size)
+            appended_only = self.store.append_only_generation()
+            if self._synced_upto is not None and appended_only == self._synced_appended_only:
+                # Only documents were added since the last full sync: embed those above it.
+                embedded, self._synced_upto = sync_new_embeddings(
+                    self.store, self.embedder, self._synced_upto, batch=batch,
+                    chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
+                )
+            else:
+                upto = self.store.last_document_id()  # read first: later ids are above it
+                embedded = sync_embeddings(
+                    self.store, self.embedder, batch=batch,
+                    chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
+                ).embedded
+                self._synced_upto, self._synced_appended_only = upto, appended_only
             self._synced = self.store.search_generation()
-            return report.embedded
+            return embedded
 
     # -- search ----------------------------------------------------------------------------
     def search(

@@ -393,8 +393,26 @@ class DocumentIndex(abc.ABC):
         """
 
     @abc.abstractmethod
-    def documents_missing_embeddings(self, model: str, *, limit: int = 1000) -> list[Document]:
-        """Documents (any scope) with no vector for `model`, by id — the embedding work queue."""
+    def documents_missing_embeddings(
+        self, model: str, *, limit: int = 1000, after_id: int = 0
+    ) -> list[Document]:
+        """Documents (any scope) with no vector for `model`, by id — the embedding work queue;
+        only ids above `after_id` (0 = all)."""
+
+    @abc.abstractmethod
+    def last_document_id(self) -> int:
+        """The highest document id committed (0 when there is none)."""
+
+    def append_only_generation(self) -> object:
+        """An opaque value that stays put while documents are only added (and vectors written
+        for documents that had none) and moves on anything else: a document deleted or its
+        text changed, a vector replaced or dropped; it never returns to an earlier value.
+
+        While it stays put and document ids are committed in increasing order, a reader that
+        embedded every document up to id N only needs the documents above N
+        (``documents_missing_embeddings(after_id=N)``). A backend whose ids may commit out of
+        order returns :meth:`search_generation` (every change counts: full syncs)."""
+        return self.search_generation()
 
     @abc.abstractmethod
     def embedding_models(self) -> dict[str, tuple[int, int]]:

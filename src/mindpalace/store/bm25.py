@@ -10,9 +10,11 @@ the index's own.
 
 Two ways to get the postings, same scores:
 
-* :class:`PostingIndex` — the whole index's postings cached in numpy at one search
-  generation; a query restricts them to the scope with a boolean mask (fast path, ~ms at
-  100k documents);
+* :class:`PostingIndex` — the whole index's postings cached in numpy; a query restricts them
+  to the scope with a boolean mask (fast path, ~ms at 100k documents). It is kept up to date
+  in place: new documents (ids only grow) are appended to a small side segment that is folded
+  into the main one now and then, deleted documents are masked out; the scores are exactly
+  those of an index built from scratch;
 * :func:`score_postings` over postings read per query term from SQL (used while the cache is
   stale or inside a write transaction).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +44,7 @@ def score_postings(
     n_docs: int,
     *,
     max_df_ratio: float | None = None,
+    norm: np.ndarray | None = None,
 ) -> np.ndarray:
     """BM25 scores of `n_docs` documents (positions 0…n_docs−1) for one query.
 
@@ -52,6 +56,8 @@ def score_postings(
         n_docs: documents in the scope (N).
         max_df_ratio: drop terms found in more than this share of the scope's documents
             while a rarer term remains (the rarest term always stays); None keeps all.
+        norm: :func:`length_norm` of (doc_len, avgdl) when the caller keeps it (then
+            `doc_len` is not read).
     Returns:
         float64 array of shape (n_docs,), 0 for documents holding no term.
     """
@@ -63,13 +69,22 @@ def score_postings(
         dfs = [int(p.shape[0]) for p, _ in terms]
         keep = [t for t, df in zip(terms, dfs, strict=True) if df <= max_df_ratio * n_docs]
         terms = keep or [terms[int(np.argmin(dfs))]]
-    norm = K1 * (1.0 - B + B * doc_len / max(avgdl, 1e-9))
+    if norm is None:
+        norm = length_norm(doc_len, avgdl)
     for pos, tf in terms:
         if pos.size == 0:
             continue
         weight = idf(n_docs, int(pos.shape[0]))
         score[pos] += weight * (tf * (K1 + 1.0)) / (tf + norm[pos])
     return score
+
+
+_NO_LENGTHS = np.empty(0)
+
+
+def length_norm(doc_len: np.ndarray, avgdl: float) -> np.ndarray:
+    """BM25's per-document length normalisation K1·(1 − B + B·len/avgdl) (float64)."""
+    return K1 * (1.0 - B + B * doc_len / max(avgdl, 1e-9))
 
 
 def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -80,41 +95,127 @@ def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, float]]
     s = score[cand]
     if cand.size > k:
         kth = np.partition(s, cand.size - k)[cand.size - k]  # k-th largest
-        keep = s >= kth  # every tie of the k-th score stays, so id order decides
+        greater = np.flatnonzero(s > kth)
+        ties = np.flatnonzero(s == kth)
+        need = k - greater.size
+        if ties.size > need:  # of the k-th score's ties only the smallest ids can make it
+            ties = ties[np.argpartition(ids[cand[ties]], need - 1)[:need]]
+        keep = np.concatenate([greater, ties])
         cand, s = cand[keep], s[keep]
     found = ids[cand]
     order = np.lexsort((found, -s))[:k]
     return [(int(found[i]), float(s[i])) for i in order]
 
 
+class _Grow:
+    """A 1-D numpy array with spare room at the end: appending n items costs O(n) amortised."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.n = int(a.shape[0])
+
+    def view(self) -> np.ndarray:
+        return self.a[: self.n]
+
+    def extend(self, items: np.ndarray) -> None:
+        end = self.n + int(items.shape[0])
+        if end > self.a.shape[0]:
+            grown = np.empty(max(end, self.n + self.n // 4, 1024), self.a.dtype)
+            grown[: self.n] = self.a[: self.n]
+            self.a = grown
+        self.a[self.n : end] = items
+        self.n = end
+
+
 @dataclass
 class _ScopeView:
-    mask: np.ndarray  # bool over index positions
-    positions: np.ndarray  # index positions of the scope's documents, ascending
-    local: np.ndarray  # index position -> position within the scope (valid where mask)
-    n_docs: int
-    avgdl: float
+    """One scope's documents among the index positions, and its BM25 statistics."""
+
+    mask: _Grow  # bool over index positions: in the scope and not deleted
+    upto: int  # index positions covered by `mask` (later ones are looked up on use)
+    positions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    local: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    n_docs: int = 0
+    avgdl: float = 0.0
+    norm: np.ndarray = field(default_factory=lambda: np.empty(0))  # length_norm of the scope
+    dirty: bool = True  # the mask changed since the statistics were computed
+
+    def refresh(self, doc_len: np.ndarray) -> None:
+        """Recompute the statistics from the mask (the same arithmetic as a fresh build);
+        lazily, on the next query of the scope, so a scope not queried costs nothing."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        mask = self.mask.view()
+        self.positions = np.flatnonzero(mask)
+        self.n_docs = int(self.positions.shape[0])
+        lengths = doc_len[self.positions]
+        self.avgdl = float(lengths.mean()) if self.n_docs else 0.0
+        self.norm = length_norm(lengths, self.avgdl)
+        self.local = np.cumsum(mask) - 1
+
+
+@dataclass
+class _Segment:
+    """Postings grouped by token: ``starts[token]`` = [start, end) into the two arrays."""
+
+    tokens: list[str]
+    starts: dict[str, tuple[int, int]]
+    post_doc: np.ndarray  # document positions, int32
+    post_tf: np.ndarray  # term frequencies, float32 (small integers: exact)
+
+    @classmethod
+    def grouped(
+        cls, tokens: list[str], tok: np.ndarray, doc: np.ndarray, tf: np.ndarray
+    ) -> _Segment:
+        """From postings in any order; `tok` indexes `tokens`."""
+        if tok.size > 1 and not bool(np.all(tok[1:] >= tok[:-1])):
+            order = np.argsort(tok, kind="stable")
+            tok, doc, tf = tok[order], doc[order], tf[order]
+        bounds = np.searchsorted(tok, np.arange(len(tokens) + 1))
+        starts = {
+            t: (int(bounds[i]), int(bounds[i + 1]))
+            for i, t in enumerate(tokens) if bounds[i + 1] > bounds[i]
+        }
+        return cls(tokens, starts, doc.astype(np.int32), tf.astype(np.float32))
 
 
 @dataclass
 class PostingIndex:
-    """Postings of the whole word index at one search generation."""
+    """Postings of the whole word index, kept up to date in place.
 
-    generation: object
-    doc_ids: np.ndarray  # sorted docs.id of every document (int64)
-    doc_len: np.ndarray  # tokens per document (float64), aligned with doc_ids
-    starts: dict[str, tuple[int, int]]  # token -> [start, end) into post_doc / post_tf
-    post_doc: np.ndarray  # document positions (into doc_ids), int32
-    post_tf: np.ndarray  # term frequency in that document, float64
+    Positions: document ``doc_ids[p]`` is at position p; ids only grow, so a new document is
+    appended at the end. A deleted document keeps its position but leaves every scope mask (it
+    no longer counts in N, document frequencies or the average length); a text change or a
+    deletion by another process means a rebuild (the store decides, see ``fulltext``).
+    """
+
+    generation: object  # label: the store's search generation when last brought up to date
+    state: Any  # the store's (index generation, last document id) the postings reflect
+    ids: _Grow  # docs.id by position (int64, ascending)
+    lens: _Grow  # tokens per document (float64)
+    alive: _Grow  # bool: not deleted
+    main: _Segment
+    delta: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
+    delta_postings: int = 0
     views: dict[object, _ScopeView] = field(default_factory=dict)
 
     @property
+    def doc_ids(self) -> np.ndarray:
+        return self.ids.view()
+
+    @property
+    def doc_len(self) -> np.ndarray:
+        return self.lens.view()
+
+    @property
     def n_docs(self) -> int:
-        return int(self.doc_ids.shape[0])
+        return self.ids.n
 
     @classmethod
     def build(
-        cls, generation: object, doc_ids: np.ndarray, vocab: list[tuple[str, int]], docs: np.ndarray
+        cls, generation: object, doc_ids: np.ndarray, vocab: list[tuple[str, int]], docs: np.ndarray,
+        *, state: Any = None,
     ) -> PostingIndex:
         """`vocab`: (token, occurrences) in index order (the ``fts5vocab`` row table); `docs`:
         the document id of every occurrence in the same order (the ``instance`` table), both
@@ -128,53 +229,152 @@ class PostingIndex:
         counts = np.fromiter((c for _, c in vocab), dtype=np.int64, count=len(vocab))
         if int(counts.sum()) != int(docs.shape[0]):
             raise LookupError("word index vocabulary and instances disagree")
-        tok = np.repeat(np.arange(len(tokens), dtype=np.int64), counts)
+        tok = np.repeat(np.arange(len(tokens), dtype=np.int32), counts)
         pos = np.searchsorted(doc_ids, docs)
         if docs.size and (pos.max() >= n or not np.array_equal(doc_ids[pos], docs)):
             raise LookupError("word index and docs table disagree")
-        # one key per (token, document): occurrences collapse into a term frequency
-        key = tok * max(n, 1) + pos
-        uniq, tf = np.unique(key, return_counts=True)
-        post_tok = uniq // max(n, 1)
-        post_doc = (uniq % max(n, 1)).astype(np.int32)
-        post_tf = tf.astype(np.float64)
-        doc_len = np.bincount(post_doc, weights=post_tf, minlength=n).astype(np.float64)
-        bounds = np.searchsorted(post_tok, np.arange(len(tokens) + 1))
-        starts = {t: (int(bounds[i]), int(bounds[i + 1])) for i, t in enumerate(tokens)}
-        return cls(generation, doc_ids, doc_len, starts, post_doc, post_tf)
+        main, doc_len = _collapse(tokens, tok, pos, n)
+        return cls(
+            generation, state, _Grow(np.asarray(doc_ids, np.int64)), _Grow(doc_len),
+            _Grow(np.ones(n, dtype=bool)), main,
+        )
 
+    # -- in-place updates ------------------------------------------------------------------
+    def append(
+        self, doc_ids: np.ndarray, tokens: list[str], tok: np.ndarray, docs: np.ndarray
+    ) -> None:
+        """Add documents above every id held: `doc_ids` ascending; the occurrences of their
+        tokens as (`tok` indexes `tokens`, `docs` = document id) pairs, any order."""
+        doc_ids = np.asarray(doc_ids, np.int64)
+        if doc_ids.size == 0:
+            return
+        if self.ids.n and int(doc_ids[0]) <= int(self.ids.a[self.ids.n - 1]):
+            raise ValueError("appended document ids must be above every id held")
+        first = self.ids.n
+        pos = np.searchsorted(doc_ids, docs)
+        seg, doc_len = _collapse(tokens, tok, pos, int(doc_ids.shape[0]))
+        self.ids.extend(doc_ids)
+        self.lens.extend(doc_len)
+        self.alive.extend(np.ones(doc_ids.shape[0], dtype=bool))
+        for token, (start, end) in seg.starts.items():
+            plist, tlist = self.delta.setdefault(token, ([], []))
+            plist.extend((seg.post_doc[start:end] + first).tolist())
+            tlist.extend(seg.post_tf[start:end].tolist())
+        self.delta_postings += int(seg.post_doc.shape[0])
+        if self.delta_postings > max(50_000, self.main.post_doc.shape[0] // 8):
+            self._fold()
+
+    def remove(self, doc_ids: np.ndarray) -> None:
+        """Drop these documents (ids not held are ignored) from every scope."""
+        held = self.doc_ids
+        pos = np.searchsorted(held, doc_ids)
+        ok = pos < held.shape[0]
+        pos = pos[ok][held[pos[ok]] == np.asarray(doc_ids)[ok]]
+        if pos.size == 0:
+            return
+        self.alive.a[pos] = False
+        for view in self.views.values():
+            covered = pos[pos < view.upto]
+            view.mask.a[covered] = False
+            view.dirty = True
+
+    def _fold(self) -> None:
+        """Merge the side segment into the main one (same postings, so the same scores)."""
+        tokens = list(self.main.tokens)
+        index = {t: i for i, t in enumerate(tokens)}
+        main_tok = np.zeros(self.main.post_doc.shape[0], np.int64)
+        for t, (start, end) in self.main.starts.items():
+            main_tok[start:end] = index[t]
+        extra_tok, extra_doc, extra_tf = [], [], []
+        for t, (plist, tlist) in self.delta.items():
+            i = index.get(t)
+            if i is None:
+                i = index[t] = len(tokens)
+                tokens.append(t)
+            extra_tok.append(np.full(len(plist), i, np.int64))
+            extra_doc.append(np.asarray(plist, np.int64))
+            extra_tf.append(np.asarray(tlist, np.float32))
+        self.main = _Segment.grouped(
+            tokens,
+            np.concatenate([main_tok, *extra_tok]),
+            np.concatenate([self.main.post_doc.astype(np.int64), *extra_doc]),
+            np.concatenate([self.main.post_tf, *extra_tf]),
+        )
+        self.delta, self.delta_postings = {}, 0
+
+    # -- scoring ---------------------------------------------------------------------------
     def view(self, key: object, ids_in_scope: np.ndarray) -> _ScopeView:
-        """The scope's mask and statistics (cached under `key`, bounded)."""
-        found = self.views.get(key)
-        if found is None:
-            mask = np.zeros(self.n_docs, dtype=bool)
-            mask[np.searchsorted(self.doc_ids, ids_in_scope)] = True  # same snapshot: all found
-            positions = np.flatnonzero(mask)
-            n = int(positions.shape[0])
-            avgdl = float(self.doc_len[positions].mean()) if n else 0.0
-            found = _ScopeView(mask, positions, np.cumsum(mask) - 1, n, avgdl)
-            if len(self.views) > 64:  # bounded: scopes come and go
-                self.views.clear()
-            self.views[key] = found
+        """A new scope view from the ids of every live document of the scope (cached under
+        `key`, bounded)."""
+        mask = np.zeros(self.n_docs, dtype=bool)
+        mask[np.searchsorted(self.doc_ids, ids_in_scope)] = True  # same snapshot: all found
+        found = _ScopeView(_Grow(mask), self.n_docs)
+        found.refresh(self.doc_len)
+        if len(self.views) > 64:  # bounded: scopes come and go
+            self.views.clear()
+        self.views[key] = found
         return found
+
+    def extend_view(self, view: _ScopeView, ids_in_scope: np.ndarray) -> None:
+        """Cover the positions appended since `view` was last used; `ids_in_scope`: the live
+        scope documents among them."""
+        added = np.zeros(self.n_docs - view.upto, dtype=bool)
+        pos = np.searchsorted(self.doc_ids, ids_in_scope) - view.upto
+        added[pos] = True
+        view.mask.extend(added & self.alive.view()[view.upto :])
+        view.upto = self.n_docs
+        view.dirty = True
+
+    def postings(self, token: str, view: _ScopeView) -> tuple[np.ndarray, np.ndarray]:
+        """(scope-local positions, term frequencies float64) of `token` inside the scope."""
+        start, end = self.main.starts.get(token, (0, 0))
+        idx = self.main.post_doc[start:end]
+        tf = self.main.post_tf[start:end]
+        extra = self.delta.get(token)
+        if extra is not None:
+            idx = np.concatenate([idx, np.asarray(extra[0], np.int32)])
+            tf = np.concatenate([tf, np.asarray(extra[1], np.float32)])
+        inside = view.mask.a[idx]
+        return view.local[idx[inside]], tf[inside].astype(np.float64)
 
     def top(
         self, tokens: Sequence[str], view: _ScopeView, k: int, *, max_df_ratio: float | None = None
     ) -> list[tuple[int, float]]:
         """(doc id, score) best first, ties by doc id, statistics of `view`'s scope; `tokens`
         are index tokens, one per query term (a repeated token counts twice)."""
+        view.refresh(self.doc_len)
         if view.n_docs == 0 or k <= 0:
             return []
         # Scope-local positions: scores are computed over the scope's documents only.
-        local = view.local
-        postings = []
-        for token in tokens:
-            start, end = self.starts.get(token, (0, 0))
-            idx = self.post_doc[start:end]
-            inside = view.mask[idx]
-            postings.append((local[idx[inside]], self.post_tf[start:end][inside]))
+        postings = [self.postings(token, view) for token in tokens]
         scope_pos = view.positions
-        score = score_postings(
-            postings, self.doc_len[scope_pos], view.avgdl, view.n_docs, max_df_ratio=max_df_ratio
+        score = score_postings(  # lengths enter through the scope's cached norm
+            postings, _NO_LENGTHS, view.avgdl, view.n_docs, max_df_ratio=max_df_ratio,
+            norm=view.norm,
         )
         return top_k(score, self.doc_ids[scope_pos], k)
+
+
+def _collapse(
+    tokens: list[str], tok: np.ndarray, pos: np.ndarray, n: int
+) -> tuple[_Segment, np.ndarray]:
+    """Occurrences (token index, document position) → postings with term frequencies, and
+    the tokens per document (float64, length n)."""
+    tok = tok.astype(np.int32)
+    pos = pos.astype(np.int32)
+    ordered = tok.size < 2 or bool(
+        np.all((tok[1:] > tok[:-1]) | ((tok[1:] == tok[:-1]) & (pos[1:] >= pos[:-1])))
+    )
+    if not ordered:  # a new documents' batch: sort by (token, document) first
+        order = np.lexsort((pos, tok))
+        tok, pos = tok[order], pos[order]
+    # The word index lists occurrences by (token, document): equal neighbours are one posting,
+    # so run lengths are the term frequencies — no sort of the ~10 M occurrences at 1 M docs.
+    if tok.size:
+        starts = np.flatnonzero(np.concatenate(([True], (tok[1:] != tok[:-1]) | (pos[1:] != pos[:-1]))))
+        tf = np.diff(np.append(starts, tok.size)).astype(np.float32)
+        post_tok, post_doc = tok[starts], pos[starts]
+    else:
+        tf, post_tok, post_doc = np.empty(0, np.float32), tok, pos
+    doc_len = np.bincount(post_doc, weights=tf, minlength=n).astype(np.float64)
+    return _Segment.grouped(tokens, post_tok, post_doc, tf), doc_len

@@ -208,6 +208,10 @@ class PostgresBase(Store):
         row = self._one("SELECT value FROM mp_meta WHERE key = 'search_generation'")
         return int(row[0]) if row else 0
 
+    def last_document_id(self) -> int:
+        row = self._one("SELECT coalesce(max(id), 0) FROM mp_docs")
+        return int(row[0]) if row else 0
+
     # -- lifecycle & admin -----------------------------------------------------------------
     def close(self) -> None:
         if self._closed:

@@ -131,13 +131,16 @@ class EmbeddingsMixin(DocumentsMixin):
         return [SearchHit(docs[i], s, rank, "vector")
                 for rank, (i, s) in enumerate(top, 1) if i in docs]
 
-    def documents_missing_embeddings(self, model: str, *, limit: int = 1000) -> list[Document]:
+    def documents_missing_embeddings(
+        self, model: str, *, limit: int = 1000, after_id: int = 0
+    ) -> list[Document]:
         cols = ", ".join(f"d.{c.strip()}" for c in DOC_COLS.split(","))
         rows = self._all(
-            f"SELECT {cols} FROM mp_docs d WHERE NOT EXISTS (SELECT 1 FROM mp_embeddings e "
-            "WHERE e.doc_id = d.id AND e.model = %s) "
+            f"SELECT {cols} FROM mp_docs d WHERE d.id > %s AND NOT EXISTS (SELECT 1 FROM "
+            "mp_embeddings e WHERE e.doc_id = d.id AND e.model = %s) "
             # late parts of a huge text are keyword-only (store.inputs.document_parts)
-            "AND (d.meta::jsonb ->> 'keyword_only') IS NULL ORDER BY d.id LIMIT %s", (model, limit))
+            "AND (d.meta::jsonb ->> 'keyword_only') IS NULL ORDER BY d.id LIMIT %s",
+            (after_id, model, limit))
         return [doc_of(r) for r in rows]
 
     def embedding_models(self) -> dict[str, tuple[int, int]]:

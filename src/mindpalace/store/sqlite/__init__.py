@@ -22,7 +22,7 @@ from mindpalace.store.sqlite.events import EventsMixin
 from mindpalace.store.sqlite.fulltext import KeywordSearchMixin
 from mindpalace.store.sqlite.records import RecordsMixin
 from mindpalace.store.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
-from mindpalace.store.vectors import ExactCosineIndex, VectorIndexFactory
+from mindpalace.store.vectors import VectorIndexFactory, adaptive_factory
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
 
@@ -35,7 +35,8 @@ class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin,
         path: database file (created with its folder); ``":memory:"`` is not supported because
             every thread gets its own connection.
         settings: busy timeout (ms), bounded busy retries, ``synchronous`` mode, FTS tokenizer.
-        vector_index_factory: builds the per-scope vector index (exact cosine by default).
+        vector_index_factory: builds the per-scope vector index; None = exact cosine, an HNSW
+            graph from ``settings.ann_min_vectors`` vectors on (:class:`~mindpalace.store.vectors.AdaptiveIndex`).
         in_process_bm25: score word-index queries in numpy from a cached copy of the index's
             postings (same ids, scores and order as FTS5's ``bm25()``; see
             :attr:`bm25_cache_generation`). False = always FTS5's ``bm25()`` in SQL.
@@ -55,9 +56,13 @@ class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin,
         path: str | Path,
         *,
         settings: StoreSettings | None = None,
-        vector_index_factory: VectorIndexFactory = ExactCosineIndex,
+        vector_index_factory: VectorIndexFactory | None = None,
         in_process_bm25: bool = True,
     ) -> None:
         super().__init__(path, settings=settings)
+        if vector_index_factory is None:
+            vector_index_factory = adaptive_factory(
+                self.settings.ann_min_vectors, self.settings.hnsw_ef_search
+            )
         self._init_embeddings(vector_index_factory)
         self._init_keyword_search(in_process_bm25)

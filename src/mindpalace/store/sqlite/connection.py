@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import sqlite3
 import threading
 import uuid
@@ -56,6 +57,7 @@ class SQLiteBase(Store):
         self._conns_lock = threading.Lock()
         self._write: sqlite3.Connection | None = None
         self._group = GroupCommit(self._retry, self._wait_seconds())
+        self.removals = RemovalLog()
         remove_stale_creations(self.path)
         if not self.path.exists():
             create_database(self.path, self.settings.fts_tokenizer)
@@ -229,6 +231,22 @@ class SQLiteBase(Store):
             self._execute("SELECT value FROM meta WHERE key = 'embedding_generation'").fetchone()[0]
         )
 
+    def _bump_index_generation(self, removed_docs: Sequence[int] | None = None) -> None:
+        """Move ``index_generation`` to a fresh random value (inside the caller's write
+        transaction): the in-process indexes can no longer just append. `removed_docs`: the
+        change only deleted these documents (and their vectors), so this process's indexes
+        drop them instead of rebuilding (see :class:`RemovalLog`); None = rebuild."""
+        old = self._index_generation()
+        new = secrets.randbits(62) + 1  # random, so an uncommitted value never comes back
+        self._execute("UPDATE meta SET value = ? WHERE key = 'index_generation'", (new,))
+        if removed_docs is not None:
+            self.removals.record(old, new, removed_docs)
+
+    def _index_generation(self) -> int:
+        return int(
+            self._execute("SELECT value FROM meta WHERE key = 'index_generation'").fetchone()[0]
+        )
+
     # -- admin -----------------------------------------------------------------------------
     def stats(self) -> StoreStats:
         q = lambda sql: self._execute(sql).fetchone()[0]  # noqa: E731
@@ -264,6 +282,44 @@ class SQLiteBase(Store):
 
 
 LOCKS_DIRNAME = ".locks"
+
+
+class RemovalLog:
+    """Deletions this process committed, by ``index_generation`` step (old → new value).
+
+    The in-process indexes remember the generation they were built at; when the database has
+    moved on only through steps recorded here, the documents of those steps are dropped from
+    the index instead of rebuilding it. A step of another process (or one rolled back: its
+    random value is never seen) is not here, so the index is rebuilt: always correct, fast
+    for this process's own deletions (a superseded fact).
+    """
+
+    _MAX = 4096  # steps kept; older ones only mean a rebuild
+
+    def __init__(self) -> None:
+        self._steps: dict[int, tuple[int, frozenset[int]]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, old: int, new: int, doc_ids: Sequence[int]) -> None:
+        with self._lock:
+            if len(self._steps) >= self._MAX:
+                self._steps.clear()
+            self._steps[new] = (old, frozenset(int(i) for i in doc_ids))
+
+    def removed_between(self, old: int, new: int) -> frozenset[int] | None:
+        """Documents deleted from generation `old` to `new`; None when a step is unknown."""
+        removed: set[int] = set()
+        with self._lock:
+            current = new
+            for _ in range(len(self._steps) + 1):
+                if current == old:
+                    return frozenset(removed)
+                step = self._steps.get(current)
+                if step is None:
+                    return None
+                current = step[0]
+                removed |= step[1]
+        return None
 
 
 def _file_lock(folder: Path, scope: Scope, name: str) -> FileLock:

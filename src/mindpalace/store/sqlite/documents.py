@@ -38,14 +38,19 @@ class DocumentsMixin(SQLiteBase):
             done = [self._index_part(scope, kind, r, t, dumps(m)) for r, t, m in parts]
             if done[0][1] > len(parts):  # parts of a longer earlier text, past the new count
                 stale = [part_ref(ref, i) for i in range(len(parts) + 1, done[0][1] + 1)]
+                gone: list[int] = []
                 for i in range(0, len(stale), 500):  # SQLite's bound-parameter limit
                     chunk = stale[i:i + 500]
-                    self._execute(
-                        "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? "
-                        f"AND session = ? AND kind = ? AND ref IN ({','.join('?' * len(chunk))})",
-                        (*scope.values(), kind, *chunk),
+                    where = (
+                        "tenant = ? AND user = ? AND agent = ? AND session = ? AND kind = ? "
+                        f"AND ref IN ({','.join('?' * len(chunk))})"
                     )
+                    params = (*scope.values(), kind, *chunk)
+                    gone += [r[0] for r in self._execute(f"SELECT id FROM docs WHERE {where}", params)]
+                    self._execute(f"DELETE FROM docs WHERE {where}", params)
                 self._bump_generation()
+                if gone:  # the in-process indexes of this process drop them (no rebuild)
+                    self._bump_index_generation(removed_docs=gone)
             return done[0][0]
 
     def _index_part(
@@ -62,6 +67,7 @@ class DocumentsMixin(SQLiteBase):
             if row["text"] != text:
                 self._execute("DELETE FROM embeddings WHERE doc_id = ?", (row["id"],))
                 self._bump_generation()
+                self._bump_index_generation()  # postings change in place: rebuild
             self._execute(
                 "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
                 (text, segment_for_index(text), meta_json, row["id"]),
@@ -80,20 +86,26 @@ class DocumentsMixin(SQLiteBase):
         if not refs:
             return 0
         marks = ",".join("?" * len(refs))
+        where = (
+            "tenant = ? AND user = ? AND agent = ? AND session = ? "
+            f"AND kind = ? AND ref IN ({marks})"
+        )
+        params = (*scope.values(), kind, *refs)
         with self.transaction():
-            cur = self._execute(
-                "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
-                f"AND kind = ? AND ref IN ({marks})",
-                (*scope.values(), kind, *refs),
-            )
             # the bounded parts 2..n of a long text (inputs.document_parts) go with it
-            self._execute(
-                "DELETE FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
-                "AND kind = ? AND instr(ref, ?) > 0 "
-                f"AND substr(ref, 1, instr(ref, ?) - 1) IN ({marks})",
-                (*scope.values(), kind, PART_SEPARATOR, PART_SEPARATOR, *refs),
+            parts_where = (
+                "tenant = ? AND user = ? AND agent = ? AND session = ? AND kind = ? "
+                f"AND instr(ref, ?) > 0 AND substr(ref, 1, instr(ref, ?) - 1) IN ({marks})"
             )
+            parts_params = (*scope.values(), kind, PART_SEPARATOR, PART_SEPARATOR, *refs)
+            gone = [r[0] for r in self._execute(f"SELECT id FROM docs WHERE {where}", params)]
+            gone += [r[0] for r in self._execute(
+                f"SELECT id FROM docs WHERE {parts_where}", parts_params)]
+            cur = self._execute(f"DELETE FROM docs WHERE {where}", params)
+            self._execute(f"DELETE FROM docs WHERE {parts_where}", parts_params)
             self._bump_generation()
+            if gone:  # the in-process indexes of this process drop them (no rebuild)
+                self._bump_index_generation(removed_docs=gone)
             return cur.rowcount
 
     def get_documents_by_ref(
@@ -121,6 +133,13 @@ class DocumentsMixin(SQLiteBase):
             "(SELECT value FROM meta WHERE key = 'embedding_generation')"
         ).fetchone()
         return (row[0] or 0, int(row[1]))
+
+    def last_document_id(self) -> int:
+        return int(self._execute("SELECT coalesce(max(id), 0) FROM docs").fetchone()[0])
+
+    def append_only_generation(self) -> object:
+        # Writers are serialised, so AUTOINCREMENT ids commit in increasing order.
+        return self._index_generation()
 
     def iter_documents(
         self, scope: Scope, *, kinds: Sequence[str] | None = None

@@ -15,15 +15,15 @@ from mindpalace.store.base import Document, SearchHit
 from mindpalace.store.inputs import embedding_rows
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import doc_of, scope_where
-from mindpalace.store.vectors import VectorIndex, VectorIndexFactory
+from mindpalace.store.vectors import GrowableVectorIndex, VectorIndex, VectorIndexFactory
 
 
 class EmbeddingsMixin(SQLiteBase):
     """The embedding part of the store protocol; a vector index per (scope, model, kinds) is
-    cached until the search generation moves."""
+    cached and kept up to date in place (:meth:`_vector_index`)."""
 
     _index_factory: VectorIndexFactory
-    _vec_cache: dict[tuple[Any, ...], tuple[object, VectorIndex, int]]
+    _vec_cache: dict[tuple[Any, ...], CachedVectors]
     _vec_lock: threading.Lock
 
     def _init_embeddings(self, vector_index_factory: VectorIndexFactory) -> None:
@@ -48,12 +48,23 @@ class EmbeddingsMixin(SQLiteBase):
             ).fetchone()
             if existing is not None and existing[0] != dim:
                 raise DimensionMismatchError(existing[0], dim, model)
+            if self._replaces_vectors(doc_ids, model):  # rows move: the indexes rebuild
+                self._bump_index_generation()
+            # Explicit rowids above a stored high-water mark: never reused, so the indexes
+            # append exactly the rows above the last one they saw.
+            first = int(self._execute(
+                "SELECT max(value, (SELECT coalesce(max(rowid), 0) FROM embeddings)) "
+                "FROM meta WHERE key = 'embedding_rowid'"
+            ).fetchone()[0]) + 1
+            self._execute(
+                "UPDATE meta SET value = ? WHERE key = 'embedding_rowid'", (first + len(doc_ids) - 1,)
+            )
             try:
                 self._conn().executemany(
-                    "INSERT OR REPLACE INTO embeddings (doc_id, model, dim, vector) "
-                    "VALUES (?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO embeddings (rowid, doc_id, model, dim, vector) "
+                    "VALUES (?, ?, ?, ?, ?)",
                     [
-                        (int(i), model, dim, mat[bounds[j] : bounds[j + 1]].tobytes())
+                        (first + j, int(i), model, dim, mat[bounds[j] : bounds[j + 1]].tobytes())
                         for j, i in enumerate(doc_ids)
                     ],
                 )
@@ -62,6 +73,18 @@ class EmbeddingsMixin(SQLiteBase):
                 missing = [int(i) for i in doc_ids if int(i) not in known]
                 raise NotFoundError("document", missing[:10]) from exc
             self._bump_generation()
+
+    def _replaces_vectors(self, doc_ids: Sequence[int], model: str) -> bool:
+        ids = [int(i) for i in doc_ids]
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            chunk = ids[i : i + 500]
+            found = self._execute(
+                f"SELECT 1 FROM embeddings WHERE model = ? AND doc_id IN ({','.join('?' * len(chunk))}) "
+                "LIMIT 1", [model, *chunk],
+            ).fetchone()
+            if found is not None:
+                return True
+        return False
 
     def vector_search(
         self,
@@ -72,13 +95,15 @@ class EmbeddingsMixin(SQLiteBase):
         k: int = 10,
         kinds: Sequence[str] | None = None,
     ) -> list[SearchHit]:
-        index, extra = self._vector_index(scope, model, kinds)
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if not np.isfinite(q).all():
             raise ValidationError(f"query vector for model {model!r} contains NaN or infinity")
-        if index.dim and q.shape[0] != index.dim:
-            raise DimensionMismatchError(index.dim, int(q.shape[0]), model)
-        ids, sims = index.search(q, k + extra)
+        cached = self._vector_index(scope, model, kinds)
+        with cached.lock:  # an index is updated in place: never searched while it changes
+            index, extra = cached.index, cached.extra
+            if index.dim and q.shape[0] != index.dim:
+                raise DimensionMismatchError(index.dim, int(q.shape[0]), model)
+            ids, sims = index.search(q, k + extra)
         if extra:  # chunk rows share their document's id: keep each document's best chunk
             _, first = np.unique(ids, return_index=True)
             keep = np.sort(first)[:k]
@@ -108,50 +133,87 @@ class EmbeddingsMixin(SQLiteBase):
 
     def _vector_index(
         self, scope: Scope, model: str, kinds: Sequence[str] | None
-    ) -> tuple[VectorIndex, int]:
-        """The scope's index and how many chunk rows it holds beyond one per document."""
+    ) -> CachedVectors:
+        """The scope's index and how many chunk rows it holds beyond one per document.
+
+        Kept up to date incrementally (:class:`CachedVectors`): vectors
+        above the last embeddings rowid seen are appended, documents this process deleted are
+        dropped, anything else (another process's deletion, a text change, a replaced or
+        dropped vector) rebuilds it. Inside a write transaction it is built from what the
+        transaction sees and not cached."""
         key = (scope.values(), model, tuple(sorted(kinds)) if kinds else None)
-        generation = self._generation()
-        with self._vec_lock:
-            cached = self._vec_cache.get(key)
-            if cached is not None and cached[0] == generation:
-                return cached[1], cached[2]
+        conn = self._conn()
+        if conn.in_transaction:
+            return self._fresh_vector_index(scope, model, kinds)
+        self._retry(lambda: conn.execute("BEGIN"))  # one snapshot for the state and the rows
+        try:
+            generation, top = self._vector_state()
+            with self._vec_lock:
+                cached = self._vec_cache.get(key)
+            if cached is not None:
+                with cached.lock:
+                    if cached.current(generation, top) or cached.catch_up(self, generation, top):
+                        return cached
+            fresh = self._fresh_vector_index(scope, model, kinds)
+            fresh.generation, fresh.seen, fresh.after = generation, top, top
+            with self._vec_lock:
+                if len(self._vec_cache) > 64:  # bounded: scopes come and go
+                    self._vec_cache.clear()
+                self._vec_cache[key] = fresh
+            return fresh
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def _vector_state(self) -> tuple[int, int]:
+        """(index generation, highest embeddings rowid) of the current snapshot."""
+        row = self._execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'index_generation'), "
+            "(SELECT coalesce(max(rowid), 0) FROM embeddings)"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def _fresh_vector_index(
+        self, scope: Scope, model: str, kinds: Sequence[str] | None
+    ) -> CachedVectors:
+        ids, matrix, docs = self._vector_rows(scope, model, kinds, after=0)
+        return CachedVectors(scope, model, kinds, self._index_factory(ids, matrix), ids.shape[0] - docs)
+
+    def _vector_rows(
+        self, scope: Scope, model: str, kinds: Sequence[str] | None, *, after: int
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """(row ids, matrix, documents) of the scope's `model` vectors with rowid > `after`,
+        in rowid order (one row per chunk, each with its document's id)."""
         where, scope_params = scope_where(scope, "d")
         sql = (
             "SELECT e.doc_id, e.dim, e.vector FROM embeddings e JOIN docs d ON d.id = e.doc_id "
-            f"WHERE e.model = ? AND {where}"
+            f"WHERE e.rowid > ? AND e.model = ? AND {where or '1'}"
         )
-        params = [model, *scope_params]
+        params = [after, model, *scope_params]
         if kinds:
             sql += f" AND d.kind IN ({','.join('?' * len(kinds))})"
             params += list(kinds)
-        rows = self._execute(sql, params).fetchall()
-        if rows:
-            dim = rows[0]["dim"]
-            per_doc = np.fromiter(
-                (len(r["vector"]) // (4 * dim) for r in rows), dtype=np.int64, count=len(rows)
-            )
-            doc_ids = np.fromiter((r["doc_id"] for r in rows), dtype=np.int64, count=len(rows))
-            ids = np.repeat(doc_ids, per_doc)  # one row per chunk, each with its document's id
-            matrix = np.frombuffer(b"".join(r["vector"] for r in rows), dtype=np.float32)
-            matrix = matrix.reshape(int(per_doc.sum()), dim)
-        else:
-            ids, matrix = np.empty(0, np.int64), np.empty((0, 0), np.float32)
-        index = self._index_factory(ids, matrix)
-        with self._vec_lock:
-            if len(self._vec_cache) > 64:  # bounded: scopes come and go
-                self._vec_cache.clear()
-            extra = int(ids.shape[0]) - len(rows)
-            self._vec_cache[key] = (generation, index, extra)
-        return index, extra
+        rows = self._execute(sql + " ORDER BY e.rowid", params).fetchall()
+        if not rows:
+            return np.empty(0, np.int64), np.empty((0, 0), np.float32), 0
+        dim = rows[0]["dim"]
+        per_doc = np.fromiter(
+            (len(r["vector"]) // (4 * dim) for r in rows), dtype=np.int64, count=len(rows)
+        )
+        doc_ids = np.fromiter((r["doc_id"] for r in rows), dtype=np.int64, count=len(rows))
+        ids = np.repeat(doc_ids, per_doc)
+        matrix = np.frombuffer(b"".join(r["vector"] for r in rows), dtype=np.float32)
+        return ids, matrix.reshape(int(per_doc.sum()), dim), len(rows)
 
-    def documents_missing_embeddings(self, model: str, *, limit: int = 1000) -> list[Document]:
+    def documents_missing_embeddings(
+        self, model: str, *, limit: int = 1000, after_id: int = 0
+    ) -> list[Document]:
         rows = self._execute(
-            "SELECT d.* FROM docs d WHERE NOT EXISTS (SELECT 1 FROM embeddings e "
+            "SELECT d.* FROM docs d WHERE d.id > ? AND NOT EXISTS (SELECT 1 FROM embeddings e "
             "WHERE e.doc_id = d.id AND e.model = ?) "
             # late parts of a huge text are keyword-only (store.inputs.document_parts)
             "AND json_extract(d.meta, '$.keyword_only') IS NULL ORDER BY d.id LIMIT ?",
-            (model, limit),
+            (after_id, model, limit),
         )
         return [doc_of(r) for r in rows]
 
@@ -168,4 +230,48 @@ class EmbeddingsMixin(SQLiteBase):
             else:
                 cur = self._execute("DELETE FROM embeddings WHERE model != ?", (keep_model,))
             self._bump_generation()
+            if cur.rowcount:
+                self._bump_index_generation()
             return cur.rowcount
+
+
+class CachedVectors:
+    """One scope's vector index and the database state it reflects."""
+
+    def __init__(
+        self, scope: Scope, model: str, kinds: Sequence[str] | None, index: VectorIndex, extra: int
+    ) -> None:
+        self.scope, self.model, self.kinds = scope, model, kinds
+        self.index = index
+        self.extra = extra  # chunk rows beyond one per document (search widens by it)
+        self.generation = 0
+        self.seen = 0  # highest embeddings rowid when last brought up to date
+        self.after = 0  # rows above this are not in the index yet (rowids never repeat)
+        self.lock = threading.Lock()
+
+    def current(self, generation: int, rowid: int) -> bool:
+        """Whether the index reflects this (index generation, highest rowid) already."""
+        return self.generation == generation and self.seen == rowid
+
+    def catch_up(self, store: EmbeddingsMixin, generation: int, rowid: int) -> bool:
+        """Bring the index to (generation, rowid) in place; False = it must be rebuilt."""
+        index = self.index
+        if not isinstance(index, GrowableVectorIndex):
+            return False
+        if generation != self.generation:
+            removed = store.removals.removed_between(self.generation, generation)
+            if removed is None:
+                return False
+            if removed:
+                # `extra` stays: a wider search returns the same best k documents
+                index.remove(np.fromiter(removed, dtype=np.int64, count=len(removed)))
+        if rowid > self.after:
+            ids, matrix, docs = store._vector_rows(self.scope, self.model, self.kinds, after=self.after)
+            if ids.shape[0]:
+                if index.dim and matrix.shape[1] != index.dim:
+                    return False  # another width under this model: rebuild raises it cleanly
+                index.add(ids, matrix)
+                self.extra += int(ids.shape[0]) - docs
+            self.after = rowid
+        self.generation, self.seen = generation, rowid
+        return True

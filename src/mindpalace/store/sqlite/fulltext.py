@@ -25,11 +25,14 @@ class KeywordSearchMixin(SQLiteBase):
     Word-index BM25 uses the statistics of the searched scope and kinds
     (:mod:`mindpalace.store.bm25`): document count, document frequencies and average length
     are counted over those documents only, so another tenant's writes never move a score.
-    Scores come from a posting cache of the whole index built at one search generation, or,
-    while the cache is stale, from postings read per query term through SQL (identical
-    scores). The cache is rebuilt only once a second query sees the same generation (no
-    write in between), so a store written between every query never pays for a rebuild per
-    query. The choice depends on data state only.
+    Scores come from a posting cache of the whole index (:class:`PostingIndex`), kept up to
+    date in place: documents added by any process are appended (tokenized by the index's own
+    tokenizer), documents this process deleted are masked out — the scores are those of a
+    fresh build. A change the cache cannot follow (another process's deletion, a text change)
+    leaves it stale: then postings are read per query term through SQL (identical scores),
+    and the cache is rebuilt only once a second query sees the same database state (no write
+    in between), so a store changed that way between every query never pays for a rebuild
+    per query. The choice depends on data state only.
     """
 
     _in_process_bm25: bool
@@ -37,6 +40,7 @@ class KeywordSearchMixin(SQLiteBase):
     _bm25: PostingIndex | None
     _bm25_stale_seen: object | None
     _bm25_lock: threading.Lock
+    _bm25_use: threading.Lock
     _token_cache: dict[str, tuple[str, ...]]
     _scope_docs: dict[object, tuple[np.ndarray, np.ndarray]]
 
@@ -45,6 +49,7 @@ class KeywordSearchMixin(SQLiteBase):
         self._bm25 = None
         self._bm25_stale_seen = None  # a generation a query found the cache stale at
         self._bm25_lock = threading.Lock()
+        self._bm25_use = threading.Lock()
         self._token_cache = {}
         self._scope_docs = {}
         sql = self._execute("SELECT sql FROM sqlite_master WHERE name = 'docs_fts'").fetchone()[0]
@@ -53,8 +58,8 @@ class KeywordSearchMixin(SQLiteBase):
 
     @property
     def bm25_cache_generation(self) -> object | None:
-        """The :meth:`search_generation` the in-process BM25 posting cache was built at; None
-        before the first build, and always with ``in_process_bm25=False``.
+        """The :meth:`search_generation` the in-process BM25 posting cache was last brought up
+        to date at; None before the first build, and always with ``in_process_bm25=False``.
 
         Read-only, for tests and diagnostics: when it equals :meth:`search_generation`, word
         index queries are scored from the cache; otherwise from postings read through SQL.
@@ -107,10 +112,12 @@ class KeywordSearchMixin(SQLiteBase):
             raise StoreError(f"{self.path}: keyword search failed: {exc}") from exc
 
     def _scope_ids(
-        self, conn: sqlite3.Connection, scope: Scope, kinds: Sequence[str] | None
+        self, conn: sqlite3.Connection, scope: Scope, kinds: Sequence[str] | None,
+        *, after: int = 0,
     ) -> np.ndarray:
+        """Ids (ascending) of the scope's documents above id `after`."""
         where, params = scope_where(scope)
-        sql = f"SELECT id FROM docs WHERE {where or '1'}"
+        sql = f"SELECT id FROM docs WHERE id > {int(after)} AND {where or '1'}"
         if kinds:
             sql += f" AND kind IN ({','.join('?' * len(kinds))})"
             params += list(kinds)
@@ -121,32 +128,114 @@ class KeywordSearchMixin(SQLiteBase):
         self, conn: sqlite3.Connection, scope: Scope, terms: list[str], k: int,
         kinds: Sequence[str] | None, max_df_ratio: float | None,
     ) -> list[SearchHit] | None:
-        """Scored from the posting cache; None = the cache is stale and its rebuild not due."""
+        """Scored from the posting cache, brought up to this snapshot in place; None = the
+        cache cannot follow (another process deleted or changed documents) and its rebuild is
+        not due yet."""
         tokens = self._index_tokens(conn, terms)
+        row = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'index_generation'), "
+            "(SELECT coalesce(max(id), 0) FROM docs)"
+        ).fetchone()
+        state = (int(row[0]), int(row[1]))
         generation = self.search_generation()
-        index = self._bm25
-        if index is None or index.generation != generation:
-            if index is not None and not self._bm25_rebuild_due(generation):
-                return None
-            doc_ids = np.fromiter(
-                (r[0] for r in conn.execute("SELECT id FROM docs ORDER BY id")), dtype=np.int64
-            )
-            try:
-                vocab = [
-                    (r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")
-                ]
-                occurrences = np.fromiter(
-                    (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v")), dtype=np.int64
-                )
-                index = PostingIndex.build(generation, doc_ids, vocab, occurrences)
-            except LookupError:
-                return None
-            with self._bm25_lock:
-                self._bm25 = index
-        key = (scope.values(), tuple(sorted(kinds)) if kinds else None)
-        view = index.views.get(key) or index.view(key, self._scope_ids(conn, scope, kinds))
-        top = index.top(tokens, view, k, max_df_ratio=max_df_ratio)
+        with self._bm25_use:  # the cache changes in place: one user at a time
+            index = self._bm25
+            if index is None or not self._bm25_catch_up(conn, index, state):
+                if index is not None and not self._bm25_rebuild_due(state):
+                    return None
+                index = self._bm25_build(conn, state)
+                if index is None:
+                    return None
+                with self._bm25_lock:
+                    self._bm25 = index
+            index.generation = generation
+            key = (scope.values(), tuple(sorted(kinds)) if kinds else None)
+            view = index.views.get(key)
+            if view is None:
+                view = index.view(key, self._scope_ids(conn, scope, kinds))
+            elif view.upto < index.n_docs:
+                after = int(index.doc_ids[view.upto - 1]) if view.upto else 0
+                index.extend_view(view, self._scope_ids(conn, scope, kinds, after=after))
+            top = index.top(tokens, view, k, max_df_ratio=max_df_ratio)
         return self._hits(top)
+
+    def _bm25_build(self, conn: sqlite3.Connection, state: tuple[int, int]) -> PostingIndex | None:
+        """The posting cache from the whole word index (None: a torn read)."""
+        doc_ids = np.fromiter(
+            (r[0] for r in conn.execute("SELECT id FROM docs ORDER BY id")), dtype=np.int64
+        )
+        vocab = [(r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")]
+        occurrences = np.fromiter(
+            (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v")), dtype=np.int64
+        )
+        try:
+            return PostingIndex.build(None, doc_ids, vocab, occurrences, state=state)
+        except LookupError:
+            return None
+
+    def _bm25_catch_up(
+        self, conn: sqlite3.Connection, index: PostingIndex, state: tuple[int, int]
+    ) -> bool:
+        """Bring `index` to `state` = (index generation, last document id) by dropping the
+        documents this process deleted and appending the new ones; False when it cannot (a
+        step it does not know, or the cache is ahead of this snapshot) — nothing changed."""
+        generation, last = state
+        held_generation, held_last = index.state
+        if (generation, last) == (held_generation, held_last):
+            return True
+        removed: frozenset[int] | None = frozenset()
+        if generation != held_generation:
+            removed = self.removals.removed_between(held_generation, generation)
+        if removed is None or last < held_last:
+            return False
+        if last - held_last > max(10_000, index.n_docs // 2):
+            return False  # a bulk load: reading the whole index is cheaper
+        if removed:
+            index.remove(np.fromiter(removed, dtype=np.int64, count=len(removed)))
+        if last > held_last:
+            ids, tokens, tok, docs = self._tokenized_since(conn, held_last)
+            index.append(ids, tokens, tok, docs)
+        index.state = state
+        return True
+
+    def _tokenized_since(
+        self, conn: sqlite3.Connection, after: int
+    ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+        """The documents above id `after` and their word-index tokens, tokenized by the
+        index's own tokenizer in a scratch FTS5 table (exactly the index's tokens): (ids
+        ascending, tokens, token index per occurrence, document id per occurrence)."""
+        rows = conn.execute(
+            "SELECT id, search_text FROM docs WHERE id > ? ORDER BY id", (after,)
+        ).fetchall()
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        self._scratch_tables(conn)
+        conn.execute("DELETE FROM temp.mp_ntok")
+        conn.executemany("INSERT INTO temp.mp_ntok (rowid, x) VALUES (?, ?)", rows)
+        index: dict[str, int] = {}
+        tok: list[int] = []
+        docs: list[int] = []
+        for term, doc in conn.execute("SELECT term, doc FROM temp.mp_ntok_v"):
+            tok.append(index.setdefault(term, len(index)))
+            docs.append(doc)
+        conn.execute("DELETE FROM temp.mp_ntok")
+        return ids, list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64)
+
+    def _scratch_tables(self, conn: sqlite3.Connection) -> None:
+        """Scratch FTS5 tables with the word index's tokenizer in this connection's temp
+        schema: ``mp_qtok`` for query terms, ``mp_ntok`` for new documents."""
+        made = getattr(self._local, "qtok", ())  # connections of this thread that have them
+        if conn in made:  # per connection: group commit hands threads a shared one
+            return
+        tok = self._fts_tokenizer.replace("'", "")
+        for name in ("mp_qtok", "mp_ntok"):
+            conn.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5(x, tokenize='{tok}')"
+            )
+            conn.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name}_v "
+                f"USING fts5vocab(temp, {name}, 'instance')"
+            )
+        self._local.qtok = (*made, conn)
 
     def _scored_by_sql(
         self, conn: sqlite3.Connection, scope: Scope, terms: list[str], k: int,
@@ -224,18 +313,7 @@ class KeywordSearchMixin(SQLiteBase):
         missing = [t for t in dict.fromkeys(terms) if t not in cache]
         resolved: dict[str, tuple[str, ...]] = {}
         if missing:
-            made = getattr(self._local, "qtok", ())  # connections of this thread that have it
-            if conn not in made:
-                tok = self._fts_tokenizer.replace("'", "")
-                conn.execute(
-                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mp_qtok "
-                    f"USING fts5(x, tokenize='{tok}')"
-                )
-                conn.execute(
-                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.mp_qtok_v "
-                    "USING fts5vocab(temp, mp_qtok, 'instance')"
-                )
-                self._local.qtok = (*made, conn)
+            self._scratch_tables(conn)
             conn.execute("DELETE FROM temp.mp_qtok")
             conn.executemany(
                 "INSERT INTO temp.mp_qtok (rowid, x) VALUES (?, ?)",

@@ -77,6 +77,14 @@ MIGRATIONS: list[str] = [
     CREATE VIRTUAL TABLE docs_fts_v USING fts5vocab(docs_fts, 'instance');
     CREATE VIRTUAL TABLE docs_fts_r USING fts5vocab(docs_fts, 'row');
     """,
+    # v3: incremental in-process indexes (mindpalace.store.sqlite.incremental). index_generation
+    # moves (to a random value, never repeating) on every change other than appending documents
+    # and vectors of new documents; embedding_rowid is the high-water mark of embeddings rowids,
+    # so a rowid is never reused and "rows above the last one seen" is exactly the new rows.
+    """
+    INSERT INTO meta (key, value) VALUES ('index_generation', 0);
+    INSERT INTO meta (key, value) VALUES ('embedding_rowid', (SELECT coalesce(max(rowid), 0) FROM embeddings));
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,76 @@
+"""Vector indexes behind the store's seam: exact cosine updated in place ranks exactly as a
+fresh one (ties by id); the HNSW index returns exact scores, follows adds and removals, and
+finds nearly every exact neighbour; the adaptive index switches at its size."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindpalace.store.vectors import AdaptiveIndex, ExactCosineIndex, HnswIndex
+
+DIRECTIONS = np.array([[1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 1, 1]], dtype=np.float32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=6),
+    removals=st.lists(st.integers(0, 40), max_size=8),
+    query=st.integers(0, 3), k=st.integers(1, 12),
+)
+def test_exact_index_updated_in_place_ranks_as_a_fresh_one(
+    batches: list[list[int]], removals: list[int], query: int, k: int
+) -> None:
+    live = ExactCosineIndex(np.empty(0, np.int64), np.empty((0, 0), np.float32))
+    ids: list[int] = []
+    rows: list[int] = []
+    for batch in batches:
+        new_ids = np.arange(len(ids), len(ids) + len(batch), dtype=np.int64) * 7 % 41
+        live.add(new_ids, DIRECTIONS[batch])
+        ids += new_ids.tolist()
+        rows += batch
+    gone = set(removals)
+    live.remove(np.asarray(sorted(gone), np.int64))
+    keep = [i for i, doc in enumerate(ids) if doc not in gone]
+    fresh = ExactCosineIndex(np.asarray(ids, np.int64)[keep], DIRECTIONS[np.asarray(rows)[keep]])
+    q = DIRECTIONS[query] + 0.05
+    got, want = live.search(q, k), fresh.search(q, k)
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()
+    assert len(live) == len(keep)
+
+
+def test_hnsw_recall_exact_scores_and_removal() -> None:
+    rng = np.random.default_rng(0)
+    matrix = rng.standard_normal((3000, 32)).astype(np.float32)
+    ids = np.arange(3000, dtype=np.int64) + 10
+    ann = HnswIndex(ids[:2000], matrix[:2000], ef_search=64)
+    ann.add(ids[2000:], matrix[2000:])
+    exact = ExactCosineIndex(ids, matrix)
+    queries = rng.standard_normal((50, 32)).astype(np.float32)
+    found = 0
+    for q in queries:
+        got_ids, got_sims = ann.search(q, 10)
+        want_ids, _ = exact.search(q, 10)
+        found += len(set(got_ids.tolist()) & set(want_ids.tolist()))
+        unit = matrix[got_ids - 10] / np.linalg.norm(matrix[got_ids - 10], axis=1, keepdims=True)
+        np.testing.assert_allclose(got_sims, unit @ (q / np.linalg.norm(q)), rtol=1e-5, atol=1e-6)
+        assert np.all(np.diff(got_sims) <= 0)  # best first
+    assert found / (10 * len(queries)) >= 0.95
+    top = int(ann.search(queries[0], 1)[0][0])
+    assert ann.remove(np.array([top])) == 1
+    assert top not in ann.search(queries[0], 10)[0].tolist()
+    assert len(ann) == 2999
+
+
+def test_adaptive_index_switches_at_its_size() -> None:
+    rng = np.random.default_rng(1)
+    matrix = rng.standard_normal((300, 8)).astype(np.float32)
+    ids = np.arange(300, dtype=np.int64)
+    index = AdaptiveIndex(ids[:200], matrix[:200], min_ann_rows=250)
+    assert not index.approximate
+    index.add(ids[200:], matrix[200:])
+    assert index.approximate and len(index) == 300
+    assert index.search(matrix[5], 1)[0].tolist() == [5]
+    assert not AdaptiveIndex(ids, matrix, min_ann_rows=0).approximate  # 0 = always exact
