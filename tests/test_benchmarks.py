@@ -157,3 +157,16 @@ class TestBenchLineage:
         assert steps["on"]["prompts"] == steps["off"]["prompts"] > 0
         assert steps["on"]["over_budget"] == steps["off"]["over_budget"] == 0
         assert rows["recall"]["on@300"]["recall_p50_ms"] > 0 and rows["recall"]["off@300"]["recall_p50_ms"] > 0
+
+
+class TestBenchRecall:
+    def test_tiny_run_measures_read_only_mixed_and_peak_rss(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_recall").main([
+            "--sizes", "300", "--queries", "8", "--mixed-queries", "4", "--json", str(out),
+            "--bm25s-python", str(tmp_path / "no-such-python")]) == 0
+        (row,) = json.loads(out.read_text())
+        assert row["facts"] == 300 and row["recall_p95_ms"] > 0
+        for kind in ("remember", "add_message", "step"):
+            assert row[f"{kind}_recall_p95_ms"] > 0 and row[f"{kind}_write_p50_ms"] > 0
+        assert row["rss_mindpalace_mb"] > 0 and row["rss_bm25s_mb"] is None  # bm25s: n/a

@@ -93,8 +93,9 @@ class DocumentsMixin(SQLiteBase):
             return {}
         cols = ", ".join(f"d.{c.strip()}" for c in DOC_COLS.split(","))
         found = self._execute(
-            "WITH k(t, u, a, s, r) AS (SELECT value ->> 0, value ->> 1, value ->> 2, "
-            "value ->> 3, value ->> 4 FROM json_each(?)) "
+            "WITH k(t, u, a, s, r) AS (SELECT json_extract(value, '$[0]'), "
+            "json_extract(value, '$[1]'), json_extract(value, '$[2]'), "
+            "json_extract(value, '$[3]'), json_extract(value, '$[4]') FROM json_each(?)) "
             f"SELECT {cols} FROM k JOIN docs d ON d.tenant = k.t AND d.user = k.u "
             "AND d.agent = k.a AND d.session = k.s AND d.kind = ? AND d.ref = k.r",
             (dumps(rows), kind),
