@@ -214,3 +214,16 @@ class TestBenchPayloads:
         assert small["keyword_tail"] and big["keyword_tail"]
         assert big["db_growth_bytes"] > small["db_growth_bytes"] and "added_latency_s" in big
 
+
+
+class TestBenchRecall:
+    def test_tiny_run_measures_read_only_mixed_and_peak_rss(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_recall").main([
+            "--sizes", "300", "--queries", "8", "--mixed-queries", "4", "--json", str(out),
+            "--bm25s-python", str(tmp_path / "no-such-python")]) == 0
+        (row,) = json.loads(out.read_text())
+        assert row["facts"] == 300 and row["recall_p95_ms"] > 0
+        for kind in ("remember", "add_message", "step"):
+            assert row[f"{kind}_recall_p95_ms"] > 0 and row[f"{kind}_write_p50_ms"] > 0
+        assert row["rss_mindpalace_mb"] > 0 and row["rss_bm25s_mb"] is None  # bm25s: n/a

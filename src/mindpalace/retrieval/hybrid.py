@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mindpalace.retrieval.chunking import DEFAULT_OVERLAP_TOKENS
+from mindpalace.retrieval.fetch import NeighbourCache, matched_terms, searchable_scopes
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -124,7 +125,7 @@ class RetrievalHit:
     meta: dict[str, object] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: list.index over candidates never compares documents
 class _Candidate:
     doc: Document
     fused: float = 0.0
@@ -171,6 +172,7 @@ class HybridRetriever:
         self._synced_upto: int | None = None  # every document up to this id had a vector
         self._synced_appended_only: object = None  # store.append_only_generation() then
         self._sync_lock = threading.Lock()
+        self._neighbours = NeighbourCache()
 
     # -- embedding sync --------------------------------------------------------------------
     def sync_embeddings(self) -> int:
@@ -238,7 +240,7 @@ class HybridRetriever:
         if self.embedder is not None:
             self.sync_embeddings()
             query_vector = (self.embedder.model_id, self.embedder.embed_query(query))
-        for scope in scope_list:
+        for scope in searchable_scopes(self.store, scope_list, kinds):
             keyword += self.store.keyword_search(
                 scope, query, k=n, kinds=kinds, max_df_ratio=self.settings.keyword_max_df_ratio
             )
@@ -286,38 +288,44 @@ class HybridRetriever:
     def _add_message_context(self, cands: dict[int, _Candidate]) -> None:
         """final = fused + Σ_d w_d · max(fused of the messages d before / after), same session."""
         weights = self.settings.neighbor_weights
-        by_pos: dict[tuple[Scope, int], _Candidate] = {}
+        # Positions are keyed by (session number, index): hashing a small int pair instead of
+        # a Scope is most of this loop's cost on a long conversation.
+        session_of: dict[Scope, int] = {}
+        by_pos: dict[tuple[int, int], _Candidate] = {}
         for c in cands.values():
             c.final = c.fused
             if c.doc.kind == MESSAGE_KIND and c.doc.ref.isdigit():
-                by_pos[(c.doc.scope, int(c.doc.ref))] = c
+                sid = session_of.setdefault(c.doc.scope, len(session_of))
+                by_pos[(sid, int(c.doc.ref))] = c
         if not by_pos:
             return
+        scopes = list(session_of)
         # Neighbours that matched nothing themselves are fetched so they can be lifted too.
         wanted: dict[Scope, set[str]] = defaultdict(set)
         questions_only = self.settings.neighbor_from == "questions"
-        for (scope, index), c in by_pos.items():
+        for (sid, index), c in by_pos.items():
             if c.fused <= 0 or (questions_only and not _is_question(c.doc)):
                 continue
             for d in range(1, len(weights) + 1):
                 for j in (index - d, index + d):
-                    if j >= 1 and (scope, j) not in by_pos:
-                        wanted[scope].add(str(j))
-        for scope, refs in wanted.items():
-            for ref, doc in self.store.get_documents_by_ref(scope, MESSAGE_KIND, sorted(refs)).items():
-                cand = _Candidate(doc)
-                cands[doc.id] = cand
-                by_pos[(scope, int(ref))] = cand
-        for (scope, index), c in by_pos.items():
+                    if j >= 1 and (sid, j) not in by_pos:
+                        wanted[scopes[sid]].add(str(j))
+        for (scope, ref), doc in self._neighbours.get(self.store, MESSAGE_KIND, wanted).items():
+            cand = _Candidate(doc)
+            cands[doc.id] = cand
+            by_pos[(session_of[scope], int(ref))] = cand
+        # Only a neighbour with a positive fused score (that may lend, in questions mode only
+        # a question) can lift: look those up, not every candidate.
+        lenders = {
+            key: n for key, n in by_pos.items()
+            if n.fused > 0 and not (questions_only and not _is_question(n.doc))
+        }
+        for (sid, index), c in by_pos.items():
             lift, source = 0.0, None
             for d, w in enumerate(weights, start=1):
-                before, after = by_pos.get((scope, index - d)), by_pos.get((scope, index + d))
-                best = max(
-                    (n for n in (before, after)
-                     if n is not None and not (questions_only and not _is_question(n.doc))),
-                    key=lambda n: n.fused, default=None,
-                )
-                if best is not None and best.fused > 0:
+                before, after = lenders.get((sid, index - d)), lenders.get((sid, index + d))
+                best = after if before is None or (after is not None and after.fused > before.fused) else before
+                if best is not None:
                     lift += w * best.fused
                     if source is None:
                         source = best.doc.ref
@@ -378,10 +386,8 @@ class HybridRetriever:
 
     def _hit(self, c: _Candidate, terms: dict[str, str]) -> RetrievalHit:
         doc = c.doc
-        text_stems = set(stems(query_terms(doc.text, drop_stop_words=False)))
-        matched = tuple(t for stem, t in terms.items() if stem in text_stems)
         why = MatchReason(
-            terms=matched,
+            terms=matched_terms(terms, doc.text),
             keyword_rank=c.kw.rank if c.kw else None,
             keyword_score=c.kw.score if c.kw else None,
             vector_rank=c.vec.rank if c.vec else None,

@@ -305,11 +305,36 @@ class DocumentIndex(abc.ABC):
         Used by recall to fetch a message's neighbours and by writers to find the document
         they just indexed."""
 
+    def get_documents_by_refs(
+        self, kind: str, keys: Sequence[tuple[Scope, str]]
+    ) -> dict[tuple[Scope, str], Document]:
+        """Documents of `kind` by (concrete scope, ref) across scopes, in one read where the
+        backend can (keys not found are absent).
+
+        Recall fetches the neighbours of matched messages from every session of a user at
+        once with it. The default asks :meth:`get_documents_by_ref` once per scope."""
+        by_scope: dict[Scope, list[str]] = {}
+        for scope, ref in keys:
+            by_scope.setdefault(scope, []).append(ref)
+        out: dict[tuple[Scope, str], Document] = {}
+        for scope, refs in by_scope.items():
+            for ref, doc in self.get_documents_by_ref(scope, kind, refs).items():
+                out[(scope, ref)] = doc
+        return out
+
     @abc.abstractmethod
     def iter_documents(
         self, scope: Scope, *, kinds: Sequence[str] | None = None
     ) -> Iterator[Document]:
         """Every document in `scope` (optionally of some kinds), by id, read in pages."""
+
+    def has_documents(self, scope: Scope, *, kinds: Sequence[str] | None = None) -> bool:
+        """Whether `scope` (widened fields: any matching scope) holds a document (of `kinds`).
+
+        Recall asks it before searching a scope: an empty scope (the knowledge files of a user
+        who has none) can only answer with nothing, and searching it anyway costs a keyword
+        fallback over the whole trigram index. Backends override it with one indexed read."""
+        return next(iter(self.iter_documents(scope, kinds=kinds)), None) is not None
 
     @abc.abstractmethod
     def search_generation(self) -> object:

@@ -645,6 +645,39 @@ class TestDocuments:
         with pytest.raises(ValidationError):
             store.get_documents_by_ref(scope.with_(session=ANY), "note", ["a"])
 
+    def test_by_refs_reads_several_scopes_at_once_and_keeps_each_scope(self, store: Store) -> None:
+        scope = fresh_scope()
+        other = scope.with_(session="other")
+        a = store.index_document(scope, "note", "1", "first")
+        b = store.index_document(other, "note", "1", "first elsewhere")
+        c = store.index_document(other, "note", "2", "second")
+        store.index_document(scope, "fact", "2", "another kind")
+        stranger = fresh_scope()  # another tenant: same refs, never returned for ours
+        store.index_document(stranger, "note", "2", "not yours")
+        keys = [(scope, "1"), (scope, "2"), (other, "1"), (other, "2"), (other, "9")]
+        found = store.get_documents_by_refs("note", keys)
+        assert {key: d.id for key, d in found.items()} == {
+            (scope, "1"): a, (other, "1"): b, (other, "2"): c}
+        assert found[(other, "1")].text == "first elsewhere" and found[(other, "1")].scope == other
+        # the same answer as asking each scope on its own
+        for (s, ref), doc in found.items():
+            assert store.get_documents_by_ref(s, "note", [ref])[ref] == doc
+        assert store.get_documents_by_refs("note", []) == {}
+        with pytest.raises(ValidationError):
+            store.get_documents_by_refs("note", [(scope.with_(session=ANY), "1")])
+
+    def test_has_documents_per_scope_and_kind(self, store: Store) -> None:
+        scope = fresh_scope(user="alice")
+        assert not store.has_documents(scope)
+        store.index_document(scope, "note", "n", "text")
+        assert store.has_documents(scope) and store.has_documents(scope.with_(session=ANY))
+        assert store.has_documents(scope, kinds=["note", "fact"])
+        assert not store.has_documents(scope, kinds=["fact"])
+        assert not store.has_documents(scope.with_(session="s2"))
+        assert not store.has_documents(scope.with_(user="bob", session=ANY))
+        store.delete_documents(scope, "note", ["n"])
+        assert not store.has_documents(scope)
+
     def test_replacing_text_keeps_the_id_and_meta_follows(self, store: Store) -> None:
         scope = fresh_scope()
         first = store.index_document(scope, "note", "n", "old text", {"v": 1})
@@ -685,6 +718,8 @@ class TestDocuments:
         doc = store.index_document(scope, "note", "n", "one")
         moved()
         store.index_document(scope, "note", "n", "two")
+        moved()
+        store.index_document(scope, "note", "n", "two", {"edited": True})  # meta only
         moved()
         store.put_embeddings([doc], np.ones((1, 2), np.float32), "m")
         moved()

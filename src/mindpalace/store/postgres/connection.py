@@ -276,7 +276,15 @@ def exact_scope(scope: Scope, alias: str = "") -> tuple[str, list[Any]]:
 
 
 def scope_of(row: Sequence[Any], start: int = 0) -> Scope:
-    return Scope(row[start], row[start + 1], row[start + 2], row[start + 3])
+    return stored_scope(row[start], row[start + 1], row[start + 2], row[start + 3])
+
+
+@functools.lru_cache(maxsize=4096)
+def stored_scope(tenant: str, user: str, agent: str, session: str) -> Scope:
+    """The Scope of a stored row, one instance per scope: the fields were validated when the
+    row was written and a Scope is immutable, so a recall materialising hundreds of rows does
+    not re-validate every field of every row."""
+    return Scope(tenant, user, agent, session)
 
 
 # -- errors ------------------------------------------------------------------------------------

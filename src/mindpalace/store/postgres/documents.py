@@ -136,6 +136,38 @@ class DocumentsMixin(PostgresBase):
                          "AND ref = ANY(%s)", [*params, kind, list(refs)])
         return {r[6]: doc_of(r) for r in rows}
 
+    def get_documents_by_refs(
+        self, kind: str, keys: Sequence[tuple[Scope, str]]
+    ) -> dict[tuple[Scope, str], Document]:
+        # One statement for every scope: one array per key column, joined on the
+        # (scope, kind, ref) unique index.
+        cols: list[list[str]] = [[], [], [], [], []]
+        for scope, ref in keys:
+            for col, value in zip(cols, (*scope.require_concrete().values(), ref), strict=True):
+                col.append(str(value))
+        if not keys:
+            return {}
+        rows = self._all(
+            f"SELECT {_DOC_COLS_D} FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::text[]) AS k(t, u, a, s, r) JOIN mp_docs d ON d.tenant = k.t "
+            "AND d.user_id = k.u AND d.agent = k.a AND d.session_id = k.s AND d.kind = %s "
+            "AND d.ref = k.r",
+            [*cols, kind],
+        )
+        out: dict[tuple[Scope, str], Document] = {}
+        for r in rows:
+            doc = doc_of(r)
+            out[(doc.scope, doc.ref)] = doc
+        return out
+
+    def has_documents(self, scope: Scope, *, kinds: Sequence[str] | None = None) -> bool:
+        where, params = scope_where(scope)
+        sql = f"SELECT 1 FROM mp_docs WHERE {where}"
+        if kinds:
+            sql += " AND kind = ANY(%s)"
+            params.append(list(kinds))
+        return self._one(sql + " LIMIT 1", params) is not None
+
     def iter_documents(
         self, scope: Scope, *, kinds: Sequence[str] | None = None
     ) -> Iterator[Document]:

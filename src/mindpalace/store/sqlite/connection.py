@@ -24,7 +24,7 @@ from mindpalace.settings import StoreSettings
 from mindpalace.store.base import Document, Store, StoreStats
 from mindpalace.store.sqlite.errmap import is_busy, store_error
 from mindpalace.store.sqlite.group import GroupCommit
-from mindpalace.store.sqlite.rows import doc_of
+from mindpalace.store.sqlite.rows import DOC_COLS, doc_of
 from mindpalace.store.sqlite.schema import SCHEMA_VERSION, migrate, refuse_newer_schema
 from mindpalace.textsafe import require_text
 
@@ -197,7 +197,7 @@ class SQLiteBase(Store):
         for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
             chunk = ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
-            for r in self._execute(f"SELECT * FROM docs WHERE id IN ({marks})", chunk):
+            for r in self._execute(f"SELECT {DOC_COLS} FROM docs WHERE id IN ({marks})", chunk):
                 out[int(r["id"])] = doc_of(r)
         return out
 

@@ -15,7 +15,7 @@ from mindpalace.store.inputs import (
     stored_part_count,
 )
 from mindpalace.store.sqlite.connection import SQLiteBase
-from mindpalace.store.sqlite.rows import doc_of, dumps, inserted_id, scope_where
+from mindpalace.store.sqlite.rows import DOC_COLS, doc_of, dumps, inserted_id, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
 from mindpalace.store.textindex import segment_for_index
 from mindpalace.textsafe import require_text
@@ -68,6 +68,8 @@ class DocumentsMixin(SQLiteBase):
                 self._execute("DELETE FROM embeddings WHERE doc_id = ?", (row["id"],))
                 self._bump_generation()
                 self._bump_index_generation()  # postings change in place: rebuild
+            elif row["meta"] != meta_json:  # a changed document: readers' caches must see it
+                self._bump_generation()
             self._execute(
                 "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
                 (text, segment_for_index(text), meta_json, row["id"]),
@@ -117,13 +119,44 @@ class DocumentsMixin(SQLiteBase):
         for i in range(0, len(refs), 500):  # stay under SQLite's bound-parameter limit
             chunk = refs[i : i + 500]
             rows = self._execute(
-                "SELECT * FROM docs WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
-                f"AND kind = ? AND ref IN ({','.join('?' * len(chunk))})",
+                f"SELECT {DOC_COLS} FROM docs WHERE tenant = ? AND user = ? AND agent = ? "
+                f"AND session = ? AND kind = ? AND ref IN ({','.join('?' * len(chunk))})",
                 (*scope.values(), kind, *chunk),
             )
             for r in rows:
                 out[r["ref"]] = doc_of(r)
         return out
+
+    def get_documents_by_refs(
+        self, kind: str, keys: Sequence[tuple[Scope, str]]
+    ) -> dict[tuple[Scope, str], Document]:
+        # One statement for every scope: the keys travel as one JSON array and each is looked
+        # up through the (scope, kind, ref) unique index.
+        rows = [[*s.require_concrete().values(), ref] for s, ref in keys]
+        if not rows:
+            return {}
+        cols = ", ".join(f"d.{c.strip()}" for c in DOC_COLS.split(","))
+        found = self._execute(
+            "WITH k(t, u, a, s, r) AS (SELECT json_extract(value, '$[0]'), "
+            "json_extract(value, '$[1]'), json_extract(value, '$[2]'), "
+            "json_extract(value, '$[3]'), json_extract(value, '$[4]') FROM json_each(?)) "
+            f"SELECT {cols} FROM k JOIN docs d ON d.tenant = k.t AND d.user = k.u "
+            "AND d.agent = k.a AND d.session = k.s AND d.kind = ? AND d.ref = k.r",
+            (dumps(rows), kind),
+        )
+        out: dict[tuple[Scope, str], Document] = {}
+        for r in found:
+            doc = doc_of(r)
+            out[(doc.scope, doc.ref)] = doc
+        return out
+
+    def has_documents(self, scope: Scope, *, kinds: Sequence[str] | None = None) -> bool:
+        where, params = scope_where(scope)
+        sql = f"SELECT 1 FROM docs WHERE {where or '1'}"
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
+        return self._execute(sql + " LIMIT 1", params).fetchone() is not None
 
     def search_generation(self) -> object:
         # AUTOINCREMENT ids never repeat, so (max id, embedding generation) moves on every
@@ -145,7 +178,7 @@ class DocumentsMixin(SQLiteBase):
         self, scope: Scope, *, kinds: Sequence[str] | None = None
     ) -> Iterator[Document]:
         where, params = scope_where(scope)
-        sql = f"SELECT * FROM docs WHERE {where}"
+        sql = f"SELECT {DOC_COLS} FROM docs WHERE {where}"
         if kinds:
             sql += f" AND kind IN ({','.join('?' * len(kinds))})"
             params += list(kinds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from functools import lru_cache
 
 from mindpalace.errors import StoreError
 from mindpalace.scope import ANY, SCOPE_FIELDS, Scope
@@ -26,12 +27,27 @@ def scope_where(scope: Scope, alias: str = "") -> tuple[str, list[object]]:
     return " AND ".join(clauses), params
 
 
+# The columns a Document is built from: ``search_text`` (the segmented copy the FTS5 indexes
+# read) is never needed outside the index, so reads leave it in the file.
+DOC_COLS = "id, tenant, user, agent, session, kind, ref, text, meta, created_at"
+
+
 def scope_of(row: sqlite3.Row) -> Scope:
-    return Scope(row["tenant"], row["user"], row["agent"], row["session"])
+    return stored_scope(row["tenant"], row["user"], row["agent"], row["session"])
+
+
+@lru_cache(maxsize=4096)
+def stored_scope(tenant: str, user: str, agent: str, session: str) -> Scope:
+    """The Scope of a stored row, shared between rows of the same scope.
+
+    A recall materialises hundreds of rows from a handful of scopes; the fields were validated
+    when the row was written, and a Scope is immutable, so one instance per scope serves all
+    of them instead of re-validating every field of every row."""
+    return Scope(tenant, user, agent, session)
 
 
 def doc_of(row: sqlite3.Row) -> Document:
-    """A `docs` row as a Document."""
+    """A `docs` row (at least :data:`DOC_COLS`) as a Document."""
     return Document(
         int(row["id"]), scope_of(row), row["kind"], row["ref"], row["text"],
         json.loads(row["meta"]), from_iso(row["created_at"]),
@@ -45,4 +61,4 @@ def inserted_id(cursor: sqlite3.Cursor) -> int:
         raise StoreError("INSERT reported no row id")
     return rowid
 
-__all__ = ["doc_of", "dumps", "inserted_id", "scope_of", "scope_where"]
+__all__ = ["DOC_COLS", "doc_of", "dumps", "inserted_id", "scope_of", "scope_where", "stored_scope"]

@@ -1,0 +1,213 @@
+"""Recall's cheap reads (mindpalace.retrieval.fetch) return what the plain reads return.
+
+The plain path searches every scope, reads neighbours one scope at a time and never caches;
+the fast path skips scopes without documents, reads every session's neighbours in one query
+and keeps them until the store is written. Ranked hits (ids, scores, explanations) must be
+identical.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindpalace import Memory
+from mindpalace.facts.recall import Recall
+from mindpalace.retrieval.fetch import matched_terms
+from mindpalace.retrieval.hybrid import (
+    MESSAGE_KIND,
+    HybridRetriever,
+    RetrievalHit,
+    _Candidate,
+    stems,
+)
+from mindpalace.scope import ANY, Scope
+from mindpalace.settings import FactSettings
+from mindpalace.store.base import Document, Store
+from mindpalace.store.textindex import query_terms
+
+
+class PlainStore:
+    """The store, read the plain way: every scope searched, neighbours read per scope through
+    get_documents_by_ref, and a search generation that never repeats (so nothing is cached)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._ticks = itertools.count()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def has_documents(self, scope: Scope, *, kinds: Sequence[str] | None = None) -> bool:
+        return True
+
+    def get_documents_by_refs(
+        self, kind: str, keys: Sequence[tuple[Scope, str]]
+    ) -> dict[tuple[Scope, str], Document]:
+        return Store.get_documents_by_refs(cast(Store, self), kind, keys)
+
+    def search_generation(self) -> object:
+        return ("plain", next(self._ticks))
+
+
+TURNS = [
+    ("Caroline", "I went to the LGBTQ support group yesterday and it was so powerful."),
+    ("Melanie", "That sounds amazing! What did you learn there?"),
+    ("Caroline", "Mostly that transgender stories are all different. I want to study counseling."),
+    ("Melanie", "You would be a great counselor. Are you going to apply this year?"),
+    ("Caroline", "Yes, I sent the application to the university in May."),
+    ("Melanie", "I painted a sunrise over the lake last week, my kids loved it."),
+    ("Caroline", "Which lake was it?"),
+    ("Melanie", "Lake Tahoe, we camped there for three nights with the family."),
+]
+QUERIES = [
+    "What did Caroline research?", "When did Caroline apply to the university?",
+    "What did Melanie paint?", "Where did Melanie camp with her family?", "hotel budget",
+    "support group", "lake", "counseling application", "budget per night in CNY",
+]
+
+
+def fill(memory: Memory, uid: str) -> Scope:
+    start = datetime(2023, 5, 1, tzinfo=UTC)
+    for n in range(3):
+        s = memory.session(f"session_{n}", user=uid, agent="a")
+        for i, (who, text) in enumerate(TURNS[n:] + TURNS[:n]):
+            s.add_message({"role": "user", "name": who, "content": f"{text} ({n})"},
+                          timestamp=start + timedelta(days=7 * n, minutes=i))
+    s = memory.session("qa", user=uid, agent="a")
+    s.remember("trip:budget", "hotel budget 2000 CNY per night", importance=0.9)
+    # a user-level document (as a knowledge file is indexed): a second, non-empty scope
+    memory.store.index_document(Scope(s.scope.tenant, uid, "", ""), "knowledge",
+                                "USER.md#1", "Caroline prefers a quiet lake hotel")
+    return s.scope
+
+
+def ranked(hits: list[RetrievalHit]) -> list[tuple[Any, ...]]:
+    return [(h.tier, h.scope, h.ref, h.score, h.why, h.meta, h.text) for h in hits]
+
+
+class TestSameHits:
+    def test_fast_reads_rank_exactly_like_plain_reads(self, memory: Memory, uid: str) -> None:
+        scope = fill(memory, uid)
+        scopes = [scope.with_(session=ANY), Scope(scope.tenant, uid, "", ""),
+                  Scope(scope.tenant, "", "a", "")]  # the last one is empty
+        fast = memory.retriever
+        plain = HybridRetriever(cast(Store, PlainStore(memory.store)), memory.embedder,
+                                memory.settings.facts)
+        for query in QUERIES:
+            for _ in range(2):  # the second round is served from the neighbour cache
+                want = ranked(plain.search(scopes, query, k=8))
+                assert ranked(fast.search(scopes, query, k=8)) == want, query
+
+    def test_session_recall_unchanged_with_neighbour_credit(self, memory: Memory, uid: str) -> None:
+        fill(memory, uid)
+        s = memory.session("qa", user=uid, agent="a")
+        lifted = 0
+        for query in QUERIES:
+            hits = s.search(query, k=6)
+            plain = HybridRetriever(cast(Store, PlainStore(memory.store)), memory.embedder,
+                                    memory.settings.facts)
+            want = Recall(s.facts, plain, memory.settings.facts,
+                          extra_scopes=[k.store_scope for k in s.knowledge.scopes])(query, 6)
+            assert [(h.tier, h.ref, h.score, h.why) for h in hits] == [
+                (h.tier, h.ref, h.score, h.why) for h in want]
+            lifted += sum(h.why.neighbor is not None for h in hits)
+        assert lifted > 0  # the corpus exercises neighbour credit
+
+
+class TestNeighbourCache:
+    def test_a_write_by_another_store_object_is_seen_next_query(
+        self, memory: Memory, uid: str, workspace_dir: Path
+    ) -> None:
+        scope = fill(memory, uid)
+        where = scope.with_(session=ANY)
+        retriever = memory.retriever
+        before = retriever.search(where, "support group", k=8)
+        lifted = [h for h in before if h.why.neighbor is not None and h.tier == MESSAGE_KIND]
+        assert lifted
+        target = lifted[0]
+        # a second store object on the same database, as another process would write
+        other = Memory.open(workspace_dir, embed={"provider": "hashing"})
+        try:
+            other.store.index_document(target.scope, MESSAGE_KIND, target.ref, "edited elsewhere",
+                                       {"role": "user", "name": "Melanie"})
+        finally:
+            other.close()
+        after = {(h.scope, h.ref): h for h in retriever.search(where, "support group", k=8)}
+        if (target.scope, target.ref) in after:
+            assert after[(target.scope, target.ref)].text == "edited elsewhere"
+        plain = HybridRetriever(cast(Store, PlainStore(memory.store)), memory.embedder,
+                                memory.settings.facts)
+        assert ranked(retriever.search(where, "support group", k=8)) == ranked(
+            plain.search(where, "support group", k=8))
+
+
+WORDS = ["booked", "booking", "hotel", "hotels", "the", "a", "running", "ran", "酒店预算",
+         "Budget", "budgets", "night", "x", "études", "naïve"]
+
+
+class TestMatchedTerms:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.sampled_from(WORDS), max_size=12), st.lists(st.sampled_from(WORDS), max_size=5))
+    def test_same_as_stemming_the_whole_text(self, text_words: list[str], query_words: list[str]) -> None:
+        text, query = " ".join(text_words), " ".join(query_words)
+        terms = stems(query_terms(query))
+        text_stems = set(stems(query_terms(text, drop_stop_words=False)))
+        assert matched_terms(terms, text) == tuple(t for s, t in terms.items() if s in text_stems)
+
+
+def reference_context(cands: dict[int, _Candidate], weights: list[float]) -> None:
+    """The neighbour rule as first written (one Scope-keyed dict, max over both sides)."""
+    by_pos = {(c.doc.scope, int(c.doc.ref)): c for c in cands.values()}
+    for (scope, index), c in by_pos.items():
+        lift, source = 0.0, None
+        for d, w in enumerate(weights, start=1):
+            before, after = by_pos.get((scope, index - d)), by_pos.get((scope, index + d))
+            best = max((n for n in (before, after) if n is not None),
+                       key=lambda n: n.fused, default=None)
+            if best is not None and best.fused > 0:
+                lift += w * best.fused
+                if source is None:
+                    source = best.doc.ref
+        c.final = c.fused + lift
+        c.neighbor = source if lift > 0 and c.fused < lift else None
+
+
+class _NoFetch:
+    """A store whose neighbour reads find nothing: every position is already a candidate."""
+
+    def search_generation(self) -> object:
+        return 0
+
+    def get_documents_by_refs(self, kind: str, keys: Sequence[tuple[Scope, str]]) -> dict[Any, Any]:
+        return {}
+
+
+class TestContextRule:
+    @settings(max_examples=150, deadline=None)
+    @given(st.dictionaries(st.tuples(st.integers(0, 2), st.integers(1, 12)),
+                           st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0, 2.5]), min_size=1, max_size=30),
+           st.lists(st.sampled_from([0.6, 0.3, 0.1, 1.0]), min_size=1, max_size=3))
+    def test_lifts_equal_the_reference_rule(self, fused: dict[tuple[int, int], float], weights: list[float]) -> None:
+        now = datetime(2024, 1, 1, tzinfo=UTC)
+
+        def cands() -> dict[int, _Candidate]:
+            out = {}
+            for i, ((session, ref), score) in enumerate(sorted(fused.items())):
+                doc = Document(i, Scope("t", "u", "a", f"s{session}"), MESSAGE_KIND, str(ref), "x", {}, now)
+                out[i] = _Candidate(doc, fused=score)
+            return out
+
+        retriever = HybridRetriever(cast(Store, _NoFetch()), None, FactSettings(neighbor_weights=weights))
+        fast, ref = cands(), cands()
+        retriever._add_message_context(fast)
+        reference_context(ref, weights)
+        got = {i: (c.final, c.neighbor) for i, c in fast.items()}
+        assert got == {i: (c.final, c.neighbor) for i, c in ref.items()}
+
