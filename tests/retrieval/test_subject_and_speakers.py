@@ -1,5 +1,5 @@
-"""Scoring helpers of hybrid recall: query-relative subject matching for supersession, the
-speaker-free dense query and the speaker-free embedding text of messages."""
+"""Scoring helpers of hybrid recall: query-relative subject matching for supersession and the
+speaker-free dense query."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mindpalace.retrieval.embedding_sync import embedding_text
 from mindpalace.retrieval.hybrid import same_subject, speaker_names, without_speakers
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
@@ -66,9 +65,3 @@ class TestSpeakers:
         docs = [_doc("Caroline: hi", name="Caroline"), _doc("fact", kind="fact", name="Bob"),
                 _doc("user: hi", role="user")]
         assert speaker_names(docs) == {"Caroline"}
-
-    def test_embedding_text_drops_the_speaker_prefix_of_messages_only(self) -> None:
-        assert embedding_text(_doc("Caroline: I paint lakes", name="Caroline")) == "I paint lakes"
-        assert embedding_text(_doc("user: my dog is Otis", role="user")) == "my dog is Otis"
-        assert embedding_text(_doc("Caroline:", name="Caroline")) == "Caroline:"
-        assert embedding_text(_doc("note: Caroline: x", kind="fact", name="Caroline")) == "note: Caroline: x"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from mindpalace.errors import StoreError
 from mindpalace.providers.embed.base import Embedder
 from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_text
-from mindpalace.store.base import Document, Store
+from mindpalace.store.base import Store
 
 DEFAULT_SYNC_BATCH = 256  # documents read and written per store round trip
 
@@ -109,27 +109,13 @@ def _embed_missing(
         ids = [d.id for d in docs]
         if ids == last_ids:  # a write that does not stick would loop forever
             raise StoreError(f"documents {ids[:5]} stay without {model!r} vectors after writing them")
-        chunks = [chunk_text(embedding_text(d), chunk_tokens, overlap_tokens) for d in docs]
+        chunks = [chunk_text(d.text, chunk_tokens, overlap_tokens) for d in docs]
         vectors = embedder.embed([c for parts in chunks for c in parts])
         store.put_embeddings(ids, vectors, model, rows=[len(parts) for parts in chunks])
         last_ids, count = ids, count + len(ids)
         if progress:
             progress(done + count, max(total, done + count))
     return count
-
-
-def embedding_text(doc: Document) -> str:
-    """What is embedded for `doc`: its text, minus the ``speaker: `` prefix of a message.
-
-    Every message of a speaker starts with the speaker's name, which pulls all of them
-    together in vector space and away from what they say; the speaker is matched by keyword
-    search and metadata instead (``facts.speaker_boost``).
-    """
-    speaker = doc.meta.get("name") or doc.meta.get("role")
-    prefix = f"{speaker}: "
-    if doc.kind == "message" and speaker and doc.text.startswith(prefix) and len(doc.text) > len(prefix):
-        return doc.text[len(prefix):]
-    return doc.text
 
 
 def _missing_count(store: Store, model: str) -> int:

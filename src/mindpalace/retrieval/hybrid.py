@@ -319,12 +319,15 @@ class HybridRetriever:
 
         Among the top `window` candidates, a document B supersedes an older document A when
         both come from the same user scope and speaker (message ``name``, else ``role``; or
-        the same kind for other tiers), B is later (timestamp, then insertion order) and the
-        cosine similarity of their stored vectors is at least ``supersede_similarity`` (a
-        property of the embedder: 0.5 measured for the default ``use``; cosines of e5 crowd
-        higher) and B itself matches the query nearly as well (fused score at least
-        ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
-        A is marked ``superseded_by`` B. Questions take no part: they state nothing.
+        the same kind for other tiers), both match the query themselves (keyword or vector
+        list, not only through a neighbour), B is later (timestamp, then insertion order), the
+        two are the same subject (:func:`same_subject`: cosine of their stored vectors at least
+        ``supersede_similarity`` — a property of the embedder: 0.5 measured for the default
+        ``use`` — or both among the speaker's ``supersede_answers`` statements closest to the
+        query with cosine at least ``supersede_answer_similarity``) and B matches the query
+        nearly as well (fused score at least ``supersede_min_score_ratio`` × A's). Of several
+        such B, the newest corrects it. B then ranks directly above A (if it was below), A is
+        marked ``superseded_by`` B. Questions take no part: they state nothing.
         """
         assert self.embedder is not None
         top = ranked[:window]
