@@ -264,11 +264,14 @@ class FactSettings(_Section):
     keyword_max_df_ratio: float | None = Field(
         None, gt=0, le=1, description="Query terms found in more than this share of all documents are dropped from the BM25 query while a rarer term remains (near-zero weight, but most of the cost at 100k+ documents: 0.1 cut recall p50 50 → 16 ms at 100k facts, and LoCoMo dev R@10 by ~1 point); None keeps all."
     )
+    dense_without_speakers: bool = Field(True, description="Embed the query for vector search without the speaker names it contains (names of messages the keyword list found): a name shared by all of a speaker's messages swamps what the question asks (LoCoMo dev dense R@5 20.5 → 38.6).")
     speaker_boost: float = Field(0.2, ge=0, description="A message whose speaker (its 'name') is the one person the query names scores × (1 + boost).")
     date_boost: float = Field(0.3, ge=0, description="A document whose timestamp falls in a period the query names ('in May 2023', 'last month') scores × (1 + boost); 0 = off.")
     date_slack_days: float = Field(31.0, ge=0, description="A document dated up to this many days after the named period also counts (statements follow events).")
     supersede_similarity: float = Field(0.5, gt=0, le=1, description="Cosine similarity of stored vectors at or above which a later document of the same speaker and user supersedes an earlier one: it ranks above it and the older hit is marked superseded_by (measured for the default 'use' embedder on the synthetic knowledge-update set; e5 cosines crowd higher); 1 = off.")
     supersede_min_score_ratio: float = Field(0.4, ge=0, description="A later document supersedes an earlier one only when its own score is at least this share of the earlier one's (it answers the query too).")
+    supersede_answers: int = Field(3, ge=0, description="A speaker's statements closest to the query (by cosine) that are compared with the lower supersede_answer_similarity: two of a user's best answers to one question are the same subject at a lower cosine; 0 = off.")
+    supersede_answer_similarity: float = Field(0.3, gt=0, le=1, description="Cosine at or above which two of a speaker's best answers to the query (supersede_answers) are the same subject.")
     supersede_window: int = Field(30, ge=1, description="Candidates (best first) checked for supersession.")
 
 
