@@ -469,8 +469,12 @@ class MemoryRecaller:
         attrs = {"source": item.source, "speaker": item.speaker,
                  "date": human_date(item.date) if item.date else "", "ref": item.ref}
         shell = self.counter.count(memory_envelope("", **attrs))
-        text = self._fit_text(item.text, item, max_tokens - shell)
-        return memory_envelope(text, **attrs) if text else None
+        note = date_note(item.text, item.date)  # relative dates in it, resolved (after the text)
+        text = self._fit_text(item.text, item, max_tokens - shell - (self.counter.count(note) + 1 if note else 0))
+        if not text:
+            return None
+        shown_note = date_note(text, item.date)
+        return memory_envelope(f"{text} {shown_note}" if shown_note else text, **attrs)
 
     def _excerpt(self, text: str, item: RecalledItem, room: int) -> str:
         """The part of a long text that best matches (the sentence with most matched query
