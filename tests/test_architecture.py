@@ -25,7 +25,7 @@ LAYERS = (
     # metrics: counters of one Memory handle)
     grimp.Layer("retrieval", "summary", "providers", "tokens", independent=False),  # services
     grimp.Layer("store"),  # persistence
-    grimp.Layer("settings", "blocks", "checks", "scope", "textsafe", "timeutil", "fsutil", "errors",
+    grimp.Layer("settings", "blocks", "checks", "scope", "textsafe", "timeutil", "datenotes", "fsutil", "errors",
                 independent=False),  # foundation
 )
 

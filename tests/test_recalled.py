@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,9 @@ class TestRecalledBlock:
         text = recalled_text(built)
         assert "topic3 is settled: code K0003" in text
         # the hit and the question before it: one quoted excerpt, each line with who said it
-        assert ('<memory date="11 May 2023, 13:56" ref="message:7–8">Mia (user): day 3: what about '
+        assert ("[11 May 2023, 13:56 · message:7–8]\nMia (user): day 3: what about "
                 "topic3 and the weather\nassistant: topic3 is settled: code K0003") in text
+        assert '<memory source="conversation">' in text
         item = next(i for i in built.report.recalled if i.ref == "message:8")
         assert item.tier == "message" and item.score > 0 and item.tokens > 0 and "topic3" in item.why
         assert dict(built.report.blocks)["recalled memory"] > 0
@@ -317,3 +319,69 @@ def test_a_recalled_question_yields_to_statements(mem: Memory) -> None:
     ranked = {item.ref: item.score for item in recaller.candidates(["office wifi password"])}
     assert ranked["message:1"] == pytest.approx(plain["1"] / 2)  # the question
     assert ranked["message:3"] == pytest.approx(plain["3"])      # the statement
+
+
+class TestPacking:
+    """What the block holds under its cap: lone questions, relative dates, excerpts, one
+    envelope per run of messages with a date line per day."""
+
+    @staticmethod
+    def item(s: Session, index: int, text: str, day: int = 0, name: str = "Mia") -> Any:
+        from mindpalace.recalled import RecalledItem
+        return RecalledItem(f"message:{index}", "message", "user", name, WHEN + timedelta(days=day), text,
+                            1.0 / index, "test", session=s.id, index=index)
+
+    def test_a_question_is_shown_only_beside_its_answer(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        lone = self.item(s, 5, "What was the code again?")
+        statement = self.item(s, 9, "The blue door code is 4471.")
+        text, shown = recaller.pack([lone, statement], 500)
+        assert [i.index for i in shown] == [9] and "code again" not in text
+        answer = self.item(s, 6, "It was 8812, written on the fridge.")
+        text, shown = recaller.pack([lone, statement, answer], 500)
+        assert sorted(i.index for i in shown) == [5, 6, 9]
+        assert text.index("code again") < text.index("8812")  # in conversation order
+
+    def test_relative_dates_are_resolved_after_the_verbatim_quote(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        said = "I went to the support group yesterday and it was powerful."
+        text, _ = recaller.pack([self.item(s, 3, said)], 500)
+        assert f"Mia (user): {said} [dates: yesterday = 7 May 2023]" in text
+
+    def test_one_envelope_for_a_run_of_messages_and_a_date_line_per_day(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        items = [self.item(s, 3, "alpha one"), self.item(s, 4, "alpha two"), self.item(s, 7, "alpha three"),
+                 self.item(s, 20, "beta later", day=2)]
+        text, shown = recaller.pack(items, 500)
+        assert len(shown) == 4 and text.count("<memory") == 1
+        assert ("[8 May 2023, 13:56 · message:3–4,7]\nMia (user): alpha one\nMia (user): alpha two\n…\n"
+                "Mia (user): alpha three\n[10 May 2023, 13:56 · message:20]\nMia (user): beta later") in text
+        assert recaller.counter.count(text) <= 500
+
+    def test_late_long_items_show_their_matching_excerpt_with_the_speaker(self, tmp_path: Path) -> None:
+        with Memory.open(tmp_path / "ws", embed={"provider": "hashing"},
+                         context={"recall_excerpt_after": 0.0, "recall_excerpt_tokens": 40}) as m:
+            s = fresh(m)
+            recaller = s.context_builder.recaller
+            assert recaller is not None
+            long = ("We walked for hours along the river and the weather was grey all day. " * 3
+                    + "The locker number is 5521 near the station.")
+            item = replace(self.item(s, 3, long), terms=("locker", "number"))
+            text, shown = recaller.pack([item], 500)
+            assert shown and "Mia (user): … The locker number is 5521" in text
+            assert long not in text
+
+    def test_questions_do_not_vouch_for_each_other(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        items = [self.item(s, 40, "When did Mia move?"), self.item(s, 41, "Where did Mia move from?"),
+                 self.item(s, 9, "The blue door code is 4471.")]
+        _, shown = recaller.pack(items, 500)
+        assert [i.index for i in shown] == [9]

@@ -14,19 +14,26 @@ build the context builder asks :class:`MemoryRecaller` for
    forgotten) is never shown: the newest value wins.
 2. :meth:`~MemoryRecaller.pack` — the best items that are not in the prompt verbatim (messages
    of this session shown in the conversation are left out), packed greedily by score under a
-   token cap (a long item shows its best-matching excerpt), then listed oldest first so a
-   question and its reply read in order. Items are attributed envelopes; a session's messages
-   of one day share one (a quoted excerpt of the conversation, ``…`` where messages were left
-   out, each line saying who spoke in which role)::
+   token cap (a long item shows its best-matching excerpt; once the block is
+   ``recall_excerpt_after`` full, every long item does), then listed oldest first so a
+   question and its reply read in order. A message that only asks is shown beside a
+   neighbouring message (its answer), never alone. Items are attributed envelopes;
+   consecutive recalled messages of one session share one — a quoted excerpt of the
+   conversation in which each day opens with one line giving its date and references, ``…``
+   marks messages left out, and each line says who spoke in which role and ends with a note
+   resolving its relative dates (:mod:`mindpalace.datenotes`; the quote is never rewritten)::
 
-       <memory date="8 May 2023, 13:56" ref="message:11–12,15">Caroline (user): …
+       <memory source="conversation">[8 May 2023, 13:56 · message:11–12,15]
+       Caroline (user): I went to a support group yesterday. [dates: yesterday = 7 May 2023]
        Melanie (assistant): …
        …
+       Caroline (user): …
+       [25 May 2023, 13:14 · message:30]
        Caroline (user): …</memory>
        <memory source="fact" date="9 May 2023, 10:02" ref="fact:user:hotel">Hotel Hoshino</memory>
 
    with references in the grammar of read_files (``message:<N>``, ``message:<N>@<session>``
-   — an envelope lists its numbers, ``message:11–12,15@older`` —, ``history:<cursor>``,
+   — a date line lists its numbers, ``message:11–12,15@older`` —, ``history:<cursor>``,
    ``fact:<entity:attribute>``, ``archive:<hash>`` for an L4 exchange, record names) so the
    model can read an item whole.
 3. :meth:`~MemoryRecaller.message_dates` — when the conversation messages shown were written,
@@ -39,9 +46,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import groupby
 
 from mindpalace.archive import DOC_KIND as ARCHIVE_KIND
 from mindpalace.blocks import memory_envelope
+from mindpalace.datenotes import date_note
 from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
 from mindpalace.facts.longterm import LongTermStore
@@ -290,39 +299,69 @@ class MemoryRecaller:
         Items are taken best first; one that does not fit is skipped and smaller ones after it
         may still fill the room. Messages of this session whose index is in `exclude_messages`
         (shown verbatim in the prompt) and items with the same text as one already taken are
-        left out. Consecutive messages of one session and day share one envelope (a quoted
-        excerpt of the conversation, ``ref="message:12–14"``, one ``Speaker (role): text`` line
-        each), so a hit and the turns around it cost little more than their text. Returns
-        ``("", [])`` when nothing fits.
+        left out; a message that only asks waits until a neighbouring message is taken (the
+        answer it got) and is left out otherwise. Consecutive messages of one session share one
+        envelope, each day opened by one date line (``[8 May 2023, 13:56 · message:12–14]``),
+        one ``Speaker (role): text`` line each, so a hit and the turns around it cost little
+        more than their text. Once ``recall_excerpt_after`` of the cap is used, items longer
+        than ``recall_excerpt_tokens`` show their best-matching excerpt. Returns ``("", [])``
+        when nothing fits.
         """
         header = self.counter.count(RECALLED_HEADER) + 1
         if cap_tokens <= header:
             return "", []
         used, seen = header, set()
         chosen: list[tuple[RecalledItem, str]] = []
-        days: set[tuple[str, object]] = set()  # (session, day) envelopes opened
+        days: set[tuple[str, object]] = set()  # (session, day) of the messages taken
+        taken: set[tuple[str, int]] = set()  # (session, index) of the statements taken
+        waiting: dict[tuple[str, int], RecalledItem] = {}  # questions waiting for a neighbour
         session = str(self.scope.session)
         item_cap = self.settings.recall_item_max_tokens
-        for item in items:
-            if cap_tokens - used < _MIN_ITEM_TOKENS:
-                break
-            if item.tier == MESSAGE_KIND and item.session == session and item.index in exclude_messages:
-                continue
+
+        def take(item: RecalledItem) -> bool:
+            nonlocal used
             norm = " ".join(item.text.split()).lower()
             if norm in seen:
-                continue
-            # each item as shown at most item_cap tokens (an excerpt when longer), made once
-            body, tokens = self._shown(item, item_cap)
+                return False
+            # each item as shown at most item_cap tokens (an excerpt when longer), made once;
+            # once the block is recall_excerpt_after full, long items show excerpts only
+            late = used >= self.settings.recall_excerpt_after * cap_tokens
+            body, tokens = self._shown(item, min(item_cap, self.settings.recall_excerpt_tokens) if late else item_cap)
             if item.tier == MESSAGE_KIND:
-                # a message joins its session's envelope of that day: a line, a gap mark, a ref
-                tokens += _JOIN_TOKENS if _day(item) in days else self._shell_tokens()
+                # a message joins its day of the conversation (a line, a gap mark, a ref) or
+                # opens it (its date line; the first one also the envelope around them all)
+                if _day(item) in days:
+                    tokens += _JOIN_TOKENS
+                else:
+                    tokens += self.counter.count(self._day_line([item])) + 1
+                    tokens += 0 if days else self._shell_tokens()
             if not body or used + tokens > cap_tokens:
-                continue
+                return False
             seen.add(norm)
             used += tokens
             chosen.append((replace(item, tokens=tokens), body))
             if item.tier == MESSAGE_KIND:
                 days.add(_day(item))
+            if item.tier == MESSAGE_KIND and not only_asks(item.text):  # it states something
+                taken.add((item.session, item.index))
+                for near in ((item.session, item.index - 1), (item.session, item.index + 1)):
+                    if near in waiting:  # the question this message answers, or its follow-up
+                        take(waiting.pop(near))
+            return True
+
+        for item in items:
+            if cap_tokens - used < _MIN_ITEM_TOKENS:
+                break
+            if item.tier == MESSAGE_KIND and item.session == session and item.index in exclude_messages:
+                continue
+            if item.tier == MESSAGE_KIND and only_asks(item.text):
+                # a message that only asks states nothing on its own: it is shown beside a
+                # neighbouring statement (the answer it got), never alone or beside questions
+                near = {(item.session, item.index - 1), (item.session, item.index + 1)}
+                if not near & taken:
+                    waiting[(item.session, item.index)] = item
+                    continue
+            take(item)
         while chosen:
             text = self._render(chosen)
             if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
@@ -331,8 +370,8 @@ class MemoryRecaller:
         return "", []
 
     def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
-        """Oldest first; a session's messages of one day in one envelope, in their order, with
-        ``…`` where messages in between were left out."""
+        """Oldest first; consecutive messages of one session in one envelope, a date line
+        opening each day, in their order, with ``…`` where messages in between were left out."""
         ordered = sorted(chosen, key=_chronological)
         blocks: list[str] = []
         run: list[tuple[RecalledItem, str]] = []
@@ -347,36 +386,43 @@ class MemoryRecaller:
                 flush()
                 blocks.append(body)
                 continue
-            if run and _day(run[-1][0]) != _day(item):
+            if run and run[-1][0].session != item.session:
                 flush()
             run.append((item, body))
         flush()
         return "\n".join([RECALLED_HEADER, *blocks])
 
     def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]]) -> str:
-        """One envelope for a session's messages of one day: date (first – last time), ref
-        (``message:7–8,12``, ``@session`` for another session), ``…`` marking gaps."""
-        if not run:  # the shell alone, for estimates
-            return memory_envelope("", date="8 May 2023, 13:56", ref="message:100")
-        first, last = run[0][0], run[-1][0]
-        at = f"@{first.session}" if first.session != str(self.scope.session) else ""
-        spans: list[list[int]] = []
+        """One envelope for consecutive recalled messages of a session: each day opens with
+        its date line (:meth:`_day_line`), ``…`` marks messages left out in between."""
         lines: list[str] = []
-        for item, body in run:
+        for _, group in groupby(run, key=lambda entry: _day(entry[0])):
+            day = list(group)
+            lines.append(self._day_line([item for item, _ in day]))
+            for k, (item, text) in enumerate(day):
+                if k and item.index != day[k - 1][0].index + 1:
+                    lines.append("…")
+                lines.append(text)
+        return memory_envelope("\n".join(lines), source="conversation")
+
+    def _day_line(self, day: Sequence[RecalledItem]) -> str:
+        """``[8 May 2023, 13:56 – 14:02 · message:7–8,12]``: when the day's messages shown were
+        written (first – last time) and their reference (``@session`` for another session)."""
+        first, last = day[0], day[-1]
+        spans: list[list[int]] = []
+        for item in day:
             if spans and item.index == spans[-1][1] + 1:
                 spans[-1][1] = item.index
             else:
-                if spans:
-                    lines.append("…")
                 spans.append([item.index, item.index])
-            lines.append(body)
+        at = f"@{first.session}" if first.session != str(self.scope.session) else ""
         ref = "message:" + ",".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans) + at
-        date = ""
-        if first.date is not None:
-            date = human_date(first.date)
-            if last.date is not None and last.date.strftime("%H:%M") != first.date.strftime("%H:%M"):
-                date += f" – {last.date:%H:%M}"
-        return memory_envelope("\n".join(lines), date=date, ref=ref)
+        if first.date is None:
+            return f"[{ref}]"
+        date = human_date(first.date)
+        if last.date is not None and last.date.strftime("%H:%M") != first.date.strftime("%H:%M"):
+            date += f" – {last.date:%H:%M}"
+        return f"[{date} · {ref}]"
 
     def _shown(self, item: RecalledItem, item_cap: int) -> tuple[str, int]:
         """(text shown, its tokens + 1 for the newline): a message's line, or another item's
@@ -385,7 +431,7 @@ class MemoryRecaller:
         found = self._memo.get(key)
         if found is None:
             if item.tier == MESSAGE_KIND:
-                body = self._fit_text(_line(item), item, item_cap - self._shell_tokens())
+                body = self._message_line(item, item_cap - self._shell_tokens())
             else:
                 body = self._envelope(item, item_cap) or ""
             found = (body, self.counter.count(body) + 1 if body else 0)
@@ -394,9 +440,24 @@ class MemoryRecaller:
             self._memo[key] = found
         return found
 
+    def _message_line(self, item: RecalledItem, room: int) -> str:
+        """``Speaker (role): text [dates: …]`` under `room` tokens: the text verbatim (its
+        best-matching excerpt when long), then the note resolving its relative dates against
+        the message's time (:func:`~mindpalace.datenotes.date_note`, of the text shown)."""
+        whole = _line(item)
+        note = date_note(item.text, item.date)
+        if self.counter.count(f"{whole} {note}") <= room:
+            return f"{whole} {note}" if note else whole
+        who, later = _who(item), _later(item)
+        text = self._fit_text(item.text, item, room - self.counter.count(f"{who}{later} {note}") - 1)
+        if not text:
+            return ""
+        shown_note = date_note(text, item.date)
+        return f"{who}{text}{later} {shown_note}" if shown_note else f"{who}{text}{later}"
+
     def _shell_tokens(self) -> int:
         if self._shell is None:
-            self._shell = self.counter.count(self._message_envelope([]))
+            self._shell = self.counter.count(memory_envelope("", source="conversation"))
         return self._shell
 
     def _fit_text(self, text: str, item: RecalledItem, room: int) -> str:
@@ -408,8 +469,12 @@ class MemoryRecaller:
         attrs = {"source": item.source, "speaker": item.speaker,
                  "date": human_date(item.date) if item.date else "", "ref": item.ref}
         shell = self.counter.count(memory_envelope("", **attrs))
-        text = self._fit_text(item.text, item, max_tokens - shell)
-        return memory_envelope(text, **attrs) if text else None
+        note = date_note(item.text, item.date)  # relative dates in it, resolved (after the text)
+        text = self._fit_text(item.text, item, max_tokens - shell - (self.counter.count(note) + 1 if note else 0))
+        if not text:
+            return None
+        shown_note = date_note(text, item.date)
+        return memory_envelope(f"{text} {shown_note}" if shown_note else text, **attrs)
 
     def _excerpt(self, text: str, item: RecalledItem, room: int) -> str:
         """The part of a long text that best matches (the sentence with most matched query
@@ -469,6 +534,12 @@ _MIN_ITEM_TOKENS = 12  # below this much room no item fits (an envelope alone is
 _JOIN_TOKENS = 4  # a message joining an open envelope: its "…" gap line and its ref number
 
 
+def only_asks(text: str) -> bool:
+    """True when every sentence of `text` is a question (it states nothing)."""
+    sentences = [x for x in _SENTENCE.split(text.strip()) if x.strip()]
+    return bool(sentences) and all(asks(x) for x in sentences)
+
+
 def _day(item: RecalledItem) -> tuple[str, object]:
     """(session, calendar day): the messages one envelope holds."""
     return item.session, item.date.date() if item.date else None
@@ -482,11 +553,18 @@ def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
             item.date or datetime.min, item.ref)
 
 
+def _who(item: RecalledItem) -> str:
+    """``Caroline (user): `` — who said it and in which role; ``user: `` without a name."""
+    return f"{item.speaker} ({item.source}): " if item.speaker else f"{item.source}: "
+
+
 def _line(item: RecalledItem) -> str:
-    """``Caroline (user): text`` — who said it and in which role; ``user: text`` without a name."""
-    who = f"{item.speaker} ({item.source})" if item.speaker else item.source
-    later = f" [corrected later: {item.superseded_by}]" if item.superseded_by else ""
-    return f"{who}: {item.text}{later}"
+    """``Caroline (user): text`` (:func:`_who`), and the reference of its correction if any."""
+    return f"{_who(item)}{item.text}{_later(item)}"
+
+
+def _later(item: RecalledItem) -> str:
+    return f" [corrected later: {item.superseded_by}]" if item.superseded_by else ""
 
 
 def _date(value: object) -> datetime | None:

@@ -301,6 +301,14 @@ class ContextSettings(_Section):
         300, ge=16, description="Cap on one recalled item (tokens); a longer one shows its best-matching "
         "excerpt and its reference to read it whole.",
     )
+    recall_excerpt_after: float = Field(
+        1.0, ge=0, le=1, description="Once the recalled-memory block is this full (share of its cap), "
+        "each further item longer than recall_excerpt_tokens shows only its best-matching excerpt, so "
+        "more, shorter items fit; 1 = never (items up to recall_item_max_tokens are shown whole).",
+    )
+    recall_excerpt_tokens: int = Field(
+        48, ge=16, description="Cap on one recalled item (tokens) once the block is recall_excerpt_after full.",
+    )
 
 
 class ServerSettings(_Section):
