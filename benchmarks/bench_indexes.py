@@ -29,6 +29,7 @@ Seeded (``--seed``): the same texts, vectors and queries every run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import resource
 import subprocess
@@ -190,7 +191,10 @@ def _peak_mb() -> float:
 def peak_rss(path: Path, seed: int) -> dict[str, float]:
     """Peak RSS (MB) of each side, every one in its own process."""
     out = {}
-    for which in ("mindpalace", "mindpalace+vec", "bm25s"):
+    sides = ["mindpalace", "mindpalace+vec"]
+    if importlib.util.find_spec("bm25s") is not None:  # a peer: absent unless installed
+        sides.append("bm25s")
+    for which in sides:
         done = subprocess.run(
             [sys.executable, __file__, "--rss-child", which, "--db", str(path), "--seed", str(seed)],
             check=True, capture_output=True, text=True, timeout=1800,
@@ -272,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(
                 f"peak RSS, {r['n']:,} facts open + 20 queries (own process each): mindpalace "
                 f"keyword {peers['mindpalace']:.0f} MB, keyword+vector {peers['mindpalace+vec']:.0f} MB; "
-                f"bm25s {peers['bm25s']:.0f} MB (ratio {peers['mindpalace'] / peers['bm25s']:.2f})"
+                + (f"bm25s {peers['bm25s']:.0f} MB (ratio {peers['mindpalace'] / peers['bm25s']:.2f})"
+                   if "bm25s" in peers else "bm25s n/a (pip install bm25s into this environment)")
             )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
