@@ -45,9 +45,7 @@ class DocumentsMixin(SQLiteBase):
                         "tenant = ? AND user = ? AND agent = ? AND session = ? AND kind = ? "
                         f"AND ref IN ({','.join('?' * len(chunk))})"
                     )
-                    params = (*scope.values(), kind, *chunk)
-                    gone += [r[0] for r in self._execute(f"SELECT id FROM docs WHERE {where}", params)]
-                    self._execute(f"DELETE FROM docs WHERE {where}", params)
+                    gone += self._delete_docs(where, (*scope.values(), kind, *chunk))
                 self._bump_generation()
                 if gone:  # the in-process indexes of this process drop them (no rebuild)
                     self._bump_index_generation(removed_docs=gone)
@@ -100,15 +98,17 @@ class DocumentsMixin(SQLiteBase):
                 f"AND instr(ref, ?) > 0 AND substr(ref, 1, instr(ref, ?) - 1) IN ({marks})"
             )
             parts_params = (*scope.values(), kind, PART_SEPARATOR, PART_SEPARATOR, *refs)
-            gone = [r[0] for r in self._execute(f"SELECT id FROM docs WHERE {where}", params)]
-            gone += [r[0] for r in self._execute(
-                f"SELECT id FROM docs WHERE {parts_where}", parts_params)]
-            cur = self._execute(f"DELETE FROM docs WHERE {where}", params)
-            self._execute(f"DELETE FROM docs WHERE {parts_where}", parts_params)
+            deleted = self._delete_docs(where, params)
+            gone = deleted + self._delete_docs(parts_where, parts_params)
             self._bump_generation()
             if gone:  # the in-process indexes of this process drop them (no rebuild)
                 self._bump_index_generation(removed_docs=gone)
-            return cur.rowcount
+            return len(deleted)
+
+    def _delete_docs(self, where: str, params: Sequence[object]) -> list[int]:
+        """Delete the documents matching `where` (inside the caller's transaction) and return
+        their ids, read by the DELETE itself, for the in-process indexes to drop."""
+        return [r[0] for r in self._execute(f"DELETE FROM docs WHERE {where} RETURNING id", params)]
 
     def get_documents_by_ref(
         self, scope: Scope, kind: str, refs: Sequence[str]
