@@ -58,6 +58,7 @@ class SQLiteBase(Store):
         self._write: sqlite3.Connection | None = None
         self._group = GroupCommit(self._retry, self._wait_seconds())
         self.removals = RemovalLog()
+        self._doc_cache = DocumentCache()
         remove_stale_creations(self.path)
         if not self.path.exists():
             create_database(self.path, self.settings.fts_tokenizer)
@@ -191,9 +192,43 @@ class SQLiteBase(Store):
         self._local = threading.local()
 
     def get_documents(self, ids: Sequence[int]) -> dict[int, Document]:
-        """Documents by id (ids not found are absent); the search parts use it for hits."""
-        out: dict[int, Document] = {}
+        """Documents by id (ids not found are absent); the search parts use it for hits.
+
+        Served from :class:`DocumentCache` when the documents were read before and none was
+        changed or deleted since (by any process): a recall materialises the same few hundred
+        candidates again and again on a long conversation, and documents added meanwhile (a
+        write before every query) leave the cached ones valid. Inside a write transaction
+        the rows are read and nothing is cached (they may be rolled back)."""
         ids = list(ids)
+        if not ids:
+            return {}
+        if self._conn().in_transaction:
+            return self._read_documents(ids)
+        row = self._execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'index_generation'), "
+            "(SELECT value FROM meta WHERE key = 'doc_generation')"
+        ).fetchone()
+        state = (row[0], row[1])  # read before the rows: a later change moves it past them
+        out = self._doc_cache.get(state, ids)
+        if len(out) < len(ids):
+            fetched = self._read_documents([i for i in ids if i not in out])
+            self._doc_cache.put(state, fetched)
+            out.update(fetched)
+        return out
+
+    def _bump_doc_generation(self) -> None:
+        """A document's metadata changed in place (inside the caller's write transaction):
+        document caches must not serve the old one. A random value (like
+        ``index_generation``), so a rolled back one never comes back; the row is created on
+        first use. Text changes and deletions move ``index_generation`` instead."""
+        self._execute(
+            "INSERT INTO meta (key, value) VALUES ('doc_generation', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (secrets.randbits(62) + 1,),
+        )
+
+    def _read_documents(self, ids: Sequence[int]) -> dict[int, Document]:
+        out: dict[int, Document] = {}
         for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
             chunk = ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
@@ -282,6 +317,38 @@ class SQLiteBase(Store):
 
 
 LOCKS_DIRNAME = ".locks"
+
+
+class DocumentCache:
+    """Documents read by id, kept while the database's (index generation, document generation)
+    stays: those move whenever a document's text or metadata changes or a document is deleted,
+    by any process; adding documents or vectors moves neither (ids are never reused).
+
+    Bounded: at most `max_entries` documents (about 1 KB each), cleared when full.
+    """
+
+    def __init__(self, max_entries: int = 20_000) -> None:
+        self.max_entries = max_entries
+        self._state: object = None
+        self._docs: dict[int, Document] = {}
+        self._lock = threading.Lock()
+
+    def get(self, state: object, ids: Sequence[int]) -> dict[int, Document]:
+        """{id: document} of the `ids` held for `state` (a new state empties the cache)."""
+        with self._lock:
+            if state != self._state:
+                self._docs, self._state = {}, state
+            docs = self._docs
+            return {i: docs[i] for i in ids if i in docs}
+
+    def put(self, state: object, docs: dict[int, Document]) -> None:
+        """Remember `docs`, read after `state` was (unless the state moved on meanwhile)."""
+        with self._lock:
+            if state != self._state:
+                return
+            if len(self._docs) + len(docs) > self.max_entries:
+                self._docs = {}
+            self._docs.update(docs)
 
 
 class RemovalLog:

@@ -68,6 +68,7 @@ class DocumentsMixin(SQLiteBase):
                 self._bump_index_generation()  # postings change in place: rebuild
             elif row["meta"] != meta_json:  # a changed document: readers' caches must see it
                 self._bump_generation()
+                self._bump_doc_generation()
             self._execute(
                 "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
                 (text, segment_for_index(text), meta_json, row["id"]),
