@@ -55,7 +55,9 @@ class NeighbourCache:
     def __init__(self, max_entries: int = 20_000) -> None:
         self.max_entries = max_entries
         self._generation: object = None
-        self._docs: dict[tuple[str, Scope, str], Document | None] = {}
+        self._size = 0
+        # {(kind, scope): {ref: document or None}}: a Scope is hashed once per scope, not per ref
+        self._docs: dict[tuple[str, Scope], dict[str, Document | None]] = {}
         self._lock = threading.Lock()
 
     def get(
@@ -63,25 +65,34 @@ class NeighbourCache:
     ) -> dict[tuple[Scope, str], Document]:
         """{(scope, ref): document} of the `kind` documents named in `wanted` ({concrete
         scope: refs}); refs not found are absent."""
-        keys = [(scope, ref) for scope, refs in wanted.items() for ref in sorted(refs)]
-        if not keys:
+        if not any(wanted.values()):
             return {}
         generation = store.search_generation()
+        out: dict[tuple[Scope, str], Document] = {}
+        missing: list[tuple[Scope, str]] = []
         with self._lock:
             if generation != self._generation:
-                self._docs, self._generation = {}, generation
-            have = {(s, r): self._docs[(kind, s, r)] for s, r in keys if (kind, s, r) in self._docs}
-        missing = [key for key in keys if key not in have]
+                self._docs, self._generation, self._size = {}, generation, 0
+            for scope, refs in wanted.items():
+                held = self._docs.get((kind, scope), {})
+                for ref in sorted(refs):
+                    if ref in held:
+                        doc = held[ref]
+                        if doc is not None:
+                            out[(scope, ref)] = doc
+                    else:
+                        missing.append((scope, ref))
         if missing:
             fetched = store.get_documents_by_refs(kind, missing)
-            found = {key: fetched.get(key) for key in missing}
-            have.update(found)
             with self._lock:
                 if self._generation == generation:  # not moved on by another thread meanwhile
-                    if len(self._docs) + len(found) > self.max_entries:
-                        self._docs.clear()
-                    self._docs.update({(kind, s, r): d for (s, r), d in found.items()})
-        return {key: doc for key, doc in have.items() if doc is not None}
+                    if self._size + len(missing) > self.max_entries:
+                        self._docs, self._size = {}, 0
+                    for scope, ref in missing:
+                        self._docs.setdefault((kind, scope), {})[ref] = fetched.get((scope, ref))
+                    self._size += len(missing)
+            out.update(fetched)
+        return out
 
 
 @cache

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
 
 MESSAGE_KIND = "message"
+_MAX_INDEX_DIGITS = 12  # message indexes past this are not positions (keys are int64)
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
 
@@ -297,7 +298,7 @@ class HybridRetriever:
         by_pos: dict[tuple[int, int], _Candidate] = {}
         for c in cands.values():
             c.final = c.fused
-            if c.doc.kind == MESSAGE_KIND and c.doc.ref.isdigit():
+            if c.doc.kind == MESSAGE_KIND and c.doc.ref.isdigit() and len(c.doc.ref) <= _MAX_INDEX_DIGITS:
                 sid = session_of.setdefault(c.doc.scope, len(session_of))
                 by_pos[(sid, int(c.doc.ref))] = c
         if not by_pos:
@@ -317,24 +318,7 @@ class HybridRetriever:
             cand = _Candidate(doc)
             cands[doc.id] = cand
             by_pos[(session_of[scope], int(ref))] = cand
-        # Only a neighbour with a positive fused score (that may lend, in questions mode only
-        # a question) can lift: look those up, not every candidate.
-        lenders = {
-            key: n for key, n in by_pos.items()
-            if n.fused > 0 and not (questions_only and not _is_question(n.doc))
-        }
-        for (sid, index), c in by_pos.items():
-            lift, source = 0.0, None
-            for d, w in enumerate(weights, start=1):
-                before, after = lenders.get((sid, index - d)), lenders.get((sid, index + d))
-                best = after if before is None or (after is not None and after.fused > before.fused) else before
-                if best is not None:
-                    lift += w * best.fused
-                    if source is None:
-                        source = best.doc.ref
-            c.final = c.fused + lift
-            if lift > 0 and c.fused < lift:  # the neighbour is the main reason it ranks
-                c.neighbor = source
+        _credit_neighbours(by_pos, weights, questions_only)
 
     def _supersede(self, ranked: list[_Candidate], window: int) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
@@ -417,6 +401,63 @@ class HybridRetriever:
         if c.supersedes is not None:
             meta["supersedes"] = c.supersedes
         return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, meta)
+
+
+def _credit_neighbours(
+    by_pos: dict[tuple[int, int], _Candidate], weights: Sequence[float], questions_only: bool
+) -> None:
+    """Set ``final`` (and ``neighbor``) of every message candidate in `by_pos` ({(session
+    number, message index): candidate}): final = fused + Σ_d w_d · the larger fused score of
+    the lenders d before / d after it (a tie goes to the one before); ``neighbor`` names the
+    nearest lender when the lift exceeds the candidate's own score. A lender has a positive
+    fused score (and, in questions mode, asks something).
+
+    Vectorised over the candidates (sorted position keys and ``searchsorted``): the same
+    additions in the same order as one candidate at a time, so the floats are identical.
+    """
+    cands = list(by_pos.values())
+    span = len(weights) + 1  # keys of one session stay clear of the next one's
+    keys = np.fromiter(
+        ((sid << 40) + index + span for sid, index in by_pos), dtype=np.int64, count=len(cands)
+    )
+    fused = np.fromiter((c.fused for c in cands), dtype=np.float64, count=len(cands))
+    lends = fused > 0
+    if questions_only:
+        lends &= np.fromiter((_is_question(c.doc) for c in cands), dtype=bool, count=len(cands))
+    lender_at = np.flatnonzero(lends)
+    order = np.argsort(keys[lender_at], kind="stable")
+    lender_at = lender_at[order]
+    lender_keys = keys[lender_at]
+    lender_fused = fused[lender_at]
+
+    def lender(offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(found, fused, candidate index) of the lender at key + offset of every candidate."""
+        want = keys + offset
+        pos = np.searchsorted(lender_keys, want)
+        pos = np.minimum(pos, max(len(lender_keys) - 1, 0))
+        if not len(lender_keys):
+            none = np.zeros(len(cands), dtype=bool)
+            return none, np.zeros(len(cands)), np.zeros(len(cands), dtype=np.int64)
+        found = lender_keys[pos] == want
+        return found, np.where(found, lender_fused[pos], 0.0), lender_at[pos]
+
+    lift = np.zeros(len(cands), dtype=np.float64)
+    source = np.full(len(cands), -1, dtype=np.int64)
+    for d, w in enumerate(weights, start=1):
+        has_before, before, before_at = lender(-d)
+        has_after, after, after_at = lender(d)
+        take_after = has_after & (~has_before | (after > before))
+        has = has_before | has_after
+        best = np.where(take_after, after, before)
+        lift = np.where(has, lift + w * best, lift)
+        first = has & (source < 0)
+        source[first] = np.where(take_after, after_at, before_at)[first]
+    final = fused + lift
+    lifted = (lift > 0) & (fused < lift)
+    for i, c in enumerate(cands):
+        c.final = float(final[i])
+        if lifted[i]:
+            c.neighbor = cands[int(source[i])].doc.ref
 
 
 def speaker_names(docs: Iterable[Document]) -> set[str]:
