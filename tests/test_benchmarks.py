@@ -198,10 +198,24 @@ class TestBenchPeers:
         assert data["peers"] is None  # nothing installed during the test suite
         mp = data["mindpalace"]
         assert mp["locomo"]["n"] == 3 and mp["locomo"]["p95_ms"] > 0
+        # each query's time without its query embedding is part of its whole time
+        assert 0 < mp["locomo"]["search_p95_ms"] <= mp["locomo"]["p95_ms"]
         for sync in ("FULL", "NORMAL"):
             assert all(mp["durable"][sync][k] > 0 for k in ("checkpoint", "tool_call", "start_finish", "agents"))
         assert 0 < mp["storage"]["half"] <= mp["storage"]["full"]
         assert data["floor"]["fsync"] > 0
+
+    def test_locomo_only_skips_the_durable_and_storage_workloads(
+        self, tmp_path: Path, shared_data: Path
+    ) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_peers").main([
+            "--quick", "--locomo-only", "--peer-venv", str(tmp_path / "no-venv"),
+            "--data", str(shared_data / "locomo" / "locomo10.json"), "--embed", "hashing",
+            "--max-turns", "30", "--max-questions", "3", "--dir", str(tmp_path), "--json", str(out)]) == 0
+        mp = json.loads(out.read_text())["mindpalace"]
+        assert mp["locomo"]["search_n"] == 3
+        assert "durable" not in mp and "storage" not in mp
 
 
 class TestBenchPayloads:
