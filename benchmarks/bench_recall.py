@@ -176,6 +176,7 @@ def measure_mixed(
             write_ms.append(timed(lambda i=i, w=words, kind=kind: write_one(session, kind, i, w))[0])
             recall_ms.append(timed(lambda q=q: session.recall(q, k=args.k))[0])
         out[f"{kind}_recall_p50_ms"], out[f"{kind}_recall_p95_ms"] = percentiles(recall_ms)
+        out[f"{kind}_recall_n"] = len(recall_ms)
         out[f"{kind}_write_p50_ms"] = percentiles(write_ms)[0]
     return out
 
@@ -284,6 +285,7 @@ def measure(
     return {
         "cold_ms": round(cold_ms, 1),
         "recall_p50_ms": percentiles(product)[0], "recall_p95_ms": percentiles(product)[1],
+        "recall_n": len(product),
         "keyword_p50_ms": percentiles(kw)[0], "keyword_p95_ms": percentiles(kw)[1],
         "vector_p50_ms": percentiles(vec)[0], "vector_p95_ms": percentiles(vec)[1],
         "numpy_p50_ms": percentiles(base)[0], "numpy_p95_ms": percentiles(base)[1],
@@ -309,15 +311,15 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             f"{r['recall_hit_at_k']:.0f}%", f"{r['numpy_hit_at_k']:.0f}%",
         )
     console.print(table)
-    mixed = Table(title=f"Session.recall p50 / p95 (ms): read-only vs one write before every query "
-                  f"({args.mixed_queries} queries per write kind; × = p95 over the read-only p95)")
+    mixed = Table(title="Session.recall p50 / p95 (ms) [queries timed]: read-only vs one write before "
+                  "every query (× = p95 over the read-only p95)")
     for col in ("facts", "read-only", *(f"{k} → recall" for k in WRITE_KINDS), "write p50"):
         mixed.add_column(col, justify="right")
     for r in rows:
         base = max(r["recall_p95_ms"], 1e-9)
         mixed.add_row(
-            f"{r['facts']:,}", f"{r['recall_p50_ms']:.1f} / {r['recall_p95_ms']:.1f}",
-            *(f"{r[f'{k}_recall_p50_ms']:.1f} / {r[f'{k}_recall_p95_ms']:.1f} "
+            f"{r['facts']:,}", f"{r['recall_p50_ms']:.1f} / {r['recall_p95_ms']:.1f} [{r['recall_n']}]",
+            *(f"{r[f'{k}_recall_p50_ms']:.1f} / {r[f'{k}_recall_p95_ms']:.1f} [{r[f'{k}_recall_n']}] "
               f"({r[f'{k}_recall_p95_ms'] / base:.1f}×)" for k in WRITE_KINDS),
             " / ".join(f"{r[f'{k}_write_p50_ms']:.1f}" for k in WRITE_KINDS),
         )

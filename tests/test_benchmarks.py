@@ -240,4 +240,6 @@ class TestBenchRecall:
         assert row["facts"] == 300 and row["recall_p95_ms"] > 0
         for kind in ("remember", "add_message", "step"):
             assert row[f"{kind}_recall_p95_ms"] > 0 and row[f"{kind}_write_p50_ms"] > 0
+            assert row[f"{kind}_recall_n"] == 4  # every mixed query is timed
+        assert row["recall_n"] == 8
         assert row["rss_mindpalace_mb"] > 0 and row["rss_bm25s_mb"] is None  # bm25s: n/a
