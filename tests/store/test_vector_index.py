@@ -4,10 +4,15 @@ finds nearly every exact neighbour; the adaptive index switches at its size."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mindpalace.scope import Scope
+from mindpalace.settings import StoreSettings
+from mindpalace.store import SQLiteStore
 from mindpalace.store.vectors import AdaptiveIndex, ExactCosineIndex, HnswIndex
 
 DIRECTIONS = np.array([[1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 1, 1]], dtype=np.float32)
@@ -74,3 +79,34 @@ def test_adaptive_index_switches_at_its_size() -> None:
     assert index.approximate and len(index) == 300
     assert index.search(matrix[5], 1)[0].tolist() == [5]
     assert not AdaptiveIndex(ids, matrix, min_ann_rows=0).approximate  # 0 = always exact
+
+
+def test_background_build_answers_exactly_until_the_graph_is_taken_into_use() -> None:
+    rng = np.random.default_rng(2)
+    matrix = rng.standard_normal((400, 8)).astype(np.float32)
+    ids = np.arange(400, dtype=np.int64)
+    index = AdaptiveIndex(ids[:300], matrix[:300], min_ann_rows=250, background=True)
+    assert index.building and not index.approximate  # the query path never builds the graph
+    # changes while the graph builds reach it when it is taken into use
+    index.add(ids[300:], matrix[300:])
+    assert index.remove(np.array([7, 350])) == 2
+    assert index.wait_built(timeout=60)
+    assert not index.building and len(index) == 398
+    assert index.search(matrix[399], 1)[0].tolist() == [399]
+    for gone in (7, 350):
+        assert gone not in index.search(matrix[gone], 10)[0].tolist()
+    assert index.search(matrix[5], 1)[0].tolist() == [5]
+
+
+def test_a_store_above_the_size_answers_while_its_graph_builds(tmp_path: Path) -> None:
+    scope = Scope("t", "u", "a", "s")
+    store = SQLiteStore(tmp_path / "memory.db", settings=StoreSettings(ann_min_vectors=50))
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((80, 8)).astype(np.float32)
+    doc_ids = [store.index_document(scope, "note", f"n{i}", f"note {i}") for i in range(80)]
+    store.put_embeddings(doc_ids, matrix, "m8")
+    hits = store.vector_search(scope, matrix[3], "m8", k=3)  # exact while the graph builds
+    assert hits[0].doc.id == doc_ids[3]
+    index = next(iter(store._vec_cache.values())).index
+    assert isinstance(index, AdaptiveIndex) and index.wait_built(timeout=60)
+    assert store.vector_search(scope, matrix[3], "m8", k=3)[0].doc.id == doc_ids[3]

@@ -7,11 +7,15 @@ store keeps one index per scope up to date by appending new vectors instead of r
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from mindpalace.errors import DimensionMismatchError, StoreError
+
+_log = logging.getLogger(__name__)
 
 
 class VectorIndex(Protocol):
@@ -268,14 +272,25 @@ class AdaptiveIndex:
         ids / matrix: the first rows.
         min_ann_rows: rows from which HNSW is used (the store's ``ann_min_vectors``).
         ef_search: HNSW candidate list per query.
+        background: build the graph in a background thread (off the query path: an HNSW
+            build takes minutes at 100k+ rows) while the exact index keeps answering; rows
+            added and removed meanwhile are replayed onto the graph when it is taken into
+            use, at the next call after the build finished. False = build in the call that
+            reaches the size. A failed background build is logged and the index stays exact.
+
+    Not thread-safe by itself: the caller serialises calls (the store holds a lock per index).
     """
 
     def __init__(
-        self, ids: np.ndarray, matrix: np.ndarray, *, min_ann_rows: int, ef_search: int = 100
+        self, ids: np.ndarray, matrix: np.ndarray, *, min_ann_rows: int, ef_search: int = 100,
+        background: bool = False,
     ) -> None:
         self.min_ann_rows = min_ann_rows
         self.ef_search = ef_search
+        self.background = background
         self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(ids, matrix)
+        self._build: _GraphBuild | None = None
+        self._ann_failed = False
         self._maybe_switch()
 
     @property
@@ -287,29 +302,101 @@ class AdaptiveIndex:
         """Whether queries are ranked by the HNSW graph."""
         return isinstance(self.inner, HnswIndex)
 
+    @property
+    def building(self) -> bool:
+        """Whether a background graph build is under way (or done and not yet taken into use)."""
+        return self._build is not None
+
+    def wait_built(self, timeout: float | None = None) -> bool:
+        """Wait for a background build and take the graph into use; returns
+        :attr:`approximate`. For tests and benchmarks: queries never wait."""
+        if self._build is not None:
+            self._build.thread.join(timeout)
+        self._adopt()
+        return self.approximate
+
     def __len__(self) -> int:
         return len(self.inner)
 
     def _maybe_switch(self) -> None:
         inner = self.inner
-        if isinstance(inner, ExactCosineIndex) and 0 < self.min_ann_rows <= len(inner):
+        if (
+            not isinstance(inner, ExactCosineIndex) or self._build is not None or self._ann_failed
+            or not 0 < self.min_ann_rows <= len(inner)
+        ):
+            return
+        if self.background:
+            self._build = _GraphBuild(inner.ids, inner.matrix, self.ef_search)
+        else:
             self.inner = HnswIndex(inner.ids, inner.matrix, ef_search=self.ef_search)
 
+    def _adopt(self) -> None:
+        """Take a finished background graph into use, replaying what changed meanwhile."""
+        build = self._build
+        if build is None or build.thread.is_alive():
+            return
+        self._build = None
+        if build.graph is None:
+            self._ann_failed = True
+            _log.warning("HNSW graph build failed; the index stays exact: %s", build.error)
+            return
+        for ids, matrix in build.pending:
+            if matrix is None:
+                build.graph.remove(ids)
+            else:
+                build.graph.add(ids, matrix)
+        self.inner = build.graph
+
     def add(self, ids: np.ndarray, matrix: np.ndarray) -> None:
+        self._adopt()
         self.inner.add(ids, matrix)
+        if self._build is not None:
+            self._build.pending.append(
+                (np.array(ids, dtype=np.int64), np.array(matrix, dtype=np.float32))
+            )
         self._maybe_switch()
 
     def remove(self, ids: np.ndarray) -> int:
+        self._adopt()
+        if self._build is not None:
+            self._build.pending.append((np.array(ids, dtype=np.int64), None))
         return self.inner.remove(ids)
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        self._adopt()
         return self.inner.search(query, k)
 
 
-def adaptive_factory(min_ann_rows: int, ef_search: int = 100) -> VectorIndexFactory:
-    """A factory of :class:`AdaptiveIndex` (exact below `min_ann_rows` rows, HNSW above)."""
+class _GraphBuild:
+    """An :class:`HnswIndex` built from a snapshot of rows in a daemon thread, and the changes
+    (``(ids, matrix)`` appended, ``(ids, None)`` removed) made after the snapshot."""
+
+    def __init__(self, ids: np.ndarray, matrix: np.ndarray, ef_search: int) -> None:
+        self.graph: HnswIndex | None = None
+        self.error: BaseException | None = None
+        self.pending: list[tuple[np.ndarray, np.ndarray | None]] = []
+        self.thread = threading.Thread(
+            target=self._run, args=(ids, matrix, ef_search), name="mindpalace-hnsw-build",
+            daemon=True,
+        )
+        self.thread.start()
+
+    def _run(self, ids: np.ndarray, matrix: np.ndarray, ef_search: int) -> None:
+        try:
+            self.graph = HnswIndex(ids, matrix, ef_search=ef_search)
+        except Exception as exc:  # reported by the index that adopts (or not) the graph
+            self.error = exc
+
+
+def adaptive_factory(
+    min_ann_rows: int, ef_search: int = 100, *, background: bool = False
+) -> VectorIndexFactory:
+    """A factory of :class:`AdaptiveIndex` (exact below `min_ann_rows` rows, HNSW above; the
+    graph built in a background thread when `background`)."""
 
     def build(ids: np.ndarray, matrix: np.ndarray) -> VectorIndex:
-        return AdaptiveIndex(ids, matrix, min_ann_rows=min_ann_rows, ef_search=ef_search)
+        return AdaptiveIndex(
+            ids, matrix, min_ann_rows=min_ann_rows, ef_search=ef_search, background=background
+        )
 
     return build

@@ -36,7 +36,8 @@ class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin,
             every thread gets its own connection.
         settings: busy timeout (ms), bounded busy retries, ``synchronous`` mode, FTS tokenizer.
         vector_index_factory: builds the per-scope vector index; None = exact cosine, an HNSW
-            graph from ``settings.ann_min_vectors`` vectors on (:class:`~mindpalace.store.vectors.AdaptiveIndex`).
+            graph from ``settings.ann_min_vectors`` vectors on, built in a background thread while
+            exact cosine answers (:class:`~mindpalace.store.vectors.AdaptiveIndex`).
         in_process_bm25: score word-index queries in numpy from a cached copy of the index's
             postings (same ids, scores and order as FTS5's ``bm25()``; see
             :attr:`bm25_cache_generation`). False = always FTS5's ``bm25()`` in SQL.
@@ -61,8 +62,8 @@ class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin,
     ) -> None:
         super().__init__(path, settings=settings)
         if vector_index_factory is None:
-            vector_index_factory = adaptive_factory(
-                self.settings.ann_min_vectors, self.settings.hnsw_ef_search
+            vector_index_factory = adaptive_factory(  # the graph is built off the query path
+                self.settings.ann_min_vectors, self.settings.hnsw_ef_search, background=True
             )
         self._init_embeddings(vector_index_factory)
         self._init_keyword_search(in_process_bm25)
