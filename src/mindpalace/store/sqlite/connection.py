@@ -198,11 +198,12 @@ class SQLiteBase(Store):
         changed or deleted since (by any process): a recall materialises the same few hundred
         candidates again and again on a long conversation, and documents added meanwhile (a
         write before every query) leave the cached ones valid. Inside a write transaction
-        the rows are read and nothing is cached (they may be rolled back)."""
+        the rows are read and nothing is cached (they may be rolled back); a read snapshot
+        (the keyword search's) is served like any read."""
         ids = list(ids)
         if not ids:
             return {}
-        if self._conn().in_transaction:
+        if self.in_transaction():  # this thread's writes, uncommitted: never cached
             return self._read_documents(ids)
         row = self._execute(
             "SELECT (SELECT value FROM meta WHERE key = 'index_generation'), "
