@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -305,15 +305,10 @@ class HybridRetriever:
             return
         scopes = list(session_of)
         # Neighbours that matched nothing themselves are fetched so they can be lifted too.
-        wanted: dict[Scope, set[str]] = defaultdict(set)
         questions_only = self.settings.neighbor_from == "questions"
-        for (sid, index), c in by_pos.items():
-            if c.fused <= 0 or (questions_only and not _is_question(c.doc)):
-                continue
-            for d in range(1, len(weights) + 1):
-                for j in (index - d, index + d):
-                    if j >= 1 and (sid, j) not in by_pos:
-                        wanted[scopes[sid]].add(str(j))
+        wanted: dict[Scope, set[str]] = defaultdict(set)
+        for sid, j in _missing_neighbours(by_pos, len(weights), questions_only):
+            wanted[scopes[sid]].add(str(j))
         for (scope, ref), doc in self._neighbours.get(self.store, MESSAGE_KIND, wanted).items():
             cand = _Candidate(doc)
             cands[doc.id] = cand
@@ -403,6 +398,28 @@ class HybridRetriever:
         return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, meta)
 
 
+def _missing_neighbours(
+    by_pos: dict[tuple[int, int], _Candidate], reach: int, questions_only: bool
+) -> list[tuple[int, int]]:
+    """(session number, message index ≥ 1) of every position within `reach` turns of a lender
+    (a candidate with a positive fused score; in questions mode one that asks) that holds no
+    candidate yet, each once, ascending."""
+    n = len(by_pos)
+    sids = np.fromiter((sid for sid, _ in by_pos), dtype=np.int64, count=n)
+    index = np.fromiter((i for _, i in by_pos), dtype=np.int64, count=n)
+    lends = np.fromiter((c.fused > 0 for c in by_pos.values()), dtype=bool, count=n)
+    if questions_only:
+        lends &= np.fromiter((_is_question(c.doc) for c in by_pos.values()), dtype=bool, count=n)
+    offsets = np.array([o for d in range(1, reach + 1) for o in (-d, d)], dtype=np.int64)
+    near = (index[lends][:, None] + offsets[None, :]).ravel()
+    near_sid = np.repeat(sids[lends], offsets.shape[0])
+    keep = near >= 1
+    keys = np.unique((near_sid[keep] << 40) + near[keep])
+    keys = keys[~np.isin(keys, (sids << 40) + index)]
+    mask = (1 << 40) - 1
+    return list(zip((keys >> 40).tolist(), (keys & mask).tolist(), strict=True))
+
+
 def _credit_neighbours(
     by_pos: dict[tuple[int, int], _Candidate], weights: Sequence[float], questions_only: bool
 ) -> None:
@@ -487,16 +504,23 @@ def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float)
     """Messages by the one speaker the query names score × (1 + boost) ("What did Caroline
     paint?" is most likely answered by Caroline). Several named speakers → no boost."""
     words = set(query_terms(query, drop_stop_words=False))
-    speakers = {
-        str(c.doc.meta.get("name")).lower() for c in cands.values()
-        if c.doc.kind == MESSAGE_KIND and c.doc.meta.get("name")
-    }
-    named = {sp for sp in speakers if sp in words}
+    messages = [(c, c.doc.meta.get("name", "")) for c in cands.values() if c.doc.kind == MESSAGE_KIND]
+    lowered: dict[str, str] = {}  # a handful of distinct names, each lowered once
+
+    def low(name: object) -> str:
+        if not isinstance(name, str):
+            return str(name).lower()
+        found = lowered.get(name)
+        if found is None:
+            found = lowered[name] = name.lower()
+        return found
+
+    named = {low(name) for _, name in messages if name} & words
     if len(named) != 1:
         return
     (who,) = named
-    for c in cands.values():
-        if c.doc.kind == MESSAGE_KIND and str(c.doc.meta.get("name", "")).lower() == who:
+    for c, name in messages:
+        if low(name) == who:
             c.final *= 1.0 + boost
 
 
@@ -585,8 +609,15 @@ def _timestamp(doc: Document) -> datetime | None:
     stamp = doc.meta.get("timestamp")
     if not stamp:
         return None
+    return _parse_stamp(str(stamp))
+
+
+@lru_cache(maxsize=65_536)
+def _parse_stamp(stamp: str) -> datetime | None:
+    """An ISO timestamp as an aware datetime (naive = UTC); None when it is not one. Memoised:
+    a recall over a long conversation reads the same few hundred stamps on every query."""
     try:
-        when = datetime.fromisoformat(str(stamp))
+        when = datetime.fromisoformat(stamp)
     except ValueError:
         return None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
