@@ -66,3 +66,18 @@ def test_a_rolled_back_change_is_never_served(tmp_path: Path) -> None:
     assert store.get_documents([doc_id])[doc_id].meta == {"v": 1}
     store.index_document(SCOPE, "note", "n1", "hotel budget", {"v": 3})
     assert store.get_documents([doc_id])[doc_id].meta == {"v": 3}
+
+
+def test_own_deletions_keep_the_append_only_generation(tmp_path: Path) -> None:
+    store, other = _stores(tmp_path)
+    store.index_document(SCOPE, "note", "n1", "hotel budget")
+    store.index_document(SCOPE, "note", "n2", "train budget")
+    before = store.append_only_generation()
+    store.delete_documents(SCOPE, "note", ["n1"])  # a superseded fact: no vector lost
+    store.index_document(SCOPE, "note", "n3", "new note")
+    assert store.append_only_generation() == before
+    store.index_document(SCOPE, "note", "n2", "changed text")  # its vector is dropped
+    changed = store.append_only_generation()
+    assert changed != before
+    other.delete_documents(SCOPE, "note", ["n3"])  # another process: cannot be told apart
+    assert store.append_only_generation() != changed

@@ -430,8 +430,10 @@ class DocumentIndex(abc.ABC):
 
     def append_only_generation(self) -> object:
         """An opaque value that stays put while documents are only added (and vectors written
-        for documents that had none) and moves on anything else: a document deleted or its
-        text changed, a vector replaced or dropped; it never returns to an earlier value.
+        for documents that had none) and moves on anything else: a document's text changed, a
+        vector replaced or dropped, a document deleted (a backend may leave it in place for
+        deletions it can tell apart: they take no vector from a remaining document); it never
+        returns to an earlier value.
 
         While it stays put and document ids are committed in increasing order, a reader that
         embedded every document up to id N only needs the documents above N

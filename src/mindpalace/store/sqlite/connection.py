@@ -374,6 +374,17 @@ class RemovalLog:
                 self._steps.clear()
             self._steps[new] = (old, frozenset(int(i) for i in doc_ids))
 
+    def origin(self, generation: int) -> int:
+        """The generation before the run of this process's deletions that led to
+        `generation` (`generation` itself when the last step was not one)."""
+        with self._lock:
+            for _ in range(len(self._steps)):
+                step = self._steps.get(generation)
+                if step is None:
+                    break
+                generation = step[0]
+        return generation
+
     def removed_between(self, old: int, new: int) -> frozenset[int] | None:
         """Documents deleted from generation `old` to `new`; None when a step is unknown."""
         removed: set[int] = set()

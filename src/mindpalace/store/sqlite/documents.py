@@ -172,8 +172,11 @@ class DocumentsMixin(SQLiteBase):
         return int(self._execute("SELECT coalesce(max(id), 0) FROM docs").fetchone()[0])
 
     def append_only_generation(self) -> object:
-        # Writers are serialised, so AUTOINCREMENT ids commit in increasing order.
-        return self._index_generation()
+        # Writers are serialised, so AUTOINCREMENT ids commit in increasing order. This
+        # process's deletions (the removal log's steps) leave every remaining document its
+        # vectors, so they do not count: a superseded fact no longer makes the next recall
+        # scan every document for missing vectors (0.6 s at 100k facts).
+        return self.removals.origin(self._index_generation())
 
     def iter_documents(
         self, scope: Scope, *, kinds: Sequence[str] | None = None
