@@ -13,6 +13,7 @@ import numpy as np
 
 from mindpalace.scope import Scope
 from mindpalace.store import SQLiteStore
+from mindpalace.store.inputs import MAX_DOCUMENT_CHARS
 
 SCOPE = Scope("t", "u", "a", "s")
 
@@ -81,3 +82,15 @@ def test_own_deletions_keep_the_append_only_generation(tmp_path: Path) -> None:
     assert changed != before
     other.delete_documents(SCOPE, "note", ["n3"])  # another process: cannot be told apart
     assert store.append_only_generation() != changed
+
+
+def test_deleting_a_long_document_deletes_its_parts_only(tmp_path: Path) -> None:
+    store, _ = _stores(tmp_path)
+    long_text = "word " * (MAX_DOCUMENT_CHARS // 2)  # cut into 3 parts
+    store.index_document(SCOPE, "note", "n1", long_text)
+    store.index_document(SCOPE, "note", "n10", long_text)  # "n1" is a prefix of its ref
+    store.index_document(SCOPE, "note", "n1x", "short")
+    refs = lambda: sorted(d.ref for d in store.iter_documents(SCOPE))  # noqa: E731
+    assert len(refs()) == 7
+    assert store.delete_documents(SCOPE, "note", ["n1"]) == 1
+    assert refs() == ["n10", "n10#part2", "n10#part3", "n1x"]

@@ -21,6 +21,8 @@ from mindpalace.store.textindex import segment_for_index
 from mindpalace.textsafe import require_text
 from mindpalace.timeutil import to_iso, utcnow
 
+_PART_END = PART_SEPARATOR[:-1] + chr(ord(PART_SEPARATOR[-1]) + 1)  # just above every part ref
+
 
 class DocumentsMixin(SQLiteBase):
     """The search-document part of the store protocol (triggers keep the FTS5 indexes in step;
@@ -94,13 +96,20 @@ class DocumentsMixin(SQLiteBase):
         params = (*scope.values(), kind, *refs)
         with self.transaction():
             # the bounded parts 2..n of a long text (inputs.document_parts) go with it
+            # one ref's parts sort between "ref#part" and "ref#paru": a range of the unique
+            # (scope, kind, ref) index per ref, not a scan of every document of the kind
             parts_where = (
                 "tenant = ? AND user = ? AND agent = ? AND session = ? AND kind = ? "
-                f"AND instr(ref, ?) > 0 AND substr(ref, 1, instr(ref, ?) - 1) IN ({marks})"
+                "AND ref > ? AND ref < ? AND instr(ref, ?) > 0 "
+                "AND substr(ref, 1, instr(ref, ?) - 1) = ?"
             )
-            parts_params = (*scope.values(), kind, PART_SEPARATOR, PART_SEPARATOR, *refs)
             deleted = self._delete_docs(where, params)
-            gone = deleted + self._delete_docs(parts_where, parts_params)
+            gone = list(deleted)
+            for ref in dict.fromkeys(refs):
+                gone += self._delete_docs(parts_where, (
+                    *scope.values(), kind, ref + PART_SEPARATOR, ref + _PART_END,
+                    PART_SEPARATOR, PART_SEPARATOR, ref,
+                ))
             self._bump_generation()
             if gone:  # the in-process indexes of this process drop them (no rebuild)
                 self._bump_index_generation(removed_docs=gone)
