@@ -19,6 +19,7 @@ from mindpalace.errors import ValidationError
 from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
 from mindpalace.facts.model import Fact, normalize_key
+from mindpalace.retrieval.fetch import stem_words
 from mindpalace.retrieval.hybrid import HybridRetriever, MatchReason, RetrievalHit, stems
 from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import FactSettings
@@ -120,7 +121,8 @@ class Recall:
                 continue
             if not wanted:
                 continue
-            have = set(stems(query_terms(f"{fact.key} {fact.content}", drop_stop_words=False)))
+            # each distinct word stemmed once per process (memo), not once per item and query
+            have = set(stem_words(query_terms(f"{fact.key} {fact.content}", drop_stop_words=False)))
             terms = tuple(t for s, t in wanted.items() if s in have)
             share = len(terms) / len(wanted)
             if share >= WORKING_MIN_TERM_SHARE:
