@@ -3,7 +3,9 @@
 The weights (``l2_supercat_256.safetensors``) and tokenizer config ship inside the
 ``wordllama`` wheel; they are loaded from the package folder with downloads disabled, so
 nothing is fetched at run time. A static model (mean of token vectors, no attention): tens of
-thousands of texts per second on one core, weaker on paraphrase than ``use`` or ``e5``.
+thousands of texts per CPU-second (~16× ``use``). On LoCoMo its dense list (speaker names removed
+from the query) beats ``use``'s (dev R@10 61.5 vs 48.8) and product recall is on a par (held-out
+R@10 76.2 vs 76.6); English only, where ``use`` is multilingual (2026-12-01).
 """
 
 from __future__ import annotations
