@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast", action="store_true", help="10 conversations, 40k characters.")
     parser.add_argument("--conversations", type=int, default=40)
-    parser.add_argument("--embedder", default=None, help="use | e5 | hashing (default: workspace default)")
+    parser.add_argument("--embedder", default=None, help="use | e5 | wordllama | hashing (default: workspace default)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--chars", type=int, default=100_000, help="Characters for the embedding-cost table.")
     parser.add_argument("--json", type=Path, default=None, help="Write the rows here.")

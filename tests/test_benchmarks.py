@@ -243,3 +243,15 @@ class TestBenchRecall:
             assert row[f"{kind}_recall_n"] == 4  # every mixed query is timed
         assert row["recall_n"] == 8
         assert row["rss_mindpalace_mb"] > 0 and row["rss_bm25s_mb"] is None  # bm25s: n/a
+
+
+class TestBenchIngest:
+    def test_tiny_run_measures_whole_beside_chunked_on_the_same_texts(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_ingest").main(["--chars", "6000", "--embedder", "hashing", "--chunk-tokens", "64",
+                                          "--json", str(out)]) == 0
+        whole, chunked = json.loads(out.read_text())["rows"]
+        assert (whole["mode"], chunked["mode"]) == ("whole", "chunked 64 tokens")
+        assert whole["chars"] == chunked["chars"] >= 6000 and whole["messages"] == chunked["messages"]
+        assert whole["vectors"] == whole["messages"] < chunked["vectors"]  # long replies split
+        assert whole["ratio_wall"] == 1.0 and chunked["total_wall_s"] > 0 and 0 < chunked["embed_share"] <= 1

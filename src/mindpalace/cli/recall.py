@@ -150,7 +150,7 @@ def eval_locomo(
     k: list[int] = typer.Option([1, 5, 10, 25, 50], "--k", help="Cut-offs (repeat the option)."),
     embedder: str | None = typer.Option(
         None, "--embedder",
-        help="use | e5 | hashing | none (default: the workspace setting, 'use').",
+        help="use | e5 | wordllama | hashing | none (default: the workspace setting, 'use').",
     ),
     conversation: list[str] = typer.Option(
         [], "--conversation", help="Only these sample ids (repeat)."
@@ -247,7 +247,7 @@ def eval_spans(
     ),
     embedder: str = typer.Option(
         "none", "--embedder",
-        help="Embedder of the dual memory's recall (use | e5 | hashing | none).",
+        help="Embedder of the dual memory's recall (use | e5 | wordllama | hashing | none).",
     ),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the results here."),
 ) -> None:

