@@ -17,14 +17,24 @@ from mindpalace.store.sqlite.rows import inserted_id, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
 from mindpalace.timeutil import from_iso, to_iso, utcnow
 
-# Single-event append as one statement; an aggregate without GROUP BY always yields one row,
-# so a new stream gets version 1. `WHERE v = ?` turns it into an optimistic append.
-_APPEND_ONE = (
-    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
-    "SELECT ?, ?, ?, ?, ?, v + 1, ?, ?, ? FROM (SELECT coalesce(max(version), 0) AS v FROM events "
-    "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?)"
-)
-_APPEND_RETURNING = " RETURNING version, position"
+# Append as one statement: the rows to insert are a VALUES list numbered 1..n, joined to the
+# stream's current version (an aggregate without GROUP BY always yields one row, so a new stream
+# starts at version 1). `WHERE v = ?` turns it into an optimistic append.
+_MAX_ONE_STATEMENT = 256  # events per single-statement append (2 bound parameters each)
+
+
+def _append_sql(n: int) -> str:
+    rows = ", ".join(["(?, ?, ?)"] * n)
+    return (
+        f"WITH new(k, type, data) AS (VALUES {rows}) "
+        f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
+        "SELECT ?, ?, ?, ?, ?, v + k, type, data, ? FROM (SELECT coalesce(max(version), 0) AS v "
+        "FROM events WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?) "
+        "JOIN new"
+    )
+
+
+_APPEND_RETURNING = " ORDER BY k RETURNING version, position"
 
 
 class EventsMixin(SQLiteBase):
@@ -41,9 +51,9 @@ class EventsMixin(SQLiteBase):
         payloads = event_payloads(scope, stream, events)
         now = utcnow()
         now_iso = to_iso(now)
-        if len(payloads) == 1:  # one statement: atomic alone, in or outside a transaction
-            return [self._append_one(scope, stream, events[0], *payloads[0], now, now_iso,
-                                     expected_version)]
+        if 0 < len(payloads) <= _MAX_ONE_STATEMENT:  # one statement: atomic alone, anywhere
+            return self._append_statement(scope, stream, events, payloads, now, now_iso,
+                                          expected_version)
         with self.transaction():
             current = self.stream_version(scope, stream)
             if expected_version is not None and current != expected_version:
@@ -61,16 +71,23 @@ class EventsMixin(SQLiteBase):
                 ))
             return out
 
-    def _append_one(
-        self, scope: Scope, stream: str, event: NewEvent, etype: str, data: str,
-        now: datetime, now_iso: str, expected_version: int | None,
-    ) -> StoredEvent:
-        """One event in one statement: reading the version and inserting are atomic (outside a
-        transaction a stale WAL snapshot fails as SQLITE_BUSY and the whole statement is
-        retried), so the common single append costs one statement instead of
-        BEGIN/SELECT/INSERT/COMMIT — or, inside a transaction, SAVEPOINT/SELECT/INSERT/RELEASE."""
-        sql = _APPEND_ONE if expected_version is None else _APPEND_ONE + " WHERE v = ?"
-        params: list[Any] = [*scope.values(), stream, etype, data, now_iso, *scope.values(), stream]
+    def _append_statement(
+        self, scope: Scope, stream: str, events: Sequence[NewEvent],
+        payloads: Sequence[tuple[str, str]], now: datetime, now_iso: str,
+        expected_version: int | None,
+    ) -> list[StoredEvent]:
+        """Up to :data:`_MAX_ONE_STATEMENT` events in ONE statement: reading the version and
+        inserting every row are atomic (outside a transaction a stale WAL snapshot fails as
+        SQLITE_BUSY and the whole statement is retried), so an append costs one statement
+        instead of BEGIN/SELECT/INSERT…/COMMIT — or, inside a transaction, no savepoint
+        (a statement that fails leaves nothing behind)."""
+        sql = _append_sql(len(payloads))
+        if expected_version is not None:
+            sql += " WHERE v = ?"
+        params: list[Any] = []
+        for k, (etype, data) in enumerate(payloads, start=1):
+            params += (k, etype, data)
+        params += (*scope.values(), stream, now_iso, *scope.values(), stream)
         if expected_version is not None:
             params.append(expected_version)
         try:
@@ -83,8 +100,12 @@ class EventsMixin(SQLiteBase):
         if not rows:  # the WHERE guard failed: another writer appended first
             current = self.stream_version(scope, stream)
             raise ConcurrencyError(stream, expected_version or 0, current)
-        version, position = rows[0]
-        return StoredEvent(scope, stream, int(version), etype, event.data, now, int(position))
+        # RETURNING order is unspecified; versions ascend with the events
+        rows = sorted((int(r[0]), int(r[1])) for r in rows)
+        return [
+            StoredEvent(scope, stream, version, etype, event.data, now, position)
+            for (version, position), (etype, _), event in zip(rows, payloads, events, strict=True)
+        ]
 
     def read_events(
         self,
