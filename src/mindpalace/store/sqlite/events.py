@@ -15,7 +15,7 @@ from mindpalace.store.inputs import event_payloads
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import inserted_id, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
-from mindpalace.timeutil import from_iso, to_iso, utcnow
+from mindpalace.timeutil import from_iso, utcnow
 
 # Append as one statement: the rows to insert are a VALUES list numbered 1..n, joined to the
 # stream's current version (an aggregate without GROUP BY always yields one row, so a new stream
@@ -50,7 +50,7 @@ class EventsMixin(SQLiteBase):
     ) -> list[StoredEvent]:
         payloads = event_payloads(scope, stream, events)
         now = utcnow()
-        now_iso = to_iso(now)
+        now_iso = now.isoformat()  # utcnow() is timezone-aware UTC: what to_iso would check
         if 0 < len(payloads) <= _MAX_ONE_STATEMENT:  # one statement: atomic alone, anywhere
             return self._append_statement(scope, stream, events, payloads, now, now_iso,
                                           expected_version)
