@@ -199,7 +199,7 @@ class TestBenchPeers:
         mp = data["mindpalace"]
         assert mp["locomo"]["n"] == 3 and mp["locomo"]["p95_ms"] > 0
         for sync in ("FULL", "NORMAL"):
-            assert all(mp["durable"][sync][k] > 0 for k in ("checkpoint", "tool_call", "start_finish", "agents"))
+            assert all(mp["durable"][sync][k] > 0 for k in ("checkpoint", "tool_call", "tool_step", "start_finish", "agents"))
         assert 0 < mp["storage"]["half"] <= mp["storage"]["full"]
         assert data["floor"]["fsync"] > 0
 
