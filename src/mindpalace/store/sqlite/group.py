@@ -38,10 +38,8 @@ _SAVEPOINT = "group_member"
 
 @dataclass
 class _Batch:
-    """One open SQLite transaction shared by `size` blocks; `committed` (on the group's lock)
-    wakes its blocks when it is done."""
+    """One open SQLite transaction shared by `size` blocks."""
 
-    committed: threading.Condition
     size: int = 0
     done: bool = False
     error: BaseException | None = None
@@ -66,6 +64,9 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._turn = threading.Condition(self._lock)
         """Notified (one waiter at a time) when the write connection is handed on."""
+        self._committed = threading.Condition(self._lock)
+        """Notified (all) when a batch is done. Batches run one after another, so only the
+        blocks of the batch just done wait on it."""
         self._busy = False  # a thread runs a block (or commits) on the write connection
         self._entering = 0  # threads waiting to start a block
         self._batch: _Batch | None = None
@@ -132,7 +133,7 @@ class GroupCommit:
             except BaseException:
                 self._release()
                 raise
-            batch = _Batch(threading.Condition(self._lock))
+            batch = _Batch()
             with self._lock:
                 self._batch = batch
         else:
@@ -174,7 +175,7 @@ class GroupCommit:
                 self._turn.notify()
                 if wait:
                     while not batch.done:
-                        batch.committed.wait()
+                        self._committed.wait()
                     if batch.error is not None:
                         raise _copy(batch.error) from batch.error
                 return
@@ -192,7 +193,7 @@ class GroupCommit:
             self._batch = None
             self.commits += 1
             self._busy = False
-            batch.committed.notify_all()
+            self._committed.notify_all()
             self._turn.notify()
         if wait and error is not None:
             raise error
