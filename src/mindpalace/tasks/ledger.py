@@ -185,7 +185,7 @@ class Ledger:
         k = ledger_key(tool, args, key)
         clean_args = json.loads(canonical_json(args))
         safe = idempotent or self.is_safe(tool)
-        with self.store.transaction():
+        with self.events._transaction():  # the task's fold cache follows these appends
             prev = self.get(task, k)
             if prev is not None and prev.status == "completed":
                 return prev
@@ -221,7 +221,7 @@ class Ledger:
         — a late writer never overwrites it."""
         status: Status = "unknown" if unknown else "failed" if error is not None else "completed"
         value = None if error is not None or unknown else _normalize_result(result)
-        with self.store.transaction():
+        with self.events._transaction():  # the task's fold cache follows these appends
             current = self.get(entry.task, entry.key)
             if current is not None and (current.attempt != entry.attempt or current.status not in UNSETTLED
                                         or (current.status == "unknown" and not reconciled)):

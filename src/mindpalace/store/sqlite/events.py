@@ -17,24 +17,37 @@ from mindpalace.store.sqlite.rows import inserted_id, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
 from mindpalace.timeutil import from_iso, utcnow
 
-# Append as one statement: the rows to insert are a VALUES list numbered 1..n, joined to the
-# stream's current version (an aggregate without GROUP BY always yields one row, so a new stream
-# starts at version 1). `WHERE v = ?` turns it into an optimistic append.
+# Append as one statement. One event: the row is selected from the stream's current version
+# (an aggregate without GROUP BY always yields one row, so a new stream gets version 1). More:
+# the rows are a VALUES list numbered 1..n joined to that version. `WHERE v = ?` turns either
+# into an optimistic append. Each row comes back with its version, its position and the
+# position of the stream's event before it (an indexed lookup bound to the scope and stream).
 _MAX_ONE_STATEMENT = 256  # events per single-statement append (2 bound parameters each)
+_CURRENT = (
+    "(SELECT coalesce(max(version), 0) AS v FROM events "
+    "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?)"
+)
+_APPEND_ONE = (
+    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
+    f"SELECT ?, ?, ?, ?, ?, v + 1, ?, ?, ? FROM {_CURRENT}"
+)
+_RETURNING = (
+    " RETURNING version, position, (SELECT e.position FROM events AS e WHERE e.tenant = ? AND "
+    "e.user = ? AND e.agent = ? AND e.session = ? AND e.stream = ? AND e.version = events.version - 1)"
+)
 
 
-def _append_sql(n: int) -> str:
+def _append_sql(n: int, expected: bool) -> str:
+    guard = " WHERE v = ?" if expected else ""
+    if n == 1:
+        return _APPEND_ONE + guard + _RETURNING
     rows = ", ".join(["(?, ?, ?)"] * n)
     return (
         f"WITH new(k, type, data) AS (VALUES {rows}) "
         f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
-        "SELECT ?, ?, ?, ?, ?, v + k, type, data, ? FROM (SELECT coalesce(max(version), 0) AS v "
-        "FROM events WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?) "
-        "JOIN new"
+        f"SELECT ?, ?, ?, ?, ?, v + k, type, data, ? FROM {_CURRENT} JOIN new{guard} ORDER BY k"
+        + _RETURNING
     )
-
-
-_APPEND_RETURNING = " ORDER BY k RETURNING version, position"
 
 
 class EventsMixin(SQLiteBase):
@@ -76,24 +89,28 @@ class EventsMixin(SQLiteBase):
         payloads: Sequence[tuple[str, str]], now: datetime, now_iso: str,
         expected_version: int | None,
     ) -> list[StoredEvent]:
-        """Up to :data:`_MAX_ONE_STATEMENT` events in ONE statement: reading the version and
+        """Up to :data:`_MAX_ONE_STATEMENT` events in ONE statement (each returned with the
+        position of the event before it, :attr:`StoredEvent.previous`): reading the version and
         inserting every row are atomic (outside a transaction a stale WAL snapshot fails as
         SQLITE_BUSY and the whole statement is retried), so an append costs one statement
         instead of BEGIN/SELECT/INSERT…/COMMIT — or, inside a transaction, no savepoint
         (a statement that fails leaves nothing behind)."""
-        sql = _append_sql(len(payloads))
-        if expected_version is not None:
-            sql += " WHERE v = ?"
+        sql = _append_sql(len(payloads), expected_version is not None)
+        where = [*scope.values(), stream]
         params: list[Any] = []
-        for k, (etype, data) in enumerate(payloads, start=1):
-            params += (k, etype, data)
-        params += (*scope.values(), stream, now_iso, *scope.values(), stream)
+        if len(payloads) == 1:
+            params += (*where, payloads[0][0], payloads[0][1], now_iso, *where)
+        else:
+            for k, (etype, data) in enumerate(payloads, start=1):
+                params += (k, etype, data)
+            params += (*where, now_iso, *where)
         if expected_version is not None:
             params.append(expected_version)
+        params += where  # the RETURNING lookup of the event before each row
         try:
             # fetchall() runs the statement to completion, which commits it.
             rows = self._retry(
-                lambda: self._conn().execute(sql + _APPEND_RETURNING, params).fetchall()
+                lambda: self._conn().execute(sql, params).fetchall()
             )
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"{self.path}: integrity error: {exc}") from exc
@@ -101,10 +118,10 @@ class EventsMixin(SQLiteBase):
             current = self.stream_version(scope, stream)
             raise ConcurrencyError(stream, expected_version or 0, current)
         # RETURNING order is unspecified; versions ascend with the events
-        rows = sorted((int(r[0]), int(r[1])) for r in rows)
+        rows = sorted((int(r[0]), int(r[1]), None if r[2] is None else int(r[2])) for r in rows)
         return [
-            StoredEvent(scope, stream, version, etype, event.data, now, position)
-            for (version, position), (etype, _), event in zip(rows, payloads, events, strict=True)
+            StoredEvent(scope, stream, version, etype, event.data, now, position, previous)
+            for (version, position, previous), (etype, _), event in zip(rows, payloads, events, strict=True)
         ]
 
     def read_events(
