@@ -20,7 +20,9 @@ Measured:
    call): the rest is what the two stores do, and it does not swing with the embedder's share
    of a loaded machine the way the totals (measured minutes apart) do.
 2. **Durable steps** at ``synchronous`` = FULL and NORMAL on both sides: one agent's
-   checkpoint, a ledger tool call + checkpoint, start + finish step (mindpalace) against one
+   checkpoint, a ledger tool call + checkpoint (three commits: ``started`` before the tool runs,
+   its outcome, the checkpoint), the same tool step as ``call.run(fn, checkpoint=…)`` (two
+   commits: the outcome and the checkpoint share one), start + finish step (mindpalace) against one
    LangGraph graph step (a looping one-node ``StateGraph`` compiled with ``SqliteSaver``,
    ``durability="sync"``; the node appends the same artifact, or calls the same tool); a bare
    ``write + fsync`` loop on the same disk as the floor; 8 agents (threads) on one store,
@@ -35,6 +37,7 @@ steps/s; 8 agents aggregate ≥ 10× LangGraph's; storage linear.
     python benchmarks/bench_peers.py --setup-peers     # once: build the peer venv (PyPI)
     python benchmarks/bench_peers.py                   # 2 conversations, 300 steps, 2,000 for storage
     python benchmarks/bench_peers.py --quick           # 1 conversation cut to 80 turns, 40 steps
+    python benchmarks/bench_peers.py --no-locomo       # durable steps and storage only
 """
 
 from __future__ import annotations
@@ -419,12 +422,20 @@ def mp_durable(root: Path, sync: str, steps: int, agents: int, agent_steps: int)
                 result = call.result if call.done else call.run(book_ticket)
             s.checkpoint(step=i, artifacts={f"ticket:{i}": result})
 
+        def tool_step(i: int) -> None:
+            # the same durable tool step with the outcome and the checkpoint in ONE commit: the
+            # result itself is durable in the ledger row written by that commit
+            with s.tool_call("book_ticket2", {"place": f"p{i}", "date": "2025-05-20"}) as call:
+                if not call.done:
+                    call.run(book_ticket, checkpoint={"step": i, "artifacts": {f"ticket:{i}": f"p{i}"}})
+
         def start_finish(i: int) -> None:
             s.task.start_step(i + 10_000_000, f"step {i}")
             s.task.finish_step(i + 10_000_000, output={"text": f"booked p{i}"})
 
         out["checkpoint"] = steps_per_second(checkpoint, steps)
         out["tool_call"] = steps_per_second(tool_call, steps)
+        out["tool_step"] = steps_per_second(tool_step, steps)
         out["start_finish"] = steps_per_second(start_finish, steps)
 
         def make_agent(a: int) -> Callable[[int], object]:
@@ -530,10 +541,12 @@ def build_rows(mp: dict[str, Any], peer: dict[str, Any] | None, floor: dict[str,
                      "≤ 1.5× one fsync" if sync == "FULL" else "",
                      f"{verdict(ratio_floor <= 1.5)} ({ratio_floor:.2f}× fsync)" if sync == "FULL" else
                      f"({ratio_floor:.2f}× fsync)"])
-        tool_ratio = d["tool_call"] / p["tool_step"] if p else None
-        rows.append([where, "ledger tool call + checkpoint /s", fmt(d["tool_call"]), fmt(p["tool_step"] if p else None),
-                     "", fmt(tool_ratio, ".1f") + ("×" if p else ""), "≥ 3× LangGraph" if sync == "FULL" else "",
-                     verdict(None if tool_ratio is None else tool_ratio >= 3) if sync == "FULL" else ""])
+        for label, key in (("ledger tool call + checkpoint /s (3 commits)", "tool_call"),
+                           ("ledger tool call, run(checkpoint=…) /s (2 commits)", "tool_step")):
+            tool_ratio = d[key] / p["tool_step"] if p else None
+            rows.append([where, label, fmt(d[key]), fmt(p["tool_step"] if p else None),
+                         "", fmt(tool_ratio, ".1f") + ("×" if p else ""), "≥ 3× LangGraph" if sync == "FULL" else "",
+                         verdict(None if tool_ratio is None else tool_ratio >= 3) if sync == "FULL" else ""])
         rows.append([where, "start + finish step /s", fmt(d["start_finish"]), fmt(p["step"] if p else None), "",
                      fmt(d["start_finish"] / p["step"] if p else None, ".1f") + ("×" if p else ""), "", ""])
         agents_ratio = d["agents"] / p["agents"] if p else None
@@ -561,6 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--peer-venv", type=Path, default=DEFAULT_PEER_VENV, help="The peers' own virtual environment.")
     ap.add_argument("--data", type=Path, default=None,
                     help="locomo10.json (default $MINDPALACE_SHARED_DATA/locomo/locomo10.json).")
+    ap.add_argument("--no-locomo", action="store_true", help="Skip the LoCoMo part (durable steps and storage only).")
     ap.add_argument("--conversations", type=int, default=None, help="LoCoMo conversations (default 2, ~1,200 turns; quick 1).")
     ap.add_argument("--max-turns", type=int, default=None, help="Turns per conversation, 0 = all (quick 80).")
     ap.add_argument("--max-questions", type=int, default=None, help="Questions per conversation, 0 = all (quick 15).")
@@ -588,7 +602,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=args.dir))
     try:
         convs = []
-        if data.is_file():
+        if data.is_file() and not args.no_locomo:
             convs = load_conversations(data, args.conversations or (1 if quick else 2),
                                        80 if args.max_turns is None and quick else (args.max_turns or 0),
                                        15 if args.max_questions is None and quick else (args.max_questions or 0))

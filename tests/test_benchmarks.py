@@ -201,7 +201,7 @@ class TestBenchPeers:
         # each query's time without its query embedding is part of its whole time
         assert 0 < mp["locomo"]["search_p95_ms"] <= mp["locomo"]["p95_ms"]
         for sync in ("FULL", "NORMAL"):
-            assert all(mp["durable"][sync][k] > 0 for k in ("checkpoint", "tool_call", "start_finish", "agents"))
+            assert all(mp["durable"][sync][k] > 0 for k in ("checkpoint", "tool_call", "tool_step", "start_finish", "agents"))
         assert 0 < mp["storage"]["half"] <= mp["storage"]["full"]
         assert data["floor"]["fsync"] > 0
 

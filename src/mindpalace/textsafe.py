@@ -25,6 +25,8 @@ def require_text(field: str, value: Any, *, allow_empty: bool = True) -> str:
     nul = value.find("\x00")
     if nul >= 0:
         raise InvalidTextError(field, f"contains a NUL character at offset {nul}")
+    if value.isascii():  # no surrogate can be in it: skip the scan
+        return value
     m = _SURROGATE.search(value)
     if m:
         raise InvalidTextError(
@@ -42,6 +44,8 @@ def clean_text(value: str) -> str:
     """
     if "\x00" in value:
         value = value.replace("\x00", "\\x00")
+    if value.isascii():  # no surrogate can be in it: skip the scan
+        return value
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
 
 
@@ -55,6 +59,11 @@ def clean_json(value: Any, _depth: int = 0) -> Any:
         InvalidTextError: the structure nests deeper than MAX_JSON_DEPTH (64) levels — refused
             up front instead of a RecursionError halfway through a write.
     """
+    kind = type(value)
+    if kind is str:
+        return clean_text(value)
+    if kind is int or kind is float or kind is bool or value is None:  # the common leaves
+        return value
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, dict | list | tuple) and _depth >= MAX_JSON_DEPTH:
@@ -68,6 +77,8 @@ def clean_json(value: Any, _depth: int = 0) -> Any:
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]*$")
 MAX_NAME_CHARS = 128  # record names become file names in exports; keep them portable
+_VALID_NAMES: set[str] = set()  # names that passed require_name (a str subclass is never cached)
+_VALID_NAMES_MAX = 4096
 
 
 def require_name(value: Any, *, field: str = "name") -> str:
@@ -77,6 +88,8 @@ def require_name(value: Any, *, field: str = "name") -> str:
         InvalidNameError: empty, longer than 128 characters, contains a path separator,
             ``..``, a leading dot, whitespace or other characters outside the allowed set.
     """
+    if type(value) is str and value in _VALID_NAMES:  # checked before (the same few task ids)
+        return value
     from mindpalace.errors import InvalidNameError
 
     if not isinstance(value, str) or not value:
@@ -91,4 +104,8 @@ def require_name(value: Any, *, field: str = "name") -> str:
         raise InvalidNameError(
             value, "use letters, digits and _ . : @ + - only, starting with a letter or digit"
         )
+    if type(value) is str:
+        if len(_VALID_NAMES) >= _VALID_NAMES_MAX:
+            _VALID_NAMES.clear()
+        _VALID_NAMES.add(value)
     return value

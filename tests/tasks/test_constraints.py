@@ -64,6 +64,27 @@ class TestProtection:
         assert budgeted.constraints.all() == {"budget_per_night_cny": 2000}  # … the constraint too
         assert budgeted.task.state().last_error.code == "constraint_refused"
 
+    def test_guards_and_screening_of_one_call_fold_the_task_once(
+        self, budgeted: Session, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        events = budgeted.tasks.events
+        folds: list[str] = []
+        recover = events.recover
+
+        def counted(task: str, **kw: Any) -> Any:
+            if not events.store.in_transaction():  # not a snapshot written with an append
+                folds.append(task)
+            return recover(task, **kw)
+
+        monkeypatch.setattr(events, "recover", counted)
+        with budgeted.tool_call("search_hotel", {"city": "Kyoto"}) as call:
+            call.run(lambda city: {"budget_per_night_cny": 9000})
+        assert len(folds) == 1  # the guard check's state is the one the result is screened against
+        assert call.notes == ["budget_per_night_cny"]
+        assert budgeted.constraints.all() == {"budget_per_night_cny": 2000}
+        with pytest.raises(ConstraintError, match="blocked book_hotel"):
+            hotel(budgeted, 4500)  # and the guards still see the current state
+
     def test_user_may_change_and_remove(self, budgeted: Session) -> None:
         budgeted.constraints.set("budget_per_night_cny", 1800, source="user")
         assert budgeted.constraints["budget_per_night_cny"] == 1800

@@ -20,6 +20,7 @@ OPS = st.lists(
     st.sampled_from([
         "append_a", "append_b", "append_a_batch", "append_in_committed_tx",
         "append_then_rollback", "snapshot_a", "drop_b", "recover_a", "recover_b",
+        "append_in_own_tx", "own_tx_then_rollback",
     ]),
     min_size=1, max_size=14,
 )
@@ -77,6 +78,17 @@ def test_cached_fold_equals_a_fresh_fold_after_any_interleaving(
                         assert a.recover(task).artifacts.get("rolled") == "back"
                         raise _Rollback
                     b.append(task, [Checkpoint(artifacts={"rolled": "no"})])
+                case "append_in_own_tx":  # the ledger's block: folds join the cache on commit
+                    with a._transaction():
+                        a.append(task, _event(i))
+                        a.append(task, _event(i + 1))
+                case "own_tx_then_rollback":
+                    # a fold made in a block that rolls back is never remembered, even when
+                    # another writer then takes that version (and maybe the same position)
+                    with pytest.raises(_Rollback), a._transaction():
+                        a.append(task, [Checkpoint(artifacts={"rolled": "back"})])
+                        raise _Rollback
+                    b.append(task, [Checkpoint(artifacts={"rolled": "no"})])
                 case "snapshot_a":
                     a.snapshot(task)
                 case "drop_b":
@@ -116,6 +128,39 @@ class TestIncrementalFold:
             b.append("t", [Checkpoint(artifacts={"new": 1}), Checkpoint(artifacts={"new": 2})])
         state = a.recover("t")  # same version (2) as the cached one, different events
         assert state.version == 2 and state.artifacts == {"new": 2}
+
+
+class TestFoldOnAppend:
+    def test_a_tool_call_leaves_nothing_to_fold(self, memory: Memory, uid: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+        s = memory.session(uid)
+        s.checkpoint(step=0)
+        with s.tool_call("book", {"n": 1}) as call:
+            call.run(lambda n: {"ok": n}, checkpoint={"step": 1, "artifacts": {"booked": 1}})
+        ev = s.tasks.events
+        parsed: list[str] = []
+        real = ev.registry.parse_stored
+        monkeypatch.setattr(ev.registry, "parse_stored",
+                            lambda t, d: parsed.append(t) or real(t, d))  # type: ignore[func-returns-value]
+        state = ev.recover(s.task.id)
+        assert parsed == []  # the appends kept the cached fold current
+        assert state == ev.recover(s.task.id, use_snapshot=False)
+        assert state.artifacts == {"booked": 1} and state.calls["completed"] == 1
+
+    def test_an_append_after_another_writer_rewrote_the_stream_is_not_folded_on_the_old_state(
+        self, memory: Memory, workspace_dir: Path, uid: str
+    ) -> None:
+        scope = memory.scope(user="u", session=uid)
+        a = TaskEventStore(memory.store, scope)
+        a.append("t", [Checkpoint(artifacts={"old": 1}), Checkpoint(artifacts={"old": 2})])
+        with Memory.open(workspace_dir, embed={"provider": "hashing"}) as other:
+            b = TaskEventStore(other.store, scope)
+            b.clear_task("t", drop_events=True)
+            b.append("t", [Checkpoint(artifacts={"new": 1}), Checkpoint(artifacts={"new": 2})])
+        a.append("t", [Checkpoint(artifacts={"more": 3})])  # version 3, right after b's event
+        state = a.recover("t")
+        assert state == a.recover("t", use_snapshot=False)
+        assert state.artifacts == {"new": 2, "more": 3}
 
 
 def test_an_append_by_another_process_is_seen(memory: Memory, workspace_dir: Path, uid: str) -> None:

@@ -61,6 +61,11 @@ class StoredEvent:
     data: dict[str, Any]
     created_at: datetime
     position: int
+    previous: int | None = None
+    """Set by an append when the backend reports it: the store position of the stream's event
+    just before this one, as the append found it (None for the first event of a stream, or
+    when not reported). Lets a reader that folded the stream up to a known event tell whether
+    an append went right after that very event."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -266,14 +266,18 @@ class Constraints:
         """Guards on `tool` that `args` would violate (nothing recorded)."""
         return check_guards(self.state(), tool, args)
 
-    def enforce(self, tool: str, args: Mapping[str, Any]) -> None:
+    def enforce(self, tool: str, args: Mapping[str, Any]) -> TaskState:
         """Run every guard on `tool` before the call; record and raise on the first violation.
 
+        Returns:
+            The task state the guards were checked against (one fold; :meth:`screen` of the
+            same call can take it instead of folding again).
         Raises:
             ConstraintError: a guard is violated (an ``error_occurred`` event with code
                 ``guard_blocked`` is recorded; the tool must not run).
         """
-        violations = self.check(tool, args)
+        state = self.state()
+        violations = check_guards(state, tool, args)
         if violations:
             v = violations[0]
             self._refuse(
@@ -282,16 +286,23 @@ class Constraints:
                 {"guard": v.guard, "expr": v.expr, "args": dict(args), "reason": v.reason},
                 tool=tool,
             )
+        return state
 
-    def screen(self, tool: str, result: Any) -> list[str]:
+    def screen(self, tool: str, result: Any, *, state: TaskState | None = None) -> list[str]:
         """Find attempts in a tool result to overwrite, null or add a protected constraint.
 
         Looks at dict keys (nested up to 4 levels) equal to a constraint name with a different
         value, and at any ``constraints`` sub-dict. Each attempt is refused — constraints are
         never written from results — and all of them are recorded in ONE ``error_occurred``
         event (code ``constraint_refused``). Returns the refused constraint names.
+
+        Args:
+            state: the constraints to screen against, as of a state already folded (the one the
+                call's guards were checked against, see :meth:`enforce`); None = fold the
+                current state now.
         """
-        current = self.all()
+        source = self.state() if state is None else state
+        current = {name: c.value for name, c in source.constraints.items()}
         attempts: dict[str, Any] = {}
 
         def walk(node: Any, depth: int) -> None:
@@ -319,6 +330,26 @@ class Constraints:
                     tool=tool,
                 )
         return sorted(attempts)
+
+
+class CallChecks:
+    """The guard check and the result screening of ONE tool call, from one fold of the task:
+    :meth:`enforce` checks the guards against the current state and keeps it; :meth:`screen`
+    screens the result against the constraints of that same state — those in force when the
+    call was allowed to run (a tool call's own events never change constraints)."""
+
+    def __init__(self, constraints: Constraints) -> None:
+        self.constraints = constraints
+        self.state: TaskState | None = None
+
+    def enforce(self, tool: str, args: Mapping[str, Any]) -> None:
+        """:meth:`Constraints.enforce`, remembering the state. Raises ConstraintError."""
+        self.state = self.constraints.enforce(tool, args)
+
+    def screen(self, tool: str, result: Any) -> list[str]:
+        """:meth:`Constraints.screen` against the state :meth:`enforce` checked (the current
+        one when enforce did not run)."""
+        return self.constraints.screen(tool, result, state=self.state)
 
 
 def _free_guard_name(tool: str, guards: Mapping[str, Any]) -> str:

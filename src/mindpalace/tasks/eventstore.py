@@ -12,12 +12,19 @@ indexed query — and folds only the events after it; when the event at the cach
 longer the same one (the stream was deleted and written again) it recovers from scratch. Only
 committed state is cached: nothing read inside a transaction (it may still roll back), so a
 second store object or process appending is seen on the next ``recover``.
+
+An append keeps the cache current without reading anything: when the store reports that the
+appended events went right after the cached event (:attr:`StoredEvent.previous` is its
+position — or they start a new stream), the state after them is the cached state plus these
+events, exactly; it is remembered once the append's transaction has committed (a snapshot due
+in that append is written from it too, instead of re-reading the events since the last one).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -90,6 +97,7 @@ class TaskEventStore:
         self.registry = registry
         self._folded: dict[str, _Folded] = {}
         self._folded_lock = threading.Lock()
+        self._local = threading.local()  # .pending: folds of the open _transaction() block
 
     # -- writes ----------------------------------------------------------------------------
     def append(
@@ -118,21 +126,63 @@ class TaskEventStore:
         new = [NewEvent(m.type, payload_of(m)) for m in models]
         every = self.settings.snapshot_every_events
         top_level = not self.store.in_transaction()
-        folded: TaskState | None = None
+        pending: dict[str, _Folded] | None = getattr(self._local, "pending", None)
+        after: _Folded | None = None
         with self.store.transaction():
             stored = self.store.append_events(self.scope, stream, new, expected_version=expected_version)
+            after = self._fold_appended(task, stored, pending)
             last = stored[-1].version
             if snapshot or last // every > (last - len(stored)) // every:
-                folded = self.recover(task)
-                self._write_snapshot(task, folded)
-        if top_level and folded is not None:
-            # read and folded under this transaction's write lock, now committed: the exact
-            # state at `last`, so the next recover folds only what comes after it
-            self._remember(task, _Folded(folded, stored[-1].position))
+                if after is None:  # read and folded under this transaction's write lock
+                    after = _Folded(self.recover(task), stored[-1].position)
+                self._write_snapshot(task, after.state)  # the exact state at `last`
+        if after is not None:
+            if top_level:  # committed now: the next recover folds only what comes after it
+                self._remember(task, after)
+            elif pending is not None:  # remembered when the _transaction() block commits
+                pending[task] = after
         return [
             TaskEventRecord(task, s.version, s.type, m, n.data, s.created_at)
             for s, n, m in zip(stored, new, models, strict=True)
         ]
+
+    def _fold_appended(
+        self, task: str, stored: Sequence[StoredEvent], pending: dict[str, _Folded] | None
+    ) -> _Folded | None:
+        """The exact state after the events just appended, when the state right before them is
+        known: a new stream (version 1 follows nothing), or the append went right after the
+        cached (or this transaction's pending) fold's own last event. None otherwise."""
+        first = stored[0]
+        if first.version == 1:
+            base = initial_state(task)
+        else:
+            known = (pending or {}).get(task) or self._folded.get(task)
+            if (known is None or first.previous is None or first.previous != known.position
+                    or known.state.version != first.version - 1):
+                return None
+            base = known.state
+        # folded from the payloads as stored (what a later read would parse), not the models
+        return _Folded(self._fold(base, stored), stored[-1].position)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """``store.transaction()`` for the task's own multi-step writes (the ledger): folds of
+        appends made in the block join the cache once it commits at top level (nested in
+        someone else's transaction nothing is remembered; a block that raises, nothing). The
+        block must not catch an exception of a write inside it and go on."""
+        if self.store.in_transaction() or getattr(self._local, "pending", None) is not None:
+            with self.store.transaction():
+                yield
+            return
+        pending: dict[str, _Folded] = {}
+        self._local.pending = pending
+        try:
+            with self.store.transaction():
+                yield
+        finally:
+            self._local.pending = None
+        for task, folded in pending.items():
+            self._remember(task, folded)
 
     def update(
         self,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mindpalace.errors import EffectNotApplied, NotFoundError, OutcomeUnknownError, ValidationError
-from mindpalace.tasks.events import TaskEvent, ToolCallCompleted, ToolCallRecorded
+from mindpalace.tasks.events import TaskEvent
 from mindpalace.tasks.eventstore import LEDGER_NS, TaskEventStore
 from mindpalace.textsafe import clean_json, require_name, require_text
 
@@ -185,7 +185,7 @@ class Ledger:
         k = ledger_key(tool, args, key)
         clean_args = json.loads(canonical_json(args))
         safe = idempotent or self.is_safe(tool)
-        with self.store.transaction():
+        with self.events._transaction():  # the task's fold cache follows these appends
             prev = self.get(task, k)
             if prev is not None and prev.status == "completed":
                 return prev
@@ -193,7 +193,8 @@ class Ledger:
                 raise OutcomeUnknownError(task, k, tool, prev.attempt, prev.error or "")
             attempt = 1 if prev is None else prev.attempt + 1
             [rec] = self.events.append(
-                task, [ToolCallRecorded(key=k, tool=tool, args=clean_args, idempotent=safe, attempt=attempt)]
+                task, [("tool_call_recorded",  # validated once, by the append (a model would be twice)
+                        {"key": k, "tool": tool, "args": clean_args, "idempotent": safe, "attempt": attempt})]
             )
             entry = LedgerEntry(task, k, tool, clean_args, "started", attempt, safe, version=rec.version)
             self._put(entry)
@@ -220,15 +221,15 @@ class Ledger:
         — a late writer never overwrites it."""
         status: Status = "unknown" if unknown else "failed" if error is not None else "completed"
         value = None if error is not None or unknown else _normalize_result(result)
-        with self.store.transaction():
+        with self.events._transaction():  # the task's fold cache follows these appends
             current = self.get(entry.task, entry.key)
             if current is not None and (current.attempt != entry.attempt or current.status not in UNSETTLED
                                         or (current.status == "unknown" and not reconciled)):
                 return current
             rec, *_ = self.events.append(
                 entry.task,
-                [ToolCallCompleted(key=entry.key, tool=entry.tool, status=status, result=value, error=error,
-                                   reconciled=reconciled), *also],
+                [("tool_call_completed", {"key": entry.key, "tool": entry.tool, "status": status, "result": value,
+                                          "error": error, "reconciled": reconciled}), *also],
             )
             done = LedgerEntry(
                 entry.task, entry.key, entry.tool, entry.args, status, entry.attempt, entry.idempotent,

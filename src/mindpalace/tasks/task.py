@@ -19,7 +19,7 @@ from mindpalace.errors import InvalidNameError, NotFoundError, OutcomeUnknownErr
 from mindpalace.scope import ANY, Scope
 from mindpalace.settings import TaskSettings
 from mindpalace.store import Store
-from mindpalace.tasks.constraints import Constraints, render_feedback, render_state
+from mindpalace.tasks.constraints import CallChecks, Constraints, render_feedback, render_state
 from mindpalace.tasks.events import (
     DEFAULT_REGISTRY,
     EventRegistry,
@@ -194,10 +194,11 @@ class Task:
             OutcomeUnknownError: an earlier attempt of this non-idempotent call never finished.
             ConstraintError: a guard blocked the call (recorded; the tool did not run).
         """
+        checks = CallChecks(self.constraints)  # guards and screening share one fold
         return ToolCall(
             self.ledger, self.id, require_name(name, field="tool name"), clean_json(args),
             idempotent=idempotent, key=key,
-            before_run=self.constraints.enforce, after_run=self.constraints.screen,
+            before_run=checks.enforce, after_run=checks.screen,
         )
 
 

@@ -15,6 +15,9 @@ from mindpalace.timeutil import utcnow
 
 _VERSION = ("SELECT coalesce(max(version), 0) FROM mp_events WHERE tenant = %s AND user_id = %s "
             "AND agent = %s AND session_id = %s AND stream = %s")
+# The stream's last event (version, position), for an append; no row for a new stream.
+_HEAD = ("SELECT version, position FROM mp_events WHERE tenant = %s AND user_id = %s "
+         "AND agent = %s AND session_id = %s AND stream = %s ORDER BY version DESC LIMIT 1")
 # One statement for the whole batch: versions, types and data arrive as three arrays.
 _INSERT = (f"INSERT INTO mp_events ({SCOPE_COLS}, stream, version, type, data, created_at) "
            "SELECT %s, %s, %s, %s, %s, v, t, d, %s "
@@ -48,8 +51,8 @@ class EventsMixin(PostgresBase):
         now = utcnow()
         with self._tx(serialize=False) as conn:
             self._xact_lock(conn, "stream", *scope.values(), stream)
-            row = conn.execute(_VERSION, (*scope.values(), stream)).fetchone()
-            current = int(row[0]) if row else 0
+            row = conn.execute(_HEAD, (*scope.values(), stream)).fetchone()
+            current, head = (int(row[0]), int(row[1])) if row else (0, None)
             if expected_version is not None and current != expected_version:
                 raise ConcurrencyError(stream, expected_version, current)
             versions = list(range(current + 1, current + 1 + len(payloads)))
@@ -57,7 +60,9 @@ class EventsMixin(PostgresBase):
                 *scope.values(), stream, now, versions, [t for t, _ in payloads],
                 [d for _, d in payloads])).fetchall()
         position = {int(v): int(p) for v, p in rows}
-        return [StoredEvent(scope, stream, v, t, e.data, now, position[v])
+        # previous: the head found under the stream's lock, then each new row's predecessor
+        return [StoredEvent(scope, stream, v, t, e.data, now, position[v],
+                            head if v == current + 1 else position[v - 1])
                 for v, (t, _), e in zip(versions, payloads, events, strict=True)]
 
     def read_events(

@@ -15,16 +15,39 @@ from mindpalace.store.inputs import event_payloads
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import inserted_id, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
-from mindpalace.timeutil import from_iso, to_iso, utcnow
+from mindpalace.timeutil import from_iso, utcnow
 
-# Single-event append as one statement; an aggregate without GROUP BY always yields one row,
-# so a new stream gets version 1. `WHERE v = ?` turns it into an optimistic append.
-_APPEND_ONE = (
-    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
-    "SELECT ?, ?, ?, ?, ?, v + 1, ?, ?, ? FROM (SELECT coalesce(max(version), 0) AS v FROM events "
+# Append as one statement. One event: the row is selected from the stream's current version
+# (an aggregate without GROUP BY always yields one row, so a new stream gets version 1). More:
+# the rows are a VALUES list numbered 1..n joined to that version. `WHERE v = ?` turns either
+# into an optimistic append. Each row comes back with its version, its position and the
+# position of the stream's event before it (an indexed lookup bound to the scope and stream).
+_MAX_ONE_STATEMENT = 256  # events per single-statement append (2 bound parameters each)
+_CURRENT = (
+    "(SELECT coalesce(max(version), 0) AS v FROM events "
     "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?)"
 )
-_APPEND_RETURNING = " RETURNING version, position"
+_APPEND_ONE = (
+    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
+    f"SELECT ?, ?, ?, ?, ?, v + 1, ?, ?, ? FROM {_CURRENT}"
+)
+_RETURNING = (
+    " RETURNING version, position, (SELECT e.position FROM events AS e WHERE e.tenant = ? AND "
+    "e.user = ? AND e.agent = ? AND e.session = ? AND e.stream = ? AND e.version = events.version - 1)"
+)
+
+
+def _append_sql(n: int, expected: bool) -> str:
+    guard = " WHERE v = ?" if expected else ""
+    if n == 1:
+        return _APPEND_ONE + guard + _RETURNING
+    rows = ", ".join(["(?, ?, ?)"] * n)
+    return (
+        f"WITH new(k, type, data) AS (VALUES {rows}) "
+        f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
+        f"SELECT ?, ?, ?, ?, ?, v + k, type, data, ? FROM {_CURRENT} JOIN new{guard} ORDER BY k"
+        + _RETURNING
+    )
 
 
 class EventsMixin(SQLiteBase):
@@ -40,10 +63,10 @@ class EventsMixin(SQLiteBase):
     ) -> list[StoredEvent]:
         payloads = event_payloads(scope, stream, events)
         now = utcnow()
-        now_iso = to_iso(now)
-        if len(payloads) == 1:  # one statement: atomic alone, in or outside a transaction
-            return [self._append_one(scope, stream, events[0], *payloads[0], now, now_iso,
-                                     expected_version)]
+        now_iso = now.isoformat()  # utcnow() is timezone-aware UTC: what to_iso would check
+        if 0 < len(payloads) <= _MAX_ONE_STATEMENT:  # one statement: atomic alone, anywhere
+            return self._append_statement(scope, stream, events, payloads, now, now_iso,
+                                          expected_version)
         with self.transaction():
             current = self.stream_version(scope, stream)
             if expected_version is not None and current != expected_version:
@@ -61,30 +84,45 @@ class EventsMixin(SQLiteBase):
                 ))
             return out
 
-    def _append_one(
-        self, scope: Scope, stream: str, event: NewEvent, etype: str, data: str,
-        now: datetime, now_iso: str, expected_version: int | None,
-    ) -> StoredEvent:
-        """One event in one statement: reading the version and inserting are atomic (outside a
-        transaction a stale WAL snapshot fails as SQLITE_BUSY and the whole statement is
-        retried), so the common single append costs one statement instead of
-        BEGIN/SELECT/INSERT/COMMIT — or, inside a transaction, SAVEPOINT/SELECT/INSERT/RELEASE."""
-        sql = _APPEND_ONE if expected_version is None else _APPEND_ONE + " WHERE v = ?"
-        params: list[Any] = [*scope.values(), stream, etype, data, now_iso, *scope.values(), stream]
+    def _append_statement(
+        self, scope: Scope, stream: str, events: Sequence[NewEvent],
+        payloads: Sequence[tuple[str, str]], now: datetime, now_iso: str,
+        expected_version: int | None,
+    ) -> list[StoredEvent]:
+        """Up to :data:`_MAX_ONE_STATEMENT` events in ONE statement (each returned with the
+        position of the event before it, :attr:`StoredEvent.previous`): reading the version and
+        inserting every row are atomic (outside a transaction a stale WAL snapshot fails as
+        SQLITE_BUSY and the whole statement is retried), so an append costs one statement
+        instead of BEGIN/SELECT/INSERT…/COMMIT — or, inside a transaction, no savepoint
+        (a statement that fails leaves nothing behind)."""
+        sql = _append_sql(len(payloads), expected_version is not None)
+        where = [*scope.values(), stream]
+        params: list[Any] = []
+        if len(payloads) == 1:
+            params += (*where, payloads[0][0], payloads[0][1], now_iso, *where)
+        else:
+            for k, (etype, data) in enumerate(payloads, start=1):
+                params += (k, etype, data)
+            params += (*where, now_iso, *where)
         if expected_version is not None:
             params.append(expected_version)
+        params += where  # the RETURNING lookup of the event before each row
         try:
             # fetchall() runs the statement to completion, which commits it.
             rows = self._retry(
-                lambda: self._conn().execute(sql + _APPEND_RETURNING, params).fetchall()
+                lambda: self._conn().execute(sql, params).fetchall()
             )
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"{self.path}: integrity error: {exc}") from exc
         if not rows:  # the WHERE guard failed: another writer appended first
             current = self.stream_version(scope, stream)
             raise ConcurrencyError(stream, expected_version or 0, current)
-        version, position = rows[0]
-        return StoredEvent(scope, stream, int(version), etype, event.data, now, int(position))
+        # RETURNING order is unspecified; versions ascend with the events
+        rows = sorted((int(r[0]), int(r[1]), None if r[2] is None else int(r[2])) for r in rows)
+        return [
+            StoredEvent(scope, stream, version, etype, event.data, now, position, previous)
+            for (version, position, previous), (etype, _), event in zip(rows, payloads, events, strict=True)
+        ]
 
     def read_events(
         self,

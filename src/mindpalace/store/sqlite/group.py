@@ -12,6 +12,11 @@ back). A single thread pays exactly what a plain BEGIN IMMEDIATE … COMMIT cost
 
 Readers on other connections see a batch only after its COMMIT (SQLite publishes a WAL commit
 after its fsync at FULL), so nobody can act on a write that may still be lost.
+
+Wake-ups are targeted (with the interpreter lock, every needless wake-up is CPU taken from the
+agents' steps): a thread waiting for its turn on the write connection is woken alone when the
+connection is handed on (one at a time, oldest first), and a block waiting for its batch's
+COMMIT only when that batch is done.
 """
 
 from __future__ import annotations
@@ -56,7 +61,12 @@ class GroupCommit:
         self._retry = retry
         self._wait_seconds = wait_seconds
         self._max_batch = max_batch
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._turn = threading.Condition(self._lock)
+        """Notified (one waiter at a time) when the write connection is handed on."""
+        self._committed = threading.Condition(self._lock)
+        """Notified (all) when a batch is done. Batches run one after another, so only the
+        blocks of the batch just done wait on it."""
         self._busy = False  # a thread runs a block (or commits) on the write connection
         self._entering = 0  # threads waiting to start a block
         self._batch: _Batch | None = None
@@ -68,7 +78,7 @@ class GroupCommit:
     @property
     def entering(self) -> int:
         """Threads waiting to start a block now (they will join the open batch)."""
-        with self._cond:
+        with self._lock:
             return self._entering
 
     @contextmanager
@@ -101,17 +111,18 @@ class GroupCommit:
 
     # -- steps -----------------------------------------------------------------------------
     def _join(self, conn: sqlite3.Connection) -> tuple[_Batch, bool]:
-        with self._cond:
+        with self._lock:
             self._entering += 1
             try:
                 deadline = time.monotonic() + self._wait_seconds
                 while self._busy:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
+                        self._turn.notify()  # a hand-on meant for this thread goes to the next
                         raise StoreBusyError(
                             f"the store's write connection stayed busy for {self._wait_seconds:g}s "
                             "(another thread holds a long transaction); retry later")
-                    self._cond.wait(remaining)
+                    self._turn.wait(remaining)
             finally:
                 self._entering -= 1
             self._busy = True
@@ -123,7 +134,7 @@ class GroupCommit:
                 self._release()
                 raise
             batch = _Batch()
-            with self._cond:
+            with self._lock:
                 self._batch = batch
         else:
             try:
@@ -131,7 +142,7 @@ class GroupCommit:
             except BaseException:
                 self._finish(conn, batch, wait=False)
                 raise
-        with self._cond:
+        with self._lock:
             batch.size += 1
             self.blocks += 1
         return batch, batch.size == 1
@@ -142,7 +153,7 @@ class GroupCommit:
         if first:
             with suppress(sqlite3.Error):  # a failed rollback leaves the error being raised
                 conn.rollback()
-            with self._cond:
+            with self._lock:
                 batch.done = True
                 self._batch = None
             self._release()
@@ -156,15 +167,15 @@ class GroupCommit:
     def _finish(self, conn: sqlite3.Connection, batch: _Batch, *, wait: bool) -> None:
         """Hand the write connection to a waiting thread, or commit the batch when none waits.
         With `wait`, return only once the batch is committed (raise its error if it failed)."""
-        with self._cond:
+        with self._lock:
             lead = (self._entering == 0 or batch.size >= self._max_batch
                     or batch.poisoned is not None)
             if not lead:
                 self._busy = False
-                self._cond.notify_all()
+                self._turn.notify()
                 if wait:
                     while not batch.done:
-                        self._cond.wait()
+                        self._committed.wait()
                     if batch.error is not None:
                         raise _copy(batch.error) from batch.error
                 return
@@ -177,12 +188,13 @@ class GroupCommit:
         if error is not None and conn.in_transaction:
             with suppress(sqlite3.Error):
                 conn.rollback()
-        with self._cond:
+        with self._lock:
             batch.done, batch.error = True, error
             self._batch = None
             self.commits += 1
             self._busy = False
-            self._cond.notify_all()
+            self._committed.notify_all()
+            self._turn.notify()
         if wait and error is not None:
             raise error
 
@@ -191,9 +203,9 @@ class GroupCommit:
         self._retry(lambda: conn.execute("COMMIT"))
 
     def _release(self) -> None:
-        with self._cond:
+        with self._lock:
             self._busy = False
-            self._cond.notify_all()
+            self._turn.notify()
 
 
 def _copy(error: BaseException) -> BaseException:
