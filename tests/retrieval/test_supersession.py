@@ -31,6 +31,12 @@ class TestChooseCorrections:
         sims = [[1, 0.7, 0.6], [0.7, 1, 0.7], [0.6, 0.7, 1]]
         assert _choose(sims, [0.5, 0.5, 0.5], [3.0, 3.0, 3.0]) == {0: 2, 1: 2}
 
+    def test_a_later_statement_alike_to_the_first_only_does_not_take_over(self) -> None:
+        # "I go to the gym at lunchtime" (0), "Gym is mornings at 6 now" (1), "I'm training for
+        # a 10k" (2): 2 is alike to 0 but not to its closest correction 1
+        sims = [[1, 0.64, 0.52], [0.64, 1, 0.4], [0.52, 0.4, 1]]
+        assert _choose(sims, [0.46, 0.35, 0.2], [8.0, 6.0, 6.0], answers=0) == {0: 1}
+
     def test_a_later_statement_that_barely_matches_the_query_corrects_nothing(self) -> None:
         # "Good morning!" is close to everything short the user said, but answers nothing
         sims = [[1, 0.6], [0.6, 1]]

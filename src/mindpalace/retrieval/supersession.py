@@ -12,11 +12,11 @@ A later statement B corrects an earlier A when
   ``similarity``), or both among the speaker's best answers to the query and alike at the
   lower ``answer_similarity``;
 * B matches the query nearly as well as A (``min_score_ratio`` × A's score);
-* of several such B: when some are alike on their own, the newest of those (a chain of
-  updates A → B → C points at C); otherwise the one closest to A. The second rule is the
-  fix for "the newest wins" picking a third best answer on another subject ("We just
-  settled in Osaka" taking over "We meet in room 4B every week" because both are short
-  statements of the same user that the query half matches).
+* of several such B: the one closest to A — or a later update of that one (alike on its
+  own to both A and the closest: a chain A → B → C points at C). "The newest wins" picked
+  a later statement on another subject ("We just settled in Osaka" taking over "We meet in
+  room 4B every week": short statements of one user that the query half matches; "I'm
+  training for a 10k" taking over "I go to the gym at lunchtime" and its correction).
 """
 
 from __future__ import annotations
@@ -102,8 +102,10 @@ def choose_corrections(
         later = [j for j in range(i + 1, n) if same[i, j] and scores[j] >= min_score_ratio * scores[i]]
         if not later:
             continue
-        alike = [j for j in later if sims[i, j] >= similarity]
-        # alike on their own: the newest is the current value (A → B → C all point at C);
-        # alike only as answers to this query: the closest one, not a third best answer
-        out[i] = alike[-1] if alike else max(later, key=lambda j: (float(sims[i, j]), j))
+        closest = max(later, key=lambda j: (float(sims[i, j]), j))
+        # a later update of the closest one (alike to both) is the current value: A → B → C
+        # points at C; a later statement alike to A only is not (another subject that
+        # happens to pass the threshold)
+        chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= similarity]
+        out[i] = chain[-1] if chain else closest
     return out
