@@ -9,7 +9,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mindpalace.retrieval.hybrid import same_subject, speaker_names, without_speakers
+from mindpalace.retrieval.hybrid import speaker_names, without_speakers
+from mindpalace.retrieval.supersession import same_subject
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from mindpalace.retrieval.chunking import DEFAULT_OVERLAP_TOKENS
 from mindpalace.retrieval.fetch import NeighbourCache, matched_terms, searchable_scopes
+from mindpalace.retrieval.supersession import choose_corrections
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -322,13 +323,13 @@ class HybridRetriever:
         both come from the same user scope and speaker (message ``name``, else ``role``; or
         the same kind for other tiers), both match the query themselves (keyword or vector
         list, not only through a neighbour), B is later (timestamp, then insertion order), the
-        two are the same subject (:func:`same_subject`: cosine of their stored vectors at least
-        ``supersede_similarity`` — a property of the embedder: 0.5 measured for the default
-        ``use`` — or both among the speaker's ``supersede_answers`` statements closest to the
-        query with cosine at least ``supersede_answer_similarity``) and B matches the query
-        nearly as well (fused score at least ``supersede_min_score_ratio`` × A's). Of several
-        such B, the newest corrects it. B then ranks directly above A (if it was below), A is
-        marked ``superseded_by`` B. Questions take no part: they state nothing.
+        two are the same subject and B matches the query nearly as well — the choice is
+        :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the stored
+        vectors at least ``supersede_similarity``, a property of the embedder: 0.5 measured for
+        the default ``use``; or both among the speaker's ``supersede_answers`` statements
+        closest to the query at ``supersede_answer_similarity``; score at least
+        ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
+        A is marked ``superseded_by`` B. Questions take no part: they state nothing.
         """
         assert self.embedder is not None
         top = ranked[:window]
@@ -348,20 +349,15 @@ class HybridRetriever:
                 continue
             members.sort(key=_time_key)
             mat = np.stack([vectors[c.doc.id] for c in members])
-            same = same_subject(
-                mat @ mat.T, [_query_similarity(c) for c in members],
+            chosen = choose_corrections(
+                mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
                 answer_similarity=self.settings.supersede_answer_similarity,
                 answers=self.settings.supersede_answers,
+                min_score_ratio=self.settings.supersede_min_score_ratio,
             )
-            margin = self.settings.supersede_min_score_ratio
-            for i, older in enumerate(members[:-1]):
-                later = [
-                    j for j in range(i + 1, len(members))
-                    if same[i, j] and members[j].final >= margin * older.final
-                ]
-                if later:
-                    newer_of[older.doc.id] = members[later[-1]]  # the newest correction wins
+            for i, j in chosen.items():
+                newer_of[members[i].doc.id] = members[j]
         if not newer_of:
             return ranked
         order = [c for c in ranked]
@@ -553,40 +549,6 @@ def _matches_directly(c: _Candidate) -> bool:
 def _query_similarity(c: _Candidate) -> float:
     """How well the document answers the query on its own: cosine if in the vector list."""
     return c.vec.score if c.vec is not None else float("-inf")
-
-
-def same_subject(
-    sims: np.ndarray,
-    query_sims: Sequence[float],
-    *,
-    similarity: float,
-    answer_similarity: float,
-    answers: int,
-) -> np.ndarray:
-    """Which pairs of one speaker's statements are about the same subject (bool matrix).
-
-    Two statements are the same subject when their vectors' cosine is at least `similarity`,
-    or — relative to the query — when both are among the speaker's `answers` statements
-    closest to the query and their cosine is at least `answer_similarity` ("Home for me is
-    Osaka" and "We moved, I live in Perth now" are only 0.45 alike, but they are this user's
-    two best answers to "Which city do I live in?").
-
-    Args:
-        sims: (n, n) cosine similarities of the statements' vectors.
-        query_sims: length n, each statement's cosine to the query (-inf when unknown).
-        similarity / answer_similarity: the two cosine thresholds (answer_similarity ≤ 1).
-        answers: how many of the best answers to the query are compared with the lower one.
-    Returns:
-        (n, n) bool matrix, symmetric, diagonal False.
-    """
-    n = sims.shape[0]
-    same = sims >= similarity
-    order = np.argsort(-np.asarray(query_sims, dtype=np.float64), kind="stable")[:answers]
-    best = np.zeros(n, dtype=bool)
-    best[[i for i in order if np.isfinite(query_sims[i])]] = True
-    same |= np.outer(best, best) & (sims >= answer_similarity)
-    np.fill_diagonal(same, False)
-    return same
 
 
 def _label(doc: Document) -> str:
