@@ -385,3 +385,31 @@ class TestPacking:
                  self.item(s, 9, "The blue door code is 4471.")]
         _, shown = recaller.pack(items, 500)
         assert [i.index for i in shown] == [9]
+
+
+class TestArchivedSummaryBesideRecall:
+    def build(self, tmp_path: Path, share: float) -> tuple[int, int, str]:
+        """(archived summary tokens, recalled block tokens, summary text) of a prompt whose
+        question matches more archived turns than the recalled block has room for."""
+        with Memory.open(tmp_path / f"ws{share}", embed={"provider": "hashing"},
+                         context={"summary_share_beside_recall": share}) as m:
+            s = fresh(m)
+            for i in range(100):
+                when = WHEN + timedelta(days=i)
+                s.add_message({"role": "user", "name": "Mia", "content": f"the garden plan for bed {i}: "
+                               f"tomatoes and basil, watered at dawn, sketch number {i}"}, timestamp=when)
+                s.add_message({"role": "assistant", "content": f"noted the garden bed {i} plan " + "fine " * 20},
+                              timestamp=when)
+            s.add_message({"role": "user", "content": "what was the garden plan for the tomatoes and basil?"})
+            built = s.prepare(2_000)
+            assert s.consolidator.last_consolidated > 0 and built.report.total_tokens <= 2_000
+            rows = dict(built.report.blocks)
+            summary = next((str(msg["content"]) for msg in built.messages
+                            if msg["role"] == "tool" and 'source="archived summary"' in str(msg["content"])), "")
+            return rows.get("archived summary", 0), rows["recalled memory"], summary
+
+    def test_the_summary_gives_its_room_to_recalled_records_when_recall_has_more(self, tmp_path: Path) -> None:
+        full, recalled_full, _ = self.build(tmp_path, 1.0)
+        small, recalled_small, text = self.build(tmp_path, 0.02)
+        assert full > small and recalled_small > recalled_full
+        assert "history:" in text  # what is not shown is named, to be read back

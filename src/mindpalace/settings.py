@@ -309,6 +309,12 @@ class ContextSettings(_Section):
     recall_excerpt_tokens: int = Field(
         48, ge=16, description="Cap on one recalled item (tokens) once the block is recall_excerpt_after full.",
     )
+    summary_share_beside_recall: float = Field(
+        0.04, ge=0, le=1, description="When the recalled-memory block has more records for the query "
+        "than its room, the archived context summary is shown under this share of the prompt budget "
+        "(tokens = share × budget; the ranges that do not fit are named, to read back with read_files) "
+        "and its room goes to the recalled records; 1 = the summary keeps its own cap.",
+    )
 
 
 class ServerSettings(_Section):
