@@ -74,9 +74,9 @@ class TestRecalledBlock:
         text = recalled_text(built)
         assert "topic3 is settled: code K0003" in text
         # the hit and the question before it: one quoted excerpt, each line with who said it
-        assert ("[11 May 2023, 13:56 · message:7–8]\nMia (user): day 3: what about "
+        assert ("[11 May 2023, 13:56 · message:7–8]\nMia: day 3: what about "
                 "topic3 and the weather\nassistant: topic3 is settled: code K0003") in text
-        assert '<memory source="conversation">' in text
+        assert '<memory source="conversation" speakers="Mia (user)">' in text
         item = next(i for i in built.report.recalled if i.ref == "message:8")
         assert item.tier == "message" and item.score > 0 and item.tokens > 0 and "topic3" in item.why
         assert dict(built.report.blocks)["recalled memory"] > 0
@@ -350,7 +350,7 @@ class TestPacking:
         assert recaller is not None
         said = "I went to the support group yesterday and it was powerful."
         text, _ = recaller.pack([self.item(s, 3, said)], 500)
-        assert f"Mia (user): {said} [dates: yesterday = 7 May 2023]" in text
+        assert f"Mia: {said} [dates: yesterday = 7 May 2023]" in text
 
     def test_one_envelope_for_a_run_of_messages_and_a_date_line_per_day(self, mem: Memory) -> None:
         s = fresh(mem)
@@ -360,8 +360,19 @@ class TestPacking:
                  self.item(s, 20, "beta later", day=2)]
         text, shown = recaller.pack(items, 500)
         assert len(shown) == 4 and text.count("<memory") == 1
-        assert ("[8 May 2023, 13:56 · message:3–4,7]\nMia (user): alpha one\nMia (user): alpha two\n…\n"
-                "Mia (user): alpha three\n[10 May 2023, 13:56 · message:20]\nMia (user): beta later") in text
+        assert ("[8 May 2023, 13:56 · message:3–4,7]\nMia: alpha one\nMia: alpha two\n…\n"
+                "Mia: alpha three\n[10 May 2023, 13:56 · message:20]\nMia: beta later") in text
+        assert recaller.counter.count(text) <= 500
+
+    def test_the_envelope_names_each_speakers_role_once_and_per_line_when_ambiguous(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        bob = replace(self.item(s, 4, "bob says hi", name="Bob"), source="assistant")
+        twice = replace(self.item(s, 5, "mia as the agent", name="Mia"), source="assistant")
+        text, shown = recaller.pack([self.item(s, 3, "mia as the user"), bob, twice], 500)
+        assert len(shown) == 3 and '<memory source="conversation" speakers="Bob (assistant)">' in text
+        assert "\nMia (user): mia as the user\nBob: bob says hi\nMia (assistant): mia as the agent" in text
         assert recaller.counter.count(text) <= 500
 
     def test_late_long_items_show_their_matching_excerpt_with_the_speaker(self, tmp_path: Path) -> None:
@@ -374,7 +385,7 @@ class TestPacking:
                     + "The locker number is 5521 near the station.")
             item = replace(self.item(s, 3, long), terms=("locker", "number"))
             text, shown = recaller.pack([item], 500)
-            assert shown and "Mia (user): … The locker number is 5521" in text
+            assert shown and "Mia: … The locker number is 5521" in text
             assert long not in text
 
     def test_questions_do_not_vouch_for_each_other(self, mem: Memory) -> None:
