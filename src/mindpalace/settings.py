@@ -295,7 +295,7 @@ class ContextSettings(_Section):
         "(tokens = share × budget); older conversation messages give way to it; 0 = no block.",
     )
     recall_candidates: int = Field(
-        80, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query); they bound the block at large budgets (~40 tokens a LoCoMo turn).",
+        160, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query); they bound the block at large budgets (~40 tokens a LoCoMo turn; earlier questions of the conversation take slots too, and are shown only beside their answers).",
     )
     recall_item_max_tokens: int = Field(
         300, ge=16, description="Cap on one recalled item (tokens); a longer one shows its best-matching "
