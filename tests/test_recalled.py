@@ -74,9 +74,9 @@ class TestRecalledBlock:
         text = recalled_text(built)
         assert "topic3 is settled: code K0003" in text
         # the hit and the question before it: one quoted excerpt, each line with who said it
-        assert ("[11 May 2023, 13:56 · message:7–8]\nMia (user): day 3: what about "
+        assert ("[11 May 2023, 13:56 · message:7–8]\nMia: day 3: what about "
                 "topic3 and the weather\nassistant: topic3 is settled: code K0003") in text
-        assert '<memory source="conversation">' in text
+        assert '<memory source="conversation" speakers="Mia (user)">' in text
         item = next(i for i in built.report.recalled if i.ref == "message:8")
         assert item.tier == "message" and item.score > 0 and item.tokens > 0 and "topic3" in item.why
         assert dict(built.report.blocks)["recalled memory"] > 0
@@ -350,7 +350,7 @@ class TestPacking:
         assert recaller is not None
         said = "I went to the support group yesterday and it was powerful."
         text, _ = recaller.pack([self.item(s, 3, said)], 500)
-        assert f"Mia (user): {said} [dates: yesterday = 7 May 2023]" in text
+        assert f"Mia: {said} [dates: yesterday = 7 May 2023]" in text
 
     def test_one_envelope_for_a_run_of_messages_and_a_date_line_per_day(self, mem: Memory) -> None:
         s = fresh(mem)
@@ -360,8 +360,19 @@ class TestPacking:
                  self.item(s, 20, "beta later", day=2)]
         text, shown = recaller.pack(items, 500)
         assert len(shown) == 4 and text.count("<memory") == 1
-        assert ("[8 May 2023, 13:56 · message:3–4,7]\nMia (user): alpha one\nMia (user): alpha two\n…\n"
-                "Mia (user): alpha three\n[10 May 2023, 13:56 · message:20]\nMia (user): beta later") in text
+        assert ("[8 May 2023, 13:56 · message:3–4,7]\nMia: alpha one\nMia: alpha two\n…\n"
+                "Mia: alpha three\n[10 May 2023, 13:56 · message:20]\nMia: beta later") in text
+        assert recaller.counter.count(text) <= 500
+
+    def test_the_envelope_names_each_speakers_role_once_and_per_line_when_ambiguous(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        bob = replace(self.item(s, 4, "bob says hi", name="Bob"), source="assistant")
+        twice = replace(self.item(s, 5, "mia as the agent", name="Mia"), source="assistant")
+        text, shown = recaller.pack([self.item(s, 3, "mia as the user"), bob, twice], 500)
+        assert len(shown) == 3 and '<memory source="conversation" speakers="Bob (assistant)">' in text
+        assert "\nMia (user): mia as the user\nBob: bob says hi\nMia (assistant): mia as the agent" in text
         assert recaller.counter.count(text) <= 500
 
     def test_late_long_items_show_their_matching_excerpt_with_the_speaker(self, tmp_path: Path) -> None:
@@ -374,7 +385,7 @@ class TestPacking:
                     + "The locker number is 5521 near the station.")
             item = replace(self.item(s, 3, long), terms=("locker", "number"))
             text, shown = recaller.pack([item], 500)
-            assert shown and "Mia (user): … The locker number is 5521" in text
+            assert shown and "Mia: … The locker number is 5521" in text
             assert long not in text
 
     def test_questions_do_not_vouch_for_each_other(self, mem: Memory) -> None:
@@ -385,3 +396,31 @@ class TestPacking:
                  self.item(s, 9, "The blue door code is 4471.")]
         _, shown = recaller.pack(items, 500)
         assert [i.index for i in shown] == [9]
+
+
+class TestArchivedSummaryBesideRecall:
+    def build(self, tmp_path: Path, share: float) -> tuple[int, int, str]:
+        """(archived summary tokens, recalled block tokens, summary text) of a prompt whose
+        question matches more archived turns than the recalled block has room for."""
+        with Memory.open(tmp_path / f"ws{share}", embed={"provider": "hashing"},
+                         context={"summary_share_beside_recall": share}) as m:
+            s = fresh(m)
+            for i in range(100):
+                when = WHEN + timedelta(days=i)
+                s.add_message({"role": "user", "name": "Mia", "content": f"the garden plan for bed {i}: "
+                               f"tomatoes and basil, watered at dawn, sketch number {i}"}, timestamp=when)
+                s.add_message({"role": "assistant", "content": f"noted the garden bed {i} plan " + "fine " * 20},
+                              timestamp=when)
+            s.add_message({"role": "user", "content": "what was the garden plan for the tomatoes and basil?"})
+            built = s.prepare(2_000)
+            assert s.consolidator.last_consolidated > 0 and built.report.total_tokens <= 2_000
+            rows = dict(built.report.blocks)
+            summary = next((str(msg["content"]) for msg in built.messages
+                            if msg["role"] == "tool" and 'source="archived summary"' in str(msg["content"])), "")
+            return rows.get("archived summary", 0), rows["recalled memory"], summary
+
+    def test_the_summary_gives_its_room_to_recalled_records_when_recall_has_more(self, tmp_path: Path) -> None:
+        full, recalled_full, _ = self.build(tmp_path, 1.0)
+        small, recalled_small, text = self.build(tmp_path, 0.02)
+        assert full > small and recalled_small > recalled_full
+        assert "history:" in text  # what is not shown is named, to be read back

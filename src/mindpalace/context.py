@@ -34,7 +34,9 @@ Every part is counted exactly with ``counter.count_messages(final_messages, tool
 schemas and reply priming included). The recalled-memory block may fill up to
 ``context.recall_share`` of the budget; it is not a fixed part (consolidation does not archive
 to make room for it): the oldest conversation messages give way to it, and they stay stored and
-recallable. When the prompt would exceed the budget it degrades in the order of seed 000's
+recallable. When recall has more records for the query than that room, the archived summary
+(9) gives way too: it is shown under ``context.summary_share_beside_recall`` of the budget (the
+ranges it hides are named, to be read back) and the recalled block gets the tokens it freed. When the prompt would exceed the budget it degrades in the order of seed 000's
 ``cut_messages``: drop images, drop the oldest messages (whole tool groups, never a call without
 its results — I1), truncate the tails of the longest remaining blocks to a common level (the
 recalled block is re-packed under that level instead: its lowest-ranked items go, whole); each
@@ -206,6 +208,10 @@ class SessionSources:
     def read_messages(self, first: int, last: int) -> list[Message]:
         return [m.message for m in self.messages.list(from_index=first, to_index=last)]
 
+    def archived_summary_under(self, cap_tokens: int) -> str | None:
+        """The archived-context block under at most `cap_tokens` tokens (None = nothing archived)."""
+        return self.consolidator.summary_text_under(cap_tokens)
+
 
 Repack = Callable[[int, frozenset[int]], tuple[str, list[RecalledItem]]]
 """Re-pack the recalled block under a cap (tokens of its text) leaving out the given messages
@@ -219,6 +225,7 @@ class _Part:
     repack: Repack | None = None  # the recalled block: shrinks by whole items
     items: list[RecalledItem] = field(default_factory=list)
     exclude: frozenset[int] = frozenset()  # messages shown verbatim (recalled block)
+    cap: int = 0  # tokens its text may have (recalled block)
 
 
 def _render(parts: Sequence[_Part], role: MemoryRole) -> list[list[Message]]:
@@ -344,6 +351,7 @@ class ContextBuilder:
         loaded = frozenset(index_of.values())
         recalled = self._recalled_part(queries, budget, loaded)
         if recalled is not None:
+            self._summary_beside_recall(blocks, recalled, budget)
             blocks.append(recalled)
         fitter = _Fitter(self.counter, blocks, convo, tool_list, budget, self.settings.memory_role, ref_of)
         fitter.dropped_messages += unloaded
@@ -480,15 +488,44 @@ class ContextBuilder:
         items = self.recaller.candidates(queries)
         if not items:
             return None
-        shell = sum(self.counter.count_message(m) for m in self._flat([_Part(Block.RECALLED, "")]))
-        cap = int(self.settings.recall_share * budget) - shell
+        cap = int(self.settings.recall_share * budget) - self._shell_tokens(Block.RECALLED)
         recaller = self.recaller
 
         def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
             return recaller.pack(items, cap_tokens, exclude_messages=exclude)
 
         text, chosen = repack(cap, in_prompt)
-        return _Part(Block.RECALLED, text, repack, chosen, in_prompt) if text else None
+        return _Part(Block.RECALLED, text, repack, chosen, in_prompt, cap) if text else None
+
+    def _summary_beside_recall(self, blocks: list[_Part], recalled: _Part, budget: int) -> None:
+        """Shrink the archived summary in `blocks` to ``summary_share_beside_recall × budget``
+        when the recalled block has more records than its room (packing it with the summary's
+        tokens added would show more items): the query's verbatim records then take the room
+        of the general summary, whose hidden ranges stay named. Otherwise nothing changes."""
+        under: Callable[[int], str | None] | None = getattr(self.sources, "archived_summary_under", None)
+        at = next((i for i, p in enumerate(blocks) if p.name is Block.ARCHIVED_SUMMARY), None)
+        if under is None or at is None or recalled.repack is None or self.settings.summary_share_beside_recall >= 1:
+            return
+        cap = max(1, int(self.settings.summary_share_beside_recall * budget))
+        now = self.counter.count(blocks[at].text)
+        if now <= cap:
+            return
+        _, more = recalled.repack(recalled.cap + now - cap, recalled.exclude)
+        if len(more) <= len(recalled.items):
+            return  # recall has nothing more to show: the summary keeps its room
+        text = under(cap)
+        if text:
+            blocks[at] = _Part(Block.ARCHIVED_SUMMARY, text)
+        else:
+            del blocks[at]
+        freed = now - (self.counter.count(text) if text else -self._shell_tokens(Block.ARCHIVED_SUMMARY))
+        packed, items = recalled.repack(recalled.cap + freed, recalled.exclude)
+        if packed:
+            recalled.text, recalled.items, recalled.cap = packed, items, recalled.cap + freed
+
+    def _shell_tokens(self, block: Block) -> int:
+        """Tokens of `block`'s messages around its text (the memory exchange or the marked message)."""
+        return sum(self.counter.count_message(m) for m in self._flat([_Part(block, "")]))
 
     def _add_dates(self, fitter: _Fitter, index_of: dict[int, int], degradations: list[str]) -> None:
         """The note of when the conversation messages shown were written; re-made while

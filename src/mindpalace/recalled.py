@@ -20,16 +20,18 @@ build the context builder asks :class:`MemoryRecaller` for
    neighbouring message (its answer), never alone. Items are attributed envelopes;
    consecutive recalled messages of one session share one — a quoted excerpt of the
    conversation in which each day opens with one line giving its date and references, ``…``
-   marks messages left out, and each line says who spoke in which role and ends with a note
-   resolving its relative dates (:mod:`mindpalace.datenotes`; the quote is never rewritten)::
+   marks messages left out, the envelope's ``speakers`` says once in which role each speaker
+   spoke (a name seen in two roles says it on each of its lines instead), and each line says
+   who spoke and ends with a note resolving its relative dates (:mod:`mindpalace.datenotes`;
+   the quote is never rewritten)::
 
-       <memory source="conversation">[8 May 2023, 13:56 · message:11–12,15]
-       Caroline (user): I went to a support group yesterday. [dates: yesterday = 7 May 2023]
-       Melanie (assistant): …
+       <memory source="conversation" speakers="Caroline (user), Melanie (assistant)">[8 May 2023, 13:56 · message:11–12,15]
+       Caroline: I went to a support group yesterday. [dates: yesterday = 7 May 2023]
+       Melanie: …
        …
-       Caroline (user): …
+       Caroline: …
        [25 May 2023, 13:14 · message:30]
-       Caroline (user): …</memory>
+       Caroline: …</memory>
        <memory source="fact" date="9 May 2023, 10:02" ref="fact:user:hotel">Hotel Hoshino</memory>
 
    with references in the grammar of read_files (``message:<N>``, ``message:<N>@<session>``
@@ -302,8 +304,8 @@ class MemoryRecaller:
         left out; a message that only asks waits until a neighbouring message is taken (the
         answer it got) and is left out otherwise. Consecutive messages of one session share one
         envelope, each day opened by one date line (``[8 May 2023, 13:56 · message:12–14]``),
-        one ``Speaker (role): text`` line each, so a hit and the turns around it cost little
-        more than their text. Once ``recall_excerpt_after`` of the cap is used, items longer
+        one ``Speaker: text`` line each (the envelope's ``speakers`` gives each speaker's role
+        once), so a hit and the turns around it cost little more than their text. Once ``recall_excerpt_after`` of the cap is used, items longer
         than ``recall_excerpt_tokens`` show their best-matching excerpt. Returns ``("", [])``
         when nothing fits.
         """
@@ -313,6 +315,7 @@ class MemoryRecaller:
         used, seen = header, set()
         chosen: list[tuple[RecalledItem, str]] = []
         days: set[tuple[str, object]] = set()  # (session, day) of the messages taken
+        speakers: set[tuple[str, str, str]] = set()  # (session, name, role) in the envelope legend
         taken: set[tuple[str, int]] = set()  # (session, index) of the statements taken
         waiting: dict[tuple[str, int], RecalledItem] = {}  # questions waiting for a neighbour
         session = str(self.scope.session)
@@ -335,6 +338,9 @@ class MemoryRecaller:
                 else:
                     tokens += self.counter.count(self._day_line([item])) + 1
                     tokens += 0 if days else self._shell_tokens()
+                if item.speaker and (item.session, item.speaker, item.source) not in speakers:
+                    # the envelope's legend names it once: speakers="Caroline (user), …"
+                    tokens += self.counter.count(f' {item.speaker} ({item.source}),') + (0 if speakers else 3)
             if not body or used + tokens > cap_tokens:
                 return False
             seen.add(norm)
@@ -342,6 +348,8 @@ class MemoryRecaller:
             chosen.append((replace(item, tokens=tokens), body))
             if item.tier == MESSAGE_KIND:
                 days.add(_day(item))
+                if item.speaker:
+                    speakers.add((item.session, item.speaker, item.source))
             if item.tier == MESSAGE_KIND and not only_asks(item.text):  # it states something
                 taken.add((item.session, item.index))
                 for near in ((item.session, item.index - 1), (item.session, item.index + 1)):
@@ -395,6 +403,10 @@ class MemoryRecaller:
     def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]]) -> str:
         """One envelope for consecutive recalled messages of a session: each day opens with
         its date line (:meth:`_day_line`), ``…`` marks messages left out in between."""
+        roles: dict[str, list[str]] = {}  # speaker → the roles they spoke in, first seen first
+        for item, _ in run:
+            if item.speaker and item.source not in roles.setdefault(item.speaker, []):
+                roles[item.speaker].append(item.source)
         lines: list[str] = []
         for _, group in groupby(run, key=lambda entry: _day(entry[0])):
             day = list(group)
@@ -402,8 +414,11 @@ class MemoryRecaller:
             for k, (item, text) in enumerate(day):
                 if k and item.index != day[k - 1][0].index + 1:
                     lines.append("…")
+                if item.speaker and len(roles[item.speaker]) > 1:  # a name in two roles: per line
+                    text = f"{item.speaker} ({item.source}): " + text.removeprefix(_who(item))
                 lines.append(text)
-        return memory_envelope("\n".join(lines), source="conversation")
+        speakers = ", ".join(f"{name} ({said[0]})" for name, said in roles.items() if len(said) == 1)
+        return memory_envelope("\n".join(lines), source="conversation", speakers=speakers)
 
     def _day_line(self, day: Sequence[RecalledItem]) -> str:
         """``[8 May 2023, 13:56 – 14:02 · message:7–8,12]``: when the day's messages shown were
@@ -441,7 +456,7 @@ class MemoryRecaller:
         return found
 
     def _message_line(self, item: RecalledItem, room: int) -> str:
-        """``Speaker (role): text [dates: …]`` under `room` tokens: the text verbatim (its
+        """``Speaker: text [dates: …]`` under `room` tokens: the text verbatim (its
         best-matching excerpt when long), then the note resolving its relative dates against
         the message's time (:func:`~mindpalace.datenotes.date_note`, of the text shown)."""
         whole = _line(item)
@@ -554,12 +569,13 @@ def _chronological(entry: tuple[RecalledItem, str]) -> tuple[object, ...]:
 
 
 def _who(item: RecalledItem) -> str:
-    """``Caroline (user): `` — who said it and in which role; ``user: `` without a name."""
-    return f"{item.speaker} ({item.source}): " if item.speaker else f"{item.source}: "
+    """``Caroline: `` — who said it (the envelope's ``speakers`` names each speaker's role);
+    ``user: `` without a name."""
+    return f"{item.speaker}: " if item.speaker else f"{item.source}: "
 
 
 def _line(item: RecalledItem) -> str:
-    """``Caroline (user): text`` (:func:`_who`), and the reference of its correction if any."""
+    """``Caroline: text`` (:func:`_who`), and the reference of its correction if any."""
     return f"{_who(item)}{item.text}{_later(item)}"
 
 

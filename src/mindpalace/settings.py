@@ -296,7 +296,7 @@ class ContextSettings(_Section):
         "(tokens = share × budget); older conversation messages give way to it; 0 = no block.",
     )
     recall_candidates: int = Field(
-        80, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query); they bound the block at large budgets (~40 tokens a LoCoMo turn).",
+        160, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query); they bound the block at large budgets (~40 tokens a LoCoMo turn; earlier questions of the conversation take slots too, and are shown only beside their answers).",
     )
     recall_item_max_tokens: int = Field(
         300, ge=16, description="Cap on one recalled item (tokens); a longer one shows its best-matching "
@@ -309,6 +309,12 @@ class ContextSettings(_Section):
     )
     recall_excerpt_tokens: int = Field(
         48, ge=16, description="Cap on one recalled item (tokens) once the block is recall_excerpt_after full.",
+    )
+    summary_share_beside_recall: float = Field(
+        0.04, ge=0, le=1, description="When the recalled-memory block has more records for the query "
+        "than its room, the archived context summary is shown under this share of the prompt budget "
+        "(tokens = share × budget; the ranges that do not fit are named, to read back with read_files) "
+        "and its room goes to the recalled records; 1 = the summary keeps its own cap.",
     )
 
 

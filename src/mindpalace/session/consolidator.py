@@ -336,9 +336,19 @@ class Consolidator:
             return f"{ARCHIVED_SUMMARY_HEADER}:\n{summary}" if summary else None
         return self._block(self.state())
 
-    def _block(self, state: ConsolidationState) -> str | None:
+    def _block(self, state: ConsolidationState, cap_tokens: int | None = None) -> str | None:
         cap = state.block_cap_tokens or self.summary_cap_tokens
-        return render_block(state.ranges, self.counter, cap)
+        return render_block(state.ranges, self.counter, cap if cap_tokens is None else min(cap, cap_tokens))
+
+    def summary_text_under(self, cap_tokens: int) -> str | None:
+        """The archived-context block (:meth:`summary_text`) under at most `cap_tokens` tokens
+        of text (never more than the block's own cap): ranges that do not fit are hidden and
+        named with their ``history:`` refs and pinned rules (:func:`~.archived.render_block`).
+        Read-only. None when nothing is archived.
+
+        Raises:
+            ValidationError: `cap_tokens` is not a positive int."""
+        return self._block(self.state(), require_int("cap_tokens", cap_tokens, minimum=1))
 
     def prompt_tokens(self, *, system_tokens: int = 0, tools: list[ToolSchema] | None = None) -> int:
         """The full prompt estimate now: fixed parts + tools + archived summary + repaired
