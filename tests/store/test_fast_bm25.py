@@ -175,3 +175,37 @@ def test_follows_writes_and_rollbacks(stores: tuple[SQLiteStore, SQLiteStore]) -
     check("okapi", ["3"])
     fast.delete_documents(SCOPE, "note", ["1"])
     check("giraffe", [])
+
+
+def test_new_documents_over_the_token_budget_are_scored_from_the_word_index(
+    stores: tuple[SQLiteStore, SQLiteStore],
+) -> None:
+    """New documents beyond the catch-up budget (``bm25_external_tokens``, largest first) are
+    appended without their postings (no pass over their tokens) and scored from the word index
+    per query: the scores, ranks and order are still exactly those of the SQL path, in and
+    out of the documents' scopes, after a deletion too."""
+    fast, sql = stores
+    fast.bm25_external_tokens = 70
+    rng = random.Random(3)
+    other = Scope("t", "u", "a", "other")
+    for i in range(40):
+        fast.index_document(SCOPE if i % 2 else other, "note", f"s{i}",
+                            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))))
+    assert _refs(fast, "hotel") is not None  # the first query builds the cache
+    big = []
+    for i in range(6):  # 6 × 30 tokens + 2 appended after the build: 4 held external
+        words = [rng.choice(["hotel", "paris", "zebra", "trip"]) for _ in range(30)]
+        big.append(fast.index_document(SCOPE if i % 2 else other, "note", f"big{i}", " ".join(words)))
+    fast.index_document(SCOPE, "note", "small", "hotel zebra")
+    for scope in (SCOPE, other):
+        for query in QUERIES:
+            for kinds in (None, ["note"]):
+                hits = fast.keyword_search(scope, query, k=5, kinds=kinds)
+                assert _key(hits) == _key(sql.keyword_search(scope, query, k=5, kinds=kinds))
+    index = fast._bm25
+    assert index is not None and _fresh(fast)
+    assert index.doc_ids[index.external.view()].tolist() == big[2:]  # ties: later ids first
+    fast.delete_documents(SCOPE, "note", ["big3", "big5"])
+    for query in QUERIES:
+        assert _key(fast.keyword_search(SCOPE, query, k=50)) == _key(sql.keyword_search(SCOPE, query, k=50))
+    assert _fresh(fast)

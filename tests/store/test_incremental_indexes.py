@@ -167,6 +167,21 @@ IncrementalIndexes.TestCase.settings = settings(
 test_incremental_indexes_equal_a_fresh_build = IncrementalIndexes.TestCase
 
 
+class ExternalPostings(IncrementalIndexes):
+    """The same machine with `live` holding every appended document of more than 2 tokens
+    without its postings (as a huge tool output is held): its scores are read per query from
+    the word index, and must still equal a fresh build's (which caches every posting)."""
+
+    @initialize()
+    def open(self) -> None:
+        super().open()
+        self.live.bm25_external_tokens = 2
+
+
+ExternalPostings.TestCase.settings = IncrementalIndexes.TestCase.settings
+test_external_postings_equal_a_fresh_build = ExternalPostings.TestCase
+
+
 def test_the_cache_follows_in_place_without_a_rebuild(tmp_path: Path) -> None:
     """Appends and this process's deletions never rebuild: the same index objects serve."""
     store = SQLiteStore(tmp_path / "m.db")

@@ -17,12 +17,17 @@ Two ways to get the postings, same scores:
   those of an index built from scratch;
 * :func:`score_postings` over postings read per query term from SQL (used while the cache is
   stale or inside a write transaction).
+
+A huge document (a tens-of-MB tool output) can be held *external*: it takes its position,
+length and liveness in the cache like any other, but its postings stay in the store's word
+index and the caller hands them in per query term (``top(..., extra=)``), so following its
+append costs O(1) instead of O(its tokens). Scores are the same as with its postings cached.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,6 +204,7 @@ class PostingIndex:
     delta: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
     delta_postings: int = 0
     views: dict[object, _ScopeView] = field(default_factory=dict)
+    external: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))  # positions
 
     @property
     def doc_ids(self) -> np.ndarray:
@@ -241,10 +247,20 @@ class PostingIndex:
 
     # -- in-place updates ------------------------------------------------------------------
     def append(
-        self, doc_ids: np.ndarray, tokens: list[str], tok: np.ndarray, docs: np.ndarray
+        self, doc_ids: np.ndarray, tokens: list[str], tok: np.ndarray, docs: np.ndarray,
+        *, external: Mapping[int, int] | None = None,
     ) -> None:
         """Add documents above every id held: `doc_ids` ascending; the occurrences of their
-        tokens as (`tok` indexes `tokens`, `docs` = document id) pairs, any order."""
+        tokens as (`tok` indexes `tokens`, `docs` = document id) pairs, any order.
+
+        `external`: documents among `doc_ids` held without postings (doc id → its token
+        count, ≥ 0); none of their occurrences may be passed. Their postings are supplied per
+        query through :meth:`top`'s `extra`.
+
+        Raises:
+            ValueError: ids not above every id held, or an external id not among `doc_ids`
+                or with occurrences passed.
+        """
         doc_ids = np.asarray(doc_ids, np.int64)
         if doc_ids.size == 0:
             return
@@ -253,6 +269,15 @@ class PostingIndex:
         first = self.ids.n
         pos = np.searchsorted(doc_ids, docs)
         seg, doc_len = _collapse(tokens, tok, pos, int(doc_ids.shape[0]))
+        if external:
+            ext_ids = np.fromiter(sorted(external), np.int64, count=len(external))
+            ext_pos = np.searchsorted(doc_ids, ext_ids)
+            if ext_pos.max() >= doc_ids.shape[0] or not np.array_equal(doc_ids[ext_pos], ext_ids):
+                raise ValueError("external documents must be among the appended ids")
+            if np.isin(docs, ext_ids).any():
+                raise ValueError("external documents are appended without occurrences")
+            doc_len[ext_pos] = [float(external[int(i)]) for i in ext_ids]
+            self.external.extend(ext_pos + first)
         self.ids.extend(doc_ids)
         self.lens.extend(doc_len)
         self.alive.extend(np.ones(doc_ids.shape[0], dtype=bool))
@@ -325,28 +350,51 @@ class PostingIndex:
         view.upto = self.n_docs
         view.dirty = True
 
-    def postings(self, token: str, view: _ScopeView) -> tuple[np.ndarray, np.ndarray]:
-        """(scope-local positions, term frequencies float64) of `token` inside the scope."""
+    def external_ids(self, view: _ScopeView) -> np.ndarray:
+        """Ids (ascending) of the external documents live in `view`'s scope: the documents
+        whose postings :meth:`top` needs in `extra` (int64, usually empty)."""
+        pos = self.external.view()
+        if pos.size == 0:
+            return np.empty(0, np.int64)
+        pos = pos[pos < view.upto]
+        return self.doc_ids[pos[view.mask.a[pos]]]
+
+    def postings(
+        self, token: str, view: _ScopeView,
+        extra: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scope-local positions, term frequencies float64) of `token` inside the scope;
+        `extra`: (doc ids, term frequencies) of the token in external documents."""
         start, end = self.main.starts.get(token, (0, 0))
         idx = self.main.post_doc[start:end]
         tf = self.main.post_tf[start:end]
-        extra = self.delta.get(token)
-        if extra is not None:
-            idx = np.concatenate([idx, np.asarray(extra[0], np.int32)])
+        side = self.delta.get(token)
+        if side is not None:
+            idx = np.concatenate([idx, np.asarray(side[0], np.int32)])
+            tf = np.concatenate([tf, np.asarray(side[1], np.float32)])
+        if extra is not None and extra[0].size:
+            ext_pos = np.searchsorted(self.doc_ids, np.asarray(extra[0], np.int64))
+            if ext_pos.max() >= self.n_docs or not np.array_equal(self.doc_ids[ext_pos], extra[0]):
+                raise ValueError("external postings name a document the index does not hold")
+            idx = np.concatenate([idx, ext_pos.astype(np.int32)])
             tf = np.concatenate([tf, np.asarray(extra[1], np.float32)])
         inside = view.mask.a[idx]
         return view.local[idx[inside]], tf[inside].astype(np.float64)
 
     def top(
-        self, tokens: Sequence[str], view: _ScopeView, k: int, *, max_df_ratio: float | None = None
+        self, tokens: Sequence[str], view: _ScopeView, k: int, *, max_df_ratio: float | None = None,
+        extra: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> list[tuple[int, float]]:
         """(doc id, score) best first, ties by doc id, statistics of `view`'s scope; `tokens`
-        are index tokens, one per query term (a repeated token counts twice)."""
+        are index tokens, one per query term (a repeated token counts twice); `extra`: per
+        token, (doc ids int64, term frequencies) of its postings in the scope's external
+        documents (:meth:`external_ids`) — required for a token found in one of them."""
         view.refresh(self.doc_len)
         if view.n_docs == 0 or k <= 0:
             return []
         # Scope-local positions: scores are computed over the scope's documents only.
-        postings = [self.postings(token, view) for token in tokens]
+        got = extra or {}
+        postings = [self.postings(token, view, got.get(token)) for token in tokens]
         scope_pos = view.positions
         score = score_postings(  # lengths enter through the scope's cached norm
             postings, _NO_LENGTHS, view.avgdl, view.n_docs, max_df_ratio=max_df_ratio,

@@ -18,6 +18,11 @@ from mindpalace.store.sqlite.rows import doc_of, scope_where
 from mindpalace.store.textindex import build_match_query, build_trigram_query
 from mindpalace.textsafe import require_text
 
+EXTERNAL_TOKENS = 20_000
+"""Word-index tokens (about 100 KB of text) the posting cache tokenizes in one catch-up; the
+largest new documents beyond it keep their postings in the store, read per query (see
+KeywordSearchMixin)."""
+
 
 class KeywordSearchMixin(SQLiteBase):
     """:meth:`keyword_search`: BM25 over the word index, then trigram, then substring.
@@ -33,7 +38,18 @@ class KeywordSearchMixin(SQLiteBase):
     and the cache is rebuilt only once a second query sees the same database state (no write
     in between), so a store changed that way between every query never pays for a rebuild
     per query. The choice depends on data state only.
+
+    When the documents appended since the last query hold more than
+    :attr:`bm25_external_tokens` tokens (a huge tool output, stored as thousands of bounded
+    parts), the largest of them are held in the cache without their postings: following them
+    costs a size lookup each, not a pass over their tokens, and a query reads their postings
+    for the query's tokens from the word index (``fts5vocab``, counted in SQLite) — the same
+    scores as if they were cached. A rebuild (reopening the store) caches every posting.
     """
+
+    bm25_external_tokens: int
+    """Token budget of one catch-up: the new documents beyond it (largest first) are appended
+    without their postings (read per query instead); default :data:`EXTERNAL_TOKENS`."""
 
     _in_process_bm25: bool
     _fts_tokenizer: str
@@ -46,6 +62,7 @@ class KeywordSearchMixin(SQLiteBase):
 
     def _init_keyword_search(self, in_process_bm25: bool) -> None:
         self._in_process_bm25 = in_process_bm25
+        self.bm25_external_tokens = EXTERNAL_TOKENS
         self._bm25 = None
         self._bm25_stale_seen = None  # a generation a query found the cache stale at
         self._bm25_lock = threading.Lock()
@@ -156,8 +173,31 @@ class KeywordSearchMixin(SQLiteBase):
             elif view.upto < index.n_docs:
                 after = int(index.doc_ids[view.upto - 1]) if view.upto else 0
                 index.extend_view(view, self._scope_ids(conn, scope, kinds, after=after))
-            top = index.top(tokens, view, k, max_df_ratio=max_df_ratio)
+            extra = self._external_postings(conn, tokens, index.external_ids(view))
+            top = index.top(tokens, view, k, max_df_ratio=max_df_ratio, extra=extra)
         return self._hits(top)
+
+    def _external_postings(
+        self, conn: sqlite3.Connection, tokens: list[str], ids: np.ndarray
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per token, (doc ids, term frequencies) of its occurrences in the documents `ids`
+        (the scope's external documents), counted by SQLite from the word index's instance
+        table: the rows a query term has in the whole index are scanned in C, only the
+        external documents' counts reach Python."""
+        if ids.size == 0:
+            return {}
+        marks = ",".join(str(int(i)) for i in ids)
+        found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for token in dict.fromkeys(tokens):
+            rows = conn.execute(
+                f"SELECT doc, count(*) FROM docs_fts_v WHERE term = ? AND doc IN ({marks}) "
+                "GROUP BY doc ORDER BY doc", (token,),
+            ).fetchall()
+            found[token] = (
+                np.fromiter((r[0] for r in rows), np.int64, count=len(rows)),
+                np.fromiter((r[1] for r in rows), np.float64, count=len(rows)),
+            )
+        return found
 
     def _bm25_build(self, conn: sqlite3.Connection, state: tuple[int, int]) -> PostingIndex | None:
         """The posting cache from the whole word index (None: a torn read)."""
@@ -193,21 +233,34 @@ class KeywordSearchMixin(SQLiteBase):
         if removed:
             index.remove(np.fromiter(removed, dtype=np.int64, count=len(removed)))
         if last > held_last:
-            ids, tokens, tok, docs = self._tokenized_since(conn, held_last)
-            index.append(ids, tokens, tok, docs)
+            ids, tokens, tok, docs, external = self._tokenized_since(conn, held_last)
+            index.append(ids, tokens, tok, docs, external=external)
         index.state = state
         return True
 
     def _tokenized_since(
         self, conn: sqlite3.Connection, after: int
-    ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, dict[int, int]]:
         """The documents above id `after` and their word-index tokens, tokenized by the
         index's own tokenizer in a scratch FTS5 table (exactly the index's tokens): (ids
-        ascending, tokens, token index per occurrence, document id per occurrence)."""
-        rows = conn.execute(
-            "SELECT id, search_text FROM docs WHERE id > ? ORDER BY id", (after,)
+        ascending, tokens, token index per occurrence, document id per occurrence, external
+        documents: id → token count). When the new documents hold more than
+        :attr:`bm25_external_tokens` tokens in all (sizes from the index's ``docsize`` table),
+        the largest are held external until the rest fit: those are neither read nor
+        tokenized."""
+        sizes = conn.execute(
+            "SELECT d.id, s.sz FROM docs d LEFT JOIN docs_fts_docsize s ON s.id = d.id "
+            "WHERE d.id > ? ORDER BY d.id", (after,),
         ).fetchall()
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        ids = np.fromiter((r[0] for r in sizes), dtype=np.int64, count=len(sizes))
+        external = _over_budget(
+            [(int(d), _varint(z) if z is not None else 0) for d, z in sizes],
+            self.bm25_external_tokens,
+        )
+        sql = "SELECT id, search_text FROM docs WHERE id > ?"
+        if external:
+            sql += f" AND id NOT IN ({','.join(str(i) for i in external)})"
+        rows = conn.execute(sql + " ORDER BY id", (after,)).fetchall()
         self._scratch_tables(conn)
         conn.execute("DELETE FROM temp.mp_ntok")
         conn.executemany("INSERT INTO temp.mp_ntok (rowid, x) VALUES (?, ?)", rows)
@@ -218,7 +271,7 @@ class KeywordSearchMixin(SQLiteBase):
             tok.append(index.setdefault(term, len(index)))
             docs.append(doc)
         conn.execute("DELETE FROM temp.mp_ntok")
-        return ids, list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64)
+        return ids, list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64), external
 
     def _scratch_tables(self, conn: sqlite3.Connection) -> None:
         """Scratch FTS5 tables with the word index's tokenizer in this connection's temp
@@ -380,6 +433,19 @@ class KeywordSearchMixin(SQLiteBase):
         return [
             SearchHit(doc_of(r), -float(r["score"]), i, label) for i, r in enumerate(rows, 1)
         ]
+
+
+def _over_budget(sizes: list[tuple[int, int]], budget: int) -> dict[int, int]:
+    """The documents to hold external: of (doc id, tokens), the largest (ties: the later id)
+    until the others hold at most `budget` tokens; doc id → tokens."""
+    total = sum(n for _, n in sizes)
+    external: dict[int, int] = {}
+    for doc, n in sorted(sizes, key=lambda dn: (-dn[1], -dn[0])):
+        if total <= budget:
+            break
+        external[doc] = n
+        total -= n
+    return external
 
 
 def _varint(blob: bytes) -> int:
