@@ -205,6 +205,8 @@ class PostingIndex:
     delta_postings: int = 0
     views: dict[object, _ScopeView] = field(default_factory=dict)
     external: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))  # positions
+    # the caller's per-token (doc ids, tf) in the external documents; emptied when they change
+    external_postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def doc_ids(self) -> np.ndarray:
@@ -278,6 +280,7 @@ class PostingIndex:
                 raise ValueError("external documents are appended without occurrences")
             doc_len[ext_pos] = [float(external[int(i)]) for i in ext_ids]
             self.external.extend(ext_pos + first)
+            self.external_postings.clear()
         self.ids.extend(doc_ids)
         self.lens.extend(doc_len)
         self.alive.extend(np.ones(doc_ids.shape[0], dtype=bool))

@@ -173,31 +173,38 @@ class KeywordSearchMixin(SQLiteBase):
             elif view.upto < index.n_docs:
                 after = int(index.doc_ids[view.upto - 1]) if view.upto else 0
                 index.extend_view(view, self._scope_ids(conn, scope, kinds, after=after))
-            extra = self._external_postings(conn, tokens, index.external_ids(view))
+            extra: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            if index.external_ids(view).size:
+                extra = self._external_postings(conn, index, tokens)
             top = index.top(tokens, view, k, max_df_ratio=max_df_ratio, extra=extra)
         return self._hits(top)
 
     def _external_postings(
-        self, conn: sqlite3.Connection, tokens: list[str], ids: np.ndarray
+        self, conn: sqlite3.Connection, index: PostingIndex, tokens: list[str]
     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Per token, (doc ids, term frequencies) of its occurrences in the documents `ids`
-        (the scope's external documents), counted by SQLite from the word index's instance
-        table: the rows a query term has in the whole index are scanned in C, only the
-        external documents' counts reach Python."""
-        if ids.size == 0:
-            return {}
-        marks = ",".join(str(int(i)) for i in ids)
-        found: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for token in dict.fromkeys(tokens):
-            rows = conn.execute(
-                f"SELECT doc, count(*) FROM docs_fts_v WHERE term = ? AND doc IN ({marks}) "
-                "GROUP BY doc ORDER BY doc", (token,),
-            ).fetchall()
-            found[token] = (
-                np.fromiter((r[0] for r in rows), np.int64, count=len(rows)),
-                np.fromiter((r[1] for r in rows), np.float64, count=len(rows)),
-            )
-        return found
+        """Per token, (doc ids, term frequencies) of its occurrences in the external documents
+        of `index` (all scopes: the scope mask applies later), counted by SQLite from the word
+        index's instance table — the instances of the token are scanned in C, only one row per
+        external document holding it reaches Python. Kept per token in the index while its
+        external set is unchanged (documents deleted since simply leave the scope masks;
+        the caller holds ``_bm25_use``)."""
+        held = index.external.view()
+        cache = index.external_postings
+        missing = [t for t in dict.fromkeys(tokens) if t not in cache]
+        if missing:
+            marks = ",".join(str(int(i)) for i in index.doc_ids[held])
+            if len(cache) > 4096:
+                cache.clear()
+            for token in missing:
+                rows = conn.execute(
+                    f"SELECT doc, count(*) FROM docs_fts_v WHERE term = ? AND doc IN ({marks}) "
+                    "GROUP BY doc ORDER BY doc", (token,),
+                ).fetchall()
+                cache[token] = (
+                    np.fromiter((r[0] for r in rows), np.int64, count=len(rows)),
+                    np.fromiter((r[1] for r in rows), np.float64, count=len(rows)),
+                )
+        return {t: cache[t] for t in dict.fromkeys(tokens)}
 
     def _bm25_build(self, conn: sqlite3.Connection, state: tuple[int, int]) -> PostingIndex | None:
         """The posting cache from the whole word index (None: a torn read)."""
