@@ -209,3 +209,33 @@ def test_new_documents_over_the_token_budget_are_scored_from_the_word_index(
     for query in QUERIES:
         assert _key(fast.keyword_search(SCOPE, query, k=50)) == _key(sql.keyword_search(SCOPE, query, k=50))
     assert _fresh(fast)
+
+
+def test_a_build_holds_a_huge_outputs_parts_external(tmp_path: Path) -> None:
+    """A store reopened with long documents totalling more than the budget builds its cache
+    without their postings (their instances are skipped in SQLite): same scores as the SQL
+    path, and the short documents' postings are cached as usual."""
+    path = tmp_path / "bm25.db"
+    writer = SQLiteStore(path)
+    rng = random.Random(5)
+    for i in range(30):
+        writer.index_document(SCOPE, "note", f"s{i}", " ".join(rng.choice(WORDS) for _ in range(3)))
+    long_ids = [
+        writer.index_document(SCOPE, "output", f"o{i}", " ".join(rng.choice(WORDS) for _ in range(200)))
+        for i in range(4)
+    ]
+    writer.close()
+    fast = SQLiteStore(path)
+    sql = SQLiteStore(path, in_process_bm25=False)
+    try:
+        fast.bm25_external_doc_tokens, fast.bm25_external_tokens = 150, 500
+        for query in QUERIES:
+            for kinds in (None, ["note"], ["output"]):
+                hits = fast.keyword_search(SCOPE, query, k=8, kinds=kinds)
+                assert _key(hits) == _key(sql.keyword_search(SCOPE, query, k=8, kinds=kinds))
+        index = fast._bm25
+        assert index is not None and _fresh(fast)
+        assert index.doc_ids[index.external.view()].tolist() == long_ids
+    finally:
+        fast.close()
+        sql.close()

@@ -223,11 +223,12 @@ class PostingIndex:
     @classmethod
     def build(
         cls, generation: object, doc_ids: np.ndarray, vocab: list[tuple[str, int]], docs: np.ndarray,
-        *, state: Any = None,
+        *, state: Any = None, external: Mapping[int, int] | None = None,
     ) -> PostingIndex:
         """`vocab`: (token, occurrences) in index order (the ``fts5vocab`` row table); `docs`:
         the document id of every occurrence in the same order (the ``instance`` table), both
-        read in one snapshot.
+        read in one snapshot. `external`: documents held without postings (doc id → tokens),
+        as in :meth:`append`; their occurrences are left out of `vocab` and `docs`.
 
         Raises:
             LookupError: the two tables and the docs table disagree (a torn read).
@@ -242,10 +243,18 @@ class PostingIndex:
         if docs.size and (pos.max() >= n or not np.array_equal(doc_ids[pos], docs)):
             raise LookupError("word index and docs table disagree")
         main, doc_len = _collapse(tokens, tok, pos, n)
-        return cls(
+        index = cls(
             generation, state, _Grow(np.asarray(doc_ids, np.int64)), _Grow(doc_len),
             _Grow(np.ones(n, dtype=bool)), main,
         )
+        if external:
+            ext_ids = np.fromiter(sorted(external), np.int64, count=len(external))
+            ext_pos = np.searchsorted(doc_ids, ext_ids)
+            if ext_pos.max() >= n or not np.array_equal(doc_ids[ext_pos], ext_ids):
+                raise LookupError("external documents and docs table disagree")
+            doc_len[ext_pos] = [float(external[int(i)]) for i in ext_ids]
+            index.external.extend(ext_pos)
+        return index
 
     # -- in-place updates ------------------------------------------------------------------
     def append(

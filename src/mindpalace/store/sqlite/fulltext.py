@@ -23,6 +23,10 @@ EXTERNAL_TOKENS = 20_000
 largest new documents beyond it keep their postings in the store, read per query (see
 KeywordSearchMixin)."""
 
+EXTERNAL_DOC_TOKENS = 1_000
+"""Word-index tokens above which a document counts as a long one for a build: a bounded part
+of a huge output holds 2–4k, a fact or message rarely 1k."""
+
 
 class KeywordSearchMixin(SQLiteBase):
     """:meth:`keyword_search`: BM25 over the word index, then trigram, then substring.
@@ -44,12 +48,19 @@ class KeywordSearchMixin(SQLiteBase):
     parts), the largest of them are held in the cache without their postings: following them
     costs a size lookup each, not a pass over their tokens, and a query reads their postings
     for the query's tokens from the word index (``fts5vocab``, counted in SQLite) — the same
-    scores as if they were cached. A rebuild (reopening the store) caches every posting.
+    scores as if they were cached. A build from scratch (reopening the store) does the same
+    for the documents of more than :attr:`bm25_external_doc_tokens` tokens when they hold more
+    than :attr:`bm25_external_tokens` together.
     """
 
     bm25_external_tokens: int
     """Token budget of one catch-up: the new documents beyond it (largest first) are appended
     without their postings (read per query instead); default :data:`EXTERNAL_TOKENS`."""
+
+    bm25_external_doc_tokens: int
+    """A build (first query, reopening) holds the documents of more than this many tokens
+    external when together they exceed :attr:`bm25_external_tokens`; default
+    :data:`EXTERNAL_DOC_TOKENS`."""
 
     _in_process_bm25: bool
     _fts_tokenizer: str
@@ -63,6 +74,7 @@ class KeywordSearchMixin(SQLiteBase):
     def _init_keyword_search(self, in_process_bm25: bool) -> None:
         self._in_process_bm25 = in_process_bm25
         self.bm25_external_tokens = EXTERNAL_TOKENS
+        self.bm25_external_doc_tokens = EXTERNAL_DOC_TOKENS
         self._bm25 = None
         self._bm25_stale_seen = None  # a generation a query found the cache stale at
         self._bm25_lock = threading.Lock()
@@ -211,14 +223,49 @@ class KeywordSearchMixin(SQLiteBase):
         doc_ids = np.fromiter(
             (r[0] for r in conn.execute("SELECT id FROM docs ORDER BY id")), dtype=np.int64
         )
-        vocab = [(r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")]
-        occurrences = np.fromiter(
-            (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v")), dtype=np.int64
-        )
+        external = self._build_external(conn)
+        if external:  # their instances are skipped in C; the rest grouped by term here
+            vocab: list[tuple[str, int]] = []
+            found: list[int] = []
+            last, count = None, 0
+            marks = ",".join(str(i) for i in sorted(external))
+            for term, doc in conn.execute(
+                f"SELECT term, doc FROM docs_fts_v WHERE doc NOT IN ({marks})"
+            ):
+                if term != last:
+                    if last is not None:
+                        vocab.append((last, count))
+                    last, count = term, 0
+                count += 1
+                found.append(doc)
+            if last is not None:
+                vocab.append((last, count))
+            occurrences = np.asarray(found, np.int64)
+        else:
+            vocab = [(r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")]
+            occurrences = np.fromiter(
+                (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v")), dtype=np.int64
+            )
         try:
-            return PostingIndex.build(None, doc_ids, vocab, occurrences, state=state)
+            return PostingIndex.build(
+                None, doc_ids, vocab, occurrences, state=state, external=external
+            )
         except LookupError:
             return None
+
+    def _build_external(self, conn: sqlite3.Connection) -> dict[int, int]:
+        """The documents a build holds external (doc id → tokens): those of more than
+        :attr:`bm25_external_doc_tokens` tokens, when together they hold more than
+        :attr:`bm25_external_tokens` (the parts of a huge output); else none. Only documents
+        of ≥ 128 tokens (a docsize record of more than one byte) are read."""
+        sizes = {
+            int(doc): _varint(size)
+            for doc, size in conn.execute(
+                "SELECT id, sz FROM docs_fts_docsize WHERE length(sz) > 1"
+            )
+        }
+        big = {d: n for d, n in sizes.items() if n > self.bm25_external_doc_tokens}
+        return big if sum(big.values()) > self.bm25_external_tokens else {}
 
     def _bm25_catch_up(
         self, conn: sqlite3.Connection, index: PostingIndex, state: tuple[int, int]
