@@ -182,7 +182,7 @@ class _Segment:
             t: (int(bounds[i]), int(bounds[i + 1]))
             for i, t in enumerate(tokens) if bounds[i + 1] > bounds[i]
         }
-        return cls(tokens, starts, doc.astype(np.int32), tf.astype(np.float32))
+        return cls(tokens, starts, doc.astype(np.int32, copy=False), tf.astype(np.float32, copy=False))
 
 
 @dataclass
@@ -239,9 +239,11 @@ class PostingIndex:
         if int(counts.sum()) != int(docs.shape[0]):
             raise LookupError("word index vocabulary and instances disagree")
         tok = np.repeat(np.arange(len(tokens), dtype=np.int32), counts)
-        pos = np.searchsorted(doc_ids, docs)
-        if docs.size and (pos.max() >= n or not np.array_equal(doc_ids[pos], docs)):
+        wide = np.searchsorted(doc_ids, docs)
+        if docs.size and (wide.max() >= n or not np.array_equal(doc_ids[wide], docs)):
             raise LookupError("word index and docs table disagree")
+        pos = wide.astype(np.int32)  # positions < n: int32 halves the build's peak memory
+        del wide
         main, doc_len = _collapse(tokens, tok, pos, n)
         index = cls(
             generation, state, _Grow(np.asarray(doc_ids, np.int64)), _Grow(doc_len),
@@ -420,8 +422,8 @@ def _collapse(
 ) -> tuple[_Segment, np.ndarray]:
     """Occurrences (token index, document position) → postings with term frequencies, and
     the tokens per document (float64, length n)."""
-    tok = tok.astype(np.int32)
-    pos = pos.astype(np.int32)
+    tok = tok.astype(np.int32, copy=False)
+    pos = pos.astype(np.int32, copy=False)
     ordered = tok.size < 2 or bool(
         np.all((tok[1:] > tok[:-1]) | ((tok[1:] == tok[:-1]) & (pos[1:] >= pos[:-1])))
     )
@@ -431,8 +433,10 @@ def _collapse(
     # The word index lists occurrences by (token, document): equal neighbours are one posting,
     # so run lengths are the term frequencies — no sort of the ~10 M occurrences at 1 M docs.
     if tok.size:
-        starts = np.flatnonzero(np.concatenate(([True], (tok[1:] != tok[:-1]) | (pos[1:] != pos[:-1]))))
-        tf = np.diff(np.append(starts, tok.size)).astype(np.float32)
+        starts = np.flatnonzero(
+            np.concatenate(([True], (tok[1:] != tok[:-1]) | (pos[1:] != pos[:-1])))
+        ).astype(np.int32 if tok.size < 2**31 else np.int64)
+        tf = np.diff(starts, append=tok.size).astype(np.float32)
         post_tok, post_doc = tok[starts], pos[starts]
     else:
         tf, post_tok, post_doc = np.empty(0, np.float32), tok, pos

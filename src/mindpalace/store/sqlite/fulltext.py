@@ -243,9 +243,18 @@ class KeywordSearchMixin(SQLiteBase):
             occurrences = np.asarray(found, np.int64)
         else:
             vocab = [(r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")]
-            occurrences = np.fromiter(
-                (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v")), dtype=np.int64
-            )
+            # Sized up front (no regrowth) and int32 while ids allow: the build's peak memory.
+            fits = not doc_ids.size or int(doc_ids[-1]) < 2**31
+            rows = conn.execute("SELECT doc FROM docs_fts_v")
+            try:
+                occurrences = np.fromiter(
+                    (r[0] for r in rows), dtype=np.int32 if fits else np.int64,
+                    count=sum(c for _, c in vocab),
+                )
+            except ValueError:  # fewer instances than the vocabulary counts: a torn read
+                return None
+            if rows.fetchone() is not None:  # more: torn as well
+                return None
         try:
             return PostingIndex.build(
                 None, doc_ids, vocab, occurrences, state=state, external=external
