@@ -311,14 +311,14 @@ class KeywordSearchMixin(SQLiteBase):
         :attr:`bm25_external_tokens` tokens in all (sizes from the index's ``docsize`` table),
         the largest are held external until the rest fit: those are neither read nor
         tokenized."""
+        # The word index has a docsize row per document (the docs triggers, same snapshot):
+        # reading it, not the docs rows, keeps a huge output's 16 KB parts off the disk.
         sizes = conn.execute(
-            "SELECT d.id, s.sz FROM docs d LEFT JOIN docs_fts_docsize s ON s.id = d.id "
-            "WHERE d.id > ? ORDER BY d.id", (after,),
+            "SELECT id, sz FROM docs_fts_docsize WHERE id > ? ORDER BY id", (after,)
         ).fetchall()
         ids = np.fromiter((r[0] for r in sizes), dtype=np.int64, count=len(sizes))
         external = _over_budget(
-            [(int(d), _varint(z) if z is not None else 0) for d, z in sizes],
-            self.bm25_external_tokens,
+            [(int(d), _varint(z)) for d, z in sizes], self.bm25_external_tokens
         )
         sql = "SELECT id, search_text FROM docs WHERE id > ?"
         if external:
