@@ -211,10 +211,15 @@ def test_new_documents_over_the_token_budget_are_scored_from_the_word_index(
     assert _fresh(fast)
 
 
-def test_a_build_holds_a_huge_outputs_parts_external(tmp_path: Path) -> None:
+@pytest.mark.parametrize("few_docs", [5_000, 0])
+def test_a_build_holds_a_huge_outputs_parts_external(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, few_docs: int
+) -> None:
     """A store reopened with long documents totalling more than the budget builds its cache
-    without their postings (their instances are skipped in SQLite): same scores as the SQL
+    without their postings (the few other documents tokenized alone, or — with more than
+    FEW_DOCS of them — the long ones' instances skipped in SQLite): same scores as the SQL
     path, and the short documents' postings are cached as usual."""
+    monkeypatch.setattr("mindpalace.store.sqlite.fulltext.FEW_DOCS", few_docs)
     path = tmp_path / "bm25.db"
     writer = SQLiteStore(path)
     rng = random.Random(5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -22,6 +22,10 @@ EXTERNAL_TOKENS = 20_000
 """Word-index tokens (about 100 KB of text) the posting cache tokenizes in one catch-up; the
 largest new documents beyond it keep their postings in the store, read per query (see
 KeywordSearchMixin)."""
+
+FEW_DOCS = 5_000
+"""A build holding external documents tokenizes the others itself when they are at most this
+many (instead of scanning every instance of the word index)."""
 
 EXTERNAL_DOC_TOKENS = 1_000
 """Word-index tokens above which a document counts as a long one for a build: a bounded part
@@ -224,6 +228,18 @@ class KeywordSearchMixin(SQLiteBase):
             (r[0] for r in conn.execute("SELECT id FROM docs ORDER BY id")), dtype=np.int64
         )
         external = self._build_external(conn)
+        if external and doc_ids.shape[0] - len(external) <= FEW_DOCS:
+            # A huge output beside a few other documents: tokenize those few (as a catch-up
+            # does) instead of scanning the whole word index for their instances.
+            index = PostingIndex.build(
+                None, np.empty(0, np.int64), [], np.empty(0, np.int64), state=state
+            )
+            tokens, tok, docs = self._tokenize_docs(conn, 0, external)
+            try:
+                index.append(doc_ids, tokens, tok, docs, external=external)
+            except ValueError:  # the docs table and its docsize rows disagree: no cache
+                return None
+            return index
         if external:  # their instances are skipped in C; the rest grouped by term here
             vocab: list[tuple[str, int]] = []
             found: list[int] = []
@@ -320,6 +336,13 @@ class KeywordSearchMixin(SQLiteBase):
         external = _over_budget(
             [(int(d), _varint(z)) for d, z in sizes], self.bm25_external_tokens
         )
+        return (ids, *self._tokenize_docs(conn, after, external), external)
+
+    def _tokenize_docs(
+        self, conn: sqlite3.Connection, after: int, external: Mapping[int, int]
+    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The word-index tokens of the documents above id `after` but those in `external`:
+        (tokens, token index per occurrence, document id per occurrence)."""
         sql = "SELECT id, search_text FROM docs WHERE id > ?"
         if external:
             sql += f" AND id NOT IN ({','.join(str(i) for i in external)})"
@@ -334,7 +357,7 @@ class KeywordSearchMixin(SQLiteBase):
             tok.append(index.setdefault(term, len(index)))
             docs.append(doc)
         conn.execute("DELETE FROM temp.mp_ntok")
-        return ids, list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64), external
+        return list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64)
 
     def _scratch_tables(self, conn: sqlite3.Connection) -> None:
         """Scratch FTS5 tables with the word index's tokenizer in this connection's temp
