@@ -175,3 +175,72 @@ def test_follows_writes_and_rollbacks(stores: tuple[SQLiteStore, SQLiteStore]) -
     check("okapi", ["3"])
     fast.delete_documents(SCOPE, "note", ["1"])
     check("giraffe", [])
+
+
+def test_new_documents_over_the_token_budget_are_scored_from_the_word_index(
+    stores: tuple[SQLiteStore, SQLiteStore],
+) -> None:
+    """New documents beyond the catch-up budget (``bm25_external_tokens``, largest first) are
+    appended without their postings (no pass over their tokens) and scored from the word index
+    per query: the scores, ranks and order are still exactly those of the SQL path, in and
+    out of the documents' scopes, after a deletion too."""
+    fast, sql = stores
+    fast.bm25_external_tokens = 70
+    rng = random.Random(3)
+    other = Scope("t", "u", "a", "other")
+    for i in range(40):
+        fast.index_document(SCOPE if i % 2 else other, "note", f"s{i}",
+                            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))))
+    assert _refs(fast, "hotel") is not None  # the first query builds the cache
+    big = []
+    for i in range(6):  # 6 × 30 tokens + 2 appended after the build: 4 held external
+        words = [rng.choice(["hotel", "paris", "zebra", "trip"]) for _ in range(30)]
+        big.append(fast.index_document(SCOPE if i % 2 else other, "note", f"big{i}", " ".join(words)))
+    fast.index_document(SCOPE, "note", "small", "hotel zebra")
+    for scope in (SCOPE, other):
+        for query in QUERIES:
+            for kinds in (None, ["note"]):
+                hits = fast.keyword_search(scope, query, k=5, kinds=kinds)
+                assert _key(hits) == _key(sql.keyword_search(scope, query, k=5, kinds=kinds))
+    index = fast._bm25
+    assert index is not None and _fresh(fast)
+    assert index.doc_ids[index.external.view()].tolist() == big[2:]  # ties: later ids first
+    fast.delete_documents(SCOPE, "note", ["big3", "big5"])
+    for query in QUERIES:
+        assert _key(fast.keyword_search(SCOPE, query, k=50)) == _key(sql.keyword_search(SCOPE, query, k=50))
+    assert _fresh(fast)
+
+
+@pytest.mark.parametrize("few_docs", [5_000, 0])
+def test_a_build_holds_a_huge_outputs_parts_external(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, few_docs: int
+) -> None:
+    """A store reopened with long documents totalling more than the budget builds its cache
+    without their postings (the few other documents tokenized alone, or — with more than
+    FEW_DOCS of them — the long ones' instances skipped in SQLite): same scores as the SQL
+    path, and the short documents' postings are cached as usual."""
+    monkeypatch.setattr("mindpalace.store.sqlite.fulltext.FEW_DOCS", few_docs)
+    path = tmp_path / "bm25.db"
+    writer = SQLiteStore(path)
+    rng = random.Random(5)
+    for i in range(30):
+        writer.index_document(SCOPE, "note", f"s{i}", " ".join(rng.choice(WORDS) for _ in range(3)))
+    long_ids = [
+        writer.index_document(SCOPE, "output", f"o{i}", " ".join(rng.choice(WORDS) for _ in range(200)))
+        for i in range(4)
+    ]
+    writer.close()
+    fast = SQLiteStore(path)
+    sql = SQLiteStore(path, in_process_bm25=False)
+    try:
+        fast.bm25_external_doc_tokens, fast.bm25_external_tokens = 150, 500
+        for query in QUERIES:
+            for kinds in (None, ["note"], ["output"]):
+                hits = fast.keyword_search(SCOPE, query, k=8, kinds=kinds)
+                assert _key(hits) == _key(sql.keyword_search(SCOPE, query, k=8, kinds=kinds))
+        index = fast._bm25
+        assert index is not None and _fresh(fast)
+        assert index.doc_ids[index.external.view()].tolist() == long_ids
+    finally:
+        fast.close()
+        sql.close()

@@ -167,6 +167,23 @@ IncrementalIndexes.TestCase.settings = settings(
 test_incremental_indexes_equal_a_fresh_build = IncrementalIndexes.TestCase
 
 
+class ExternalPostings(IncrementalIndexes):
+    """The same machine with `live` holding documents without their postings (as a huge tool
+    output's parts are held): appended ones beyond a 2-token catch-up budget, and on its
+    rebuilds those of more than 1 token; their scores are read per query from the word
+    index, and must still equal a fresh build's (which caches every posting)."""
+
+    @initialize()
+    def open(self) -> None:
+        super().open()
+        self.live.bm25_external_tokens = 2
+        self.live.bm25_external_doc_tokens = 1
+
+
+ExternalPostings.TestCase.settings = IncrementalIndexes.TestCase.settings
+test_external_postings_equal_a_fresh_build = ExternalPostings.TestCase
+
+
 def test_the_cache_follows_in_place_without_a_rebuild(tmp_path: Path) -> None:
     """Appends and this process's deletions never rebuild: the same index objects serve."""
     store = SQLiteStore(tmp_path / "m.db")

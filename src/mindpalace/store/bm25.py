@@ -17,12 +17,17 @@ Two ways to get the postings, same scores:
   those of an index built from scratch;
 * :func:`score_postings` over postings read per query term from SQL (used while the cache is
   stale or inside a write transaction).
+
+A huge document (a tens-of-MB tool output) can be held *external*: it takes its position,
+length and liveness in the cache like any other, but its postings stay in the store's word
+index and the caller hands them in per query term (``top(..., extra=)``), so following its
+append costs O(1) instead of O(its tokens). Scores are the same as with its postings cached.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,12 +160,38 @@ class _ScopeView:
         self.local = np.cumsum(mask) - 1
 
 
+class _Starts(Mapping[str, tuple[int, int]]):
+    """token → [start, end) of its postings, for the tokens that have any: one int per token
+    in a dict and the bounds in numpy (a dict of (start, end) tuples held ~3× the memory —
+    ~20 MB at 100k documents)."""
+
+    def __init__(self, tokens: list[str], bounds: np.ndarray) -> None:
+        self._bounds = bounds
+        held = np.flatnonzero(bounds[1:] > bounds[:-1])
+        self._index: dict[str, int] = dict(zip([tokens[i] for i in held], held.tolist(), strict=True))
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """Posting offsets by token index (length len(tokens) + 1, non-decreasing)."""
+        return self._bounds
+
+    def __getitem__(self, token: str) -> tuple[int, int]:
+        i = self._index[token]
+        return int(self._bounds[i]), int(self._bounds[i + 1])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
 @dataclass
 class _Segment:
     """Postings grouped by token: ``starts[token]`` = [start, end) into the two arrays."""
 
     tokens: list[str]
-    starts: dict[str, tuple[int, int]]
+    starts: _Starts
     post_doc: np.ndarray  # document positions, int32
     post_tf: np.ndarray  # term frequencies, float32 (small integers: exact)
 
@@ -173,11 +204,7 @@ class _Segment:
             order = np.argsort(tok, kind="stable")
             tok, doc, tf = tok[order], doc[order], tf[order]
         bounds = np.searchsorted(tok, np.arange(len(tokens) + 1))
-        starts = {
-            t: (int(bounds[i]), int(bounds[i + 1]))
-            for i, t in enumerate(tokens) if bounds[i + 1] > bounds[i]
-        }
-        return cls(tokens, starts, doc.astype(np.int32), tf.astype(np.float32))
+        return cls(tokens, _Starts(tokens, bounds), doc.astype(np.int32, copy=False), tf.astype(np.float32, copy=False))
 
 
 @dataclass
@@ -199,6 +226,9 @@ class PostingIndex:
     delta: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
     delta_postings: int = 0
     views: dict[object, _ScopeView] = field(default_factory=dict)
+    external: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))  # positions
+    # the caller's per-token (doc ids, tf) in the external documents; emptied when they change
+    external_postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def doc_ids(self) -> np.ndarray:
@@ -215,11 +245,12 @@ class PostingIndex:
     @classmethod
     def build(
         cls, generation: object, doc_ids: np.ndarray, vocab: list[tuple[str, int]], docs: np.ndarray,
-        *, state: Any = None,
+        *, state: Any = None, external: Mapping[int, int] | None = None,
     ) -> PostingIndex:
         """`vocab`: (token, occurrences) in index order (the ``fts5vocab`` row table); `docs`:
         the document id of every occurrence in the same order (the ``instance`` table), both
-        read in one snapshot.
+        read in one snapshot. `external`: documents held without postings (doc id → tokens),
+        as in :meth:`append`; their occurrences are left out of `vocab` and `docs`.
 
         Raises:
             LookupError: the two tables and the docs table disagree (a torn read).
@@ -230,21 +261,41 @@ class PostingIndex:
         if int(counts.sum()) != int(docs.shape[0]):
             raise LookupError("word index vocabulary and instances disagree")
         tok = np.repeat(np.arange(len(tokens), dtype=np.int32), counts)
-        pos = np.searchsorted(doc_ids, docs)
-        if docs.size and (pos.max() >= n or not np.array_equal(doc_ids[pos], docs)):
+        wide = np.searchsorted(doc_ids, docs)
+        if docs.size and (wide.max() >= n or not np.array_equal(doc_ids[wide], docs)):
             raise LookupError("word index and docs table disagree")
+        pos = wide.astype(np.int32)  # positions < n: int32 halves the build's peak memory
+        del wide
         main, doc_len = _collapse(tokens, tok, pos, n)
-        return cls(
+        index = cls(
             generation, state, _Grow(np.asarray(doc_ids, np.int64)), _Grow(doc_len),
             _Grow(np.ones(n, dtype=bool)), main,
         )
+        if external:
+            ext_ids = np.fromiter(sorted(external), np.int64, count=len(external))
+            ext_pos = np.searchsorted(doc_ids, ext_ids)
+            if ext_pos.max() >= n or not np.array_equal(doc_ids[ext_pos], ext_ids):
+                raise LookupError("external documents and docs table disagree")
+            doc_len[ext_pos] = [float(external[int(i)]) for i in ext_ids]
+            index.external.extend(ext_pos)
+        return index
 
     # -- in-place updates ------------------------------------------------------------------
     def append(
-        self, doc_ids: np.ndarray, tokens: list[str], tok: np.ndarray, docs: np.ndarray
+        self, doc_ids: np.ndarray, tokens: list[str], tok: np.ndarray, docs: np.ndarray,
+        *, external: Mapping[int, int] | None = None,
     ) -> None:
         """Add documents above every id held: `doc_ids` ascending; the occurrences of their
-        tokens as (`tok` indexes `tokens`, `docs` = document id) pairs, any order."""
+        tokens as (`tok` indexes `tokens`, `docs` = document id) pairs, any order.
+
+        `external`: documents among `doc_ids` held without postings (doc id → its token
+        count, ≥ 0); none of their occurrences may be passed. Their postings are supplied per
+        query through :meth:`top`'s `extra`.
+
+        Raises:
+            ValueError: ids not above every id held, or an external id not among `doc_ids`
+                or with occurrences passed.
+        """
         doc_ids = np.asarray(doc_ids, np.int64)
         if doc_ids.size == 0:
             return
@@ -253,6 +304,16 @@ class PostingIndex:
         first = self.ids.n
         pos = np.searchsorted(doc_ids, docs)
         seg, doc_len = _collapse(tokens, tok, pos, int(doc_ids.shape[0]))
+        if external:
+            ext_ids = np.fromiter(sorted(external), np.int64, count=len(external))
+            ext_pos = np.searchsorted(doc_ids, ext_ids)
+            if ext_pos.max() >= doc_ids.shape[0] or not np.array_equal(doc_ids[ext_pos], ext_ids):
+                raise ValueError("external documents must be among the appended ids")
+            if np.isin(docs, ext_ids).any():
+                raise ValueError("external documents are appended without occurrences")
+            doc_len[ext_pos] = [float(external[int(i)]) for i in ext_ids]
+            self.external.extend(ext_pos + first)
+            self.external_postings.clear()
         self.ids.extend(doc_ids)
         self.lens.extend(doc_len)
         self.alive.extend(np.ones(doc_ids.shape[0], dtype=bool))
@@ -282,9 +343,8 @@ class PostingIndex:
         """Merge the side segment into the main one (same postings, so the same scores)."""
         tokens = list(self.main.tokens)
         index = {t: i for i, t in enumerate(tokens)}
-        main_tok = np.zeros(self.main.post_doc.shape[0], np.int64)
-        for t, (start, end) in self.main.starts.items():
-            main_tok[start:end] = index[t]
+        # The main segment is grouped by token index: token i holds [bounds[i], bounds[i+1]).
+        main_tok = np.repeat(np.arange(len(tokens), dtype=np.int64), np.diff(self.main.starts.bounds))
         extra_tok, extra_doc, extra_tf = [], [], []
         for t, (plist, tlist) in self.delta.items():
             i = index.get(t)
@@ -325,28 +385,51 @@ class PostingIndex:
         view.upto = self.n_docs
         view.dirty = True
 
-    def postings(self, token: str, view: _ScopeView) -> tuple[np.ndarray, np.ndarray]:
-        """(scope-local positions, term frequencies float64) of `token` inside the scope."""
+    def external_ids(self, view: _ScopeView) -> np.ndarray:
+        """Ids (ascending) of the external documents live in `view`'s scope: the documents
+        whose postings :meth:`top` needs in `extra` (int64, usually empty)."""
+        pos = self.external.view()
+        if pos.size == 0:
+            return np.empty(0, np.int64)
+        pos = pos[pos < view.upto]
+        return self.doc_ids[pos[view.mask.a[pos]]]
+
+    def postings(
+        self, token: str, view: _ScopeView,
+        extra: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scope-local positions, term frequencies float64) of `token` inside the scope;
+        `extra`: (doc ids, term frequencies) of the token in external documents."""
         start, end = self.main.starts.get(token, (0, 0))
         idx = self.main.post_doc[start:end]
         tf = self.main.post_tf[start:end]
-        extra = self.delta.get(token)
-        if extra is not None:
-            idx = np.concatenate([idx, np.asarray(extra[0], np.int32)])
+        side = self.delta.get(token)
+        if side is not None:
+            idx = np.concatenate([idx, np.asarray(side[0], np.int32)])
+            tf = np.concatenate([tf, np.asarray(side[1], np.float32)])
+        if extra is not None and extra[0].size:
+            ext_pos = np.searchsorted(self.doc_ids, np.asarray(extra[0], np.int64))
+            if ext_pos.max() >= self.n_docs or not np.array_equal(self.doc_ids[ext_pos], extra[0]):
+                raise ValueError("external postings name a document the index does not hold")
+            idx = np.concatenate([idx, ext_pos.astype(np.int32)])
             tf = np.concatenate([tf, np.asarray(extra[1], np.float32)])
         inside = view.mask.a[idx]
         return view.local[idx[inside]], tf[inside].astype(np.float64)
 
     def top(
-        self, tokens: Sequence[str], view: _ScopeView, k: int, *, max_df_ratio: float | None = None
+        self, tokens: Sequence[str], view: _ScopeView, k: int, *, max_df_ratio: float | None = None,
+        extra: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> list[tuple[int, float]]:
         """(doc id, score) best first, ties by doc id, statistics of `view`'s scope; `tokens`
-        are index tokens, one per query term (a repeated token counts twice)."""
+        are index tokens, one per query term (a repeated token counts twice); `extra`: per
+        token, (doc ids int64, term frequencies) of its postings in the scope's external
+        documents (:meth:`external_ids`) — required for a token found in one of them."""
         view.refresh(self.doc_len)
         if view.n_docs == 0 or k <= 0:
             return []
         # Scope-local positions: scores are computed over the scope's documents only.
-        postings = [self.postings(token, view) for token in tokens]
+        got = extra or {}
+        postings = [self.postings(token, view, got.get(token)) for token in tokens]
         scope_pos = view.positions
         score = score_postings(  # lengths enter through the scope's cached norm
             postings, _NO_LENGTHS, view.avgdl, view.n_docs, max_df_ratio=max_df_ratio,
@@ -360,8 +443,8 @@ def _collapse(
 ) -> tuple[_Segment, np.ndarray]:
     """Occurrences (token index, document position) → postings with term frequencies, and
     the tokens per document (float64, length n)."""
-    tok = tok.astype(np.int32)
-    pos = pos.astype(np.int32)
+    tok = tok.astype(np.int32, copy=False)
+    pos = pos.astype(np.int32, copy=False)
     ordered = tok.size < 2 or bool(
         np.all((tok[1:] > tok[:-1]) | ((tok[1:] == tok[:-1]) & (pos[1:] >= pos[:-1])))
     )
@@ -371,8 +454,10 @@ def _collapse(
     # The word index lists occurrences by (token, document): equal neighbours are one posting,
     # so run lengths are the term frequencies — no sort of the ~10 M occurrences at 1 M docs.
     if tok.size:
-        starts = np.flatnonzero(np.concatenate(([True], (tok[1:] != tok[:-1]) | (pos[1:] != pos[:-1]))))
-        tf = np.diff(np.append(starts, tok.size)).astype(np.float32)
+        starts = np.flatnonzero(
+            np.concatenate(([True], (tok[1:] != tok[:-1]) | (pos[1:] != pos[:-1])))
+        ).astype(np.int32 if tok.size < 2**31 else np.int64)
+        tf = np.diff(starts, append=tok.size).astype(np.float32)
         post_tok, post_doc = tok[starts], pos[starts]
     else:
         tf, post_tok, post_doc = np.empty(0, np.float32), tok, pos

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +17,19 @@ from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import doc_of, scope_where
 from mindpalace.store.textindex import build_match_query, build_trigram_query
 from mindpalace.textsafe import require_text
+
+EXTERNAL_TOKENS = 20_000
+"""Word-index tokens (about 100 KB of text) the posting cache tokenizes in one catch-up; the
+largest new documents beyond it keep their postings in the store, read per query (see
+KeywordSearchMixin)."""
+
+FEW_DOCS = 5_000
+"""A build holding external documents tokenizes the others itself when they are at most this
+many (instead of scanning every instance of the word index)."""
+
+EXTERNAL_DOC_TOKENS = 1_000
+"""Word-index tokens above which a document counts as a long one for a build: a bounded part
+of a huge output holds 2–4k, a fact or message rarely 1k."""
 
 
 class KeywordSearchMixin(SQLiteBase):
@@ -33,7 +46,25 @@ class KeywordSearchMixin(SQLiteBase):
     and the cache is rebuilt only once a second query sees the same database state (no write
     in between), so a store changed that way between every query never pays for a rebuild
     per query. The choice depends on data state only.
+
+    When the documents appended since the last query hold more than
+    :attr:`bm25_external_tokens` tokens (a huge tool output, stored as thousands of bounded
+    parts), the largest of them are held in the cache without their postings: following them
+    costs a size lookup each, not a pass over their tokens, and a query reads their postings
+    for the query's tokens from the word index (``fts5vocab``, counted in SQLite) — the same
+    scores as if they were cached. A build from scratch (reopening the store) does the same
+    for the documents of more than :attr:`bm25_external_doc_tokens` tokens when they hold more
+    than :attr:`bm25_external_tokens` together.
     """
+
+    bm25_external_tokens: int
+    """Token budget of one catch-up: the new documents beyond it (largest first) are appended
+    without their postings (read per query instead); default :data:`EXTERNAL_TOKENS`."""
+
+    bm25_external_doc_tokens: int
+    """A build (first query, reopening) holds the documents of more than this many tokens
+    external when together they exceed :attr:`bm25_external_tokens`; default
+    :data:`EXTERNAL_DOC_TOKENS`."""
 
     _in_process_bm25: bool
     _fts_tokenizer: str
@@ -46,6 +77,8 @@ class KeywordSearchMixin(SQLiteBase):
 
     def _init_keyword_search(self, in_process_bm25: bool) -> None:
         self._in_process_bm25 = in_process_bm25
+        self.bm25_external_tokens = EXTERNAL_TOKENS
+        self.bm25_external_doc_tokens = EXTERNAL_DOC_TOKENS
         self._bm25 = None
         self._bm25_stale_seen = None  # a generation a query found the cache stale at
         self._bm25_lock = threading.Lock()
@@ -156,22 +189,108 @@ class KeywordSearchMixin(SQLiteBase):
             elif view.upto < index.n_docs:
                 after = int(index.doc_ids[view.upto - 1]) if view.upto else 0
                 index.extend_view(view, self._scope_ids(conn, scope, kinds, after=after))
-            top = index.top(tokens, view, k, max_df_ratio=max_df_ratio)
+            extra: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            if index.external_ids(view).size:
+                extra = self._external_postings(conn, index, tokens)
+            top = index.top(tokens, view, k, max_df_ratio=max_df_ratio, extra=extra)
         return self._hits(top)
+
+    def _external_postings(
+        self, conn: sqlite3.Connection, index: PostingIndex, tokens: list[str]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per token, (doc ids, term frequencies) of its occurrences in the external documents
+        of `index` (all scopes: the scope mask applies later), counted by SQLite from the word
+        index's instance table — the instances of the token are scanned in C, only one row per
+        external document holding it reaches Python. Kept per token in the index while its
+        external set is unchanged (documents deleted since simply leave the scope masks;
+        the caller holds ``_bm25_use``)."""
+        held = index.external.view()
+        cache = index.external_postings
+        missing = [t for t in dict.fromkeys(tokens) if t not in cache]
+        if missing:
+            marks = ",".join(str(int(i)) for i in index.doc_ids[held])
+            if len(cache) > 4096:
+                cache.clear()
+            for token in missing:
+                rows = conn.execute(
+                    f"SELECT doc, count(*) FROM docs_fts_v WHERE term = ? AND doc IN ({marks}) "
+                    "GROUP BY doc ORDER BY doc", (token,),
+                ).fetchall()
+                cache[token] = (
+                    np.fromiter((r[0] for r in rows), np.int64, count=len(rows)),
+                    np.fromiter((r[1] for r in rows), np.float64, count=len(rows)),
+                )
+        return {t: cache[t] for t in dict.fromkeys(tokens)}
 
     def _bm25_build(self, conn: sqlite3.Connection, state: tuple[int, int]) -> PostingIndex | None:
         """The posting cache from the whole word index (None: a torn read)."""
         doc_ids = np.fromiter(
             (r[0] for r in conn.execute("SELECT id FROM docs ORDER BY id")), dtype=np.int64
         )
-        vocab = [(r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")]
-        occurrences = np.fromiter(
-            (r[0] for r in conn.execute("SELECT doc FROM docs_fts_v")), dtype=np.int64
-        )
+        external = self._build_external(conn)
+        if external and doc_ids.shape[0] - len(external) <= FEW_DOCS:
+            # A huge output beside a few other documents: tokenize those few (as a catch-up
+            # does) instead of scanning the whole word index for their instances.
+            index = PostingIndex.build(
+                None, np.empty(0, np.int64), [], np.empty(0, np.int64), state=state
+            )
+            tokens, tok, docs = self._tokenize_docs(conn, 0, external)
+            try:
+                index.append(doc_ids, tokens, tok, docs, external=external)
+            except ValueError:  # the docs table and its docsize rows disagree: no cache
+                return None
+            return index
+        if external:  # their instances are skipped in C; the rest grouped by term here
+            vocab: list[tuple[str, int]] = []
+            found: list[int] = []
+            last, count = None, 0
+            marks = ",".join(str(i) for i in sorted(external))
+            for term, doc in conn.execute(
+                f"SELECT term, doc FROM docs_fts_v WHERE doc NOT IN ({marks})"
+            ):
+                if term != last:
+                    if last is not None:
+                        vocab.append((last, count))
+                    last, count = term, 0
+                count += 1
+                found.append(doc)
+            if last is not None:
+                vocab.append((last, count))
+            occurrences = np.asarray(found, np.int64)
+        else:
+            vocab = [(r[0], int(r[1])) for r in conn.execute("SELECT term, cnt FROM docs_fts_r")]
+            # Sized up front (no regrowth) and int32 while ids allow: the build's peak memory.
+            fits = not doc_ids.size or int(doc_ids[-1]) < 2**31
+            rows = conn.execute("SELECT doc FROM docs_fts_v")
+            try:
+                occurrences = np.fromiter(
+                    (r[0] for r in rows), dtype=np.int32 if fits else np.int64,
+                    count=sum(c for _, c in vocab),
+                )
+            except ValueError:  # fewer instances than the vocabulary counts: a torn read
+                return None
+            if rows.fetchone() is not None:  # more: torn as well
+                return None
         try:
-            return PostingIndex.build(None, doc_ids, vocab, occurrences, state=state)
+            return PostingIndex.build(
+                None, doc_ids, vocab, occurrences, state=state, external=external
+            )
         except LookupError:
             return None
+
+    def _build_external(self, conn: sqlite3.Connection) -> dict[int, int]:
+        """The documents a build holds external (doc id → tokens): those of more than
+        :attr:`bm25_external_doc_tokens` tokens, when together they hold more than
+        :attr:`bm25_external_tokens` (the parts of a huge output); else none. Only documents
+        of ≥ 128 tokens (a docsize record of more than one byte) are read."""
+        sizes = {
+            int(doc): _varint(size)
+            for doc, size in conn.execute(
+                "SELECT id, sz FROM docs_fts_docsize WHERE length(sz) > 1"
+            )
+        }
+        big = {d: n for d, n in sizes.items() if n > self.bm25_external_doc_tokens}
+        return big if sum(big.values()) > self.bm25_external_tokens else {}
 
     def _bm25_catch_up(
         self, conn: sqlite3.Connection, index: PostingIndex, state: tuple[int, int]
@@ -193,21 +312,41 @@ class KeywordSearchMixin(SQLiteBase):
         if removed:
             index.remove(np.fromiter(removed, dtype=np.int64, count=len(removed)))
         if last > held_last:
-            ids, tokens, tok, docs = self._tokenized_since(conn, held_last)
-            index.append(ids, tokens, tok, docs)
+            ids, tokens, tok, docs, external = self._tokenized_since(conn, held_last)
+            index.append(ids, tokens, tok, docs, external=external)
         index.state = state
         return True
 
     def _tokenized_since(
         self, conn: sqlite3.Connection, after: int
-    ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, dict[int, int]]:
         """The documents above id `after` and their word-index tokens, tokenized by the
         index's own tokenizer in a scratch FTS5 table (exactly the index's tokens): (ids
-        ascending, tokens, token index per occurrence, document id per occurrence)."""
-        rows = conn.execute(
-            "SELECT id, search_text FROM docs WHERE id > ? ORDER BY id", (after,)
+        ascending, tokens, token index per occurrence, document id per occurrence, external
+        documents: id → token count). When the new documents hold more than
+        :attr:`bm25_external_tokens` tokens in all (sizes from the index's ``docsize`` table),
+        the largest are held external until the rest fit: those are neither read nor
+        tokenized."""
+        # The word index has a docsize row per document (the docs triggers, same snapshot):
+        # reading it, not the docs rows, keeps a huge output's 16 KB parts off the disk.
+        sizes = conn.execute(
+            "SELECT id, sz FROM docs_fts_docsize WHERE id > ? ORDER BY id", (after,)
         ).fetchall()
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        ids = np.fromiter((r[0] for r in sizes), dtype=np.int64, count=len(sizes))
+        external = _over_budget(
+            [(int(d), _varint(z)) for d, z in sizes], self.bm25_external_tokens
+        )
+        return (ids, *self._tokenize_docs(conn, after, external), external)
+
+    def _tokenize_docs(
+        self, conn: sqlite3.Connection, after: int, external: Mapping[int, int]
+    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The word-index tokens of the documents above id `after` but those in `external`:
+        (tokens, token index per occurrence, document id per occurrence)."""
+        sql = "SELECT id, search_text FROM docs WHERE id > ?"
+        if external:
+            sql += f" AND id NOT IN ({','.join(str(i) for i in external)})"
+        rows = conn.execute(sql + " ORDER BY id", (after,)).fetchall()
         self._scratch_tables(conn)
         conn.execute("DELETE FROM temp.mp_ntok")
         conn.executemany("INSERT INTO temp.mp_ntok (rowid, x) VALUES (?, ?)", rows)
@@ -218,7 +357,7 @@ class KeywordSearchMixin(SQLiteBase):
             tok.append(index.setdefault(term, len(index)))
             docs.append(doc)
         conn.execute("DELETE FROM temp.mp_ntok")
-        return ids, list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64)
+        return list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64)
 
     def _scratch_tables(self, conn: sqlite3.Connection) -> None:
         """Scratch FTS5 tables with the word index's tokenizer in this connection's temp
@@ -380,6 +519,19 @@ class KeywordSearchMixin(SQLiteBase):
         return [
             SearchHit(doc_of(r), -float(r["score"]), i, label) for i, r in enumerate(rows, 1)
         ]
+
+
+def _over_budget(sizes: list[tuple[int, int]], budget: int) -> dict[int, int]:
+    """The documents to hold external: of (doc id, tokens), the largest (ties: the later id)
+    until the others hold at most `budget` tokens; doc id → tokens."""
+    total = sum(n for _, n in sizes)
+    external: dict[int, int] = {}
+    for doc, n in sorted(sizes, key=lambda dn: (-dn[1], -dn[0])):
+        if total <= budget:
+            break
+        external[doc] = n
+        total -= n
+    return external
 
 
 def _varint(blob: bytes) -> int:
