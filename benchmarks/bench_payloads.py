@@ -21,7 +21,6 @@ issue 16: under 1 s for 50 MB).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import resource
 import sqlite3
@@ -35,18 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-TAIL_PHRASE = "quokka zeppelin marmalade"
-
-
-def output_text(chars: int) -> str:
-    """Distinct log lines of about `chars` characters, the tail phrase in the last line only."""
-    lines, size, i = [], 0, 0
-    while size < chars:
-        line = f"{i:08d} GET /api/v1/items/{i} 200 sha={hashlib.sha1(str(i).encode()).hexdigest()[:16]} ok"
-        lines.append(line)
-        size += len(line) + 1
-        i += 1
-    return "\n".join(lines) + f"\nfinal line: the {TAIL_PHRASE} report ends here"
+from mindpalace.testing.workload import TAIL_PHRASE, log_output
 
 
 def db_bytes(path: Path) -> int:
@@ -67,7 +55,7 @@ def run_case(chars: int, path: str, embed: str, context: int) -> dict[str, Any]:
                              for i in range(context)])
         s.recall("warm up", k=5)  # loads the model, embeds the context
         before = db_bytes(Path(tmp) / "memory.db")
-        text = output_text(chars)
+        text = log_output(chars)
         start = time.perf_counter()
         if path == "step":
             step = s.steps.begin("dump the build log", action="cat build.log")

@@ -3,7 +3,6 @@ recall from their tail, and never embedded whole — on both store backends."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from typing import Any
 
@@ -20,20 +19,7 @@ from mindpalace.store.inputs import (
     document_parts,
     part_ref,
 )
-
-TAIL_PHRASE = "quokka zeppelin marmalade"
-
-
-def big_output(chars: int) -> str:
-    """Distinct log lines (no two alike, so nothing compresses into one term), then a tail
-    sentence that appears nowhere else."""
-    lines, size, i = [], 0, 0
-    while size < chars:
-        line = f"row {i} checksum {hashlib.sha1(str(i).encode()).hexdigest()[:12]} status ok"
-        lines.append(line)
-        size += len(line) + 1
-        i += 1
-    return "\n".join(lines) + f"\nfinal line: the {TAIL_PHRASE} report ends here"
+from mindpalace.testing.workload import TAIL_PHRASE, log_output
 
 
 class EmbedSpy:
@@ -62,7 +48,7 @@ class TestHugeStepOutput:
     def test_stored_whole_indexed_in_parts_found_from_the_tail(self, memory: Memory) -> None:
         spy = EmbedSpy(memory)
         s = memory.session(f"s-{uuid.uuid4().hex[:8]}", user="u1")
-        out = big_output(1_000_000)
+        out = log_output(1_000_000)
         step = s.steps.begin("dump the build log", action="cat build.log")
         s.steps.evaluate(step, "success", tool_outputs=[out])
 
@@ -99,7 +85,7 @@ class TestHugeMessage:
     def test_tool_message_read_back_whole_and_found_by_its_tail(self, memory: Memory) -> None:
         spy = EmbedSpy(memory)
         s = memory.session(f"s-{uuid.uuid4().hex[:8]}", user="u1")
-        out = big_output(600_000)
+        out = log_output(600_000)
         s.add_message({"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "cat", "arguments": "{}"}}]})
         index = s.add_message({"role": "tool", "tool_call_id": "c1", "content": out})
@@ -113,11 +99,11 @@ class TestPartsLifecycle:
     def test_shorter_text_and_delete_remove_the_parts(self, memory: Memory) -> None:
         scope = memory.scope(user="u1", session=f"s-{uuid.uuid4().hex[:8]}")
         store = memory.store
-        store.index_document(scope, "note", "n", big_output(200_000))
+        store.index_document(scope, "note", "n", log_output(200_000))
         n_parts = len(docs_of(memory, scope))
         assert n_parts > 10
         assert store.get_documents_by_ref(scope, "note", [part_ref("n", n_parts)])
-        store.index_document(scope, "note", "n", big_output(40_000))
+        store.index_document(scope, "note", "n", log_output(40_000))
         assert 1 < len(docs_of(memory, scope)) < n_parts
         assert not store.get_documents_by_ref(scope, "note", [part_ref("n", n_parts)])
         store.index_document(scope, "note", "other", "short", {"parts": "a caller's own key"})

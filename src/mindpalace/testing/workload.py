@@ -3,6 +3,7 @@ processes find it whatever way the benchmark itself was loaded."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from typing import Any
@@ -40,3 +41,20 @@ def agent_turns(url: str, folder: str, p: int, turns: int, start: Any) -> list[t
             s.add_message({"role": "assistant", "content": f"noted {p}/{i}"})
             out.append((t0, time.perf_counter() - t0))
     return out
+
+
+TAIL_PHRASE = "quokka zeppelin marmalade"
+"""Rare words that appear only in the last line of :func:`log_output` (a recall probe)."""
+
+
+def log_output(chars: int) -> str:
+    """A huge tool output: distinct log lines (no two alike, so nothing collapses into a few
+    terms) of about `chars` characters, then a tail sentence holding :data:`TAIL_PHRASE`, found
+    nowhere else — what the payload tests and ``bench_payloads`` record and recall."""
+    lines, size, i = [], 0, 0
+    while size < chars:
+        line = f"{i:08d} GET /api/v1/items/{i} 200 sha={hashlib.sha1(str(i).encode()).hexdigest()[:16]} ok"
+        lines.append(line)
+        size += len(line) + 1
+        i += 1
+    return "\n".join(lines) + f"\nfinal line: the {TAIL_PHRASE} report ends here"
