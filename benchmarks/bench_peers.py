@@ -124,18 +124,29 @@ def concurrent_steps_per_second(make_step: Callable[[int], Callable[[int], objec
     steps = [make_step(a) for a in range(agents)]
     for s in steps:
         s(1_000_000)  # warm up each agent's session / thread outside the timed part
-    barrier = threading.Barrier(agents + 1)
-    errors: list[BaseException] = []
 
     def run(step: Callable[[int], object]) -> None:
+        for i in range(n):
+            step(i)
+
+    return agents * n / timed_threads([lambda s=s: run(s) for s in steps])
+
+
+def timed_threads(bodies: Sequence[Callable[[], object]]) -> float:
+    """Run each body in its own thread, all released at once by a barrier; returns the seconds
+    from the release until the last thread ends. An exception raised in a body is re-raised
+    here after every thread has joined (never swallowed by the thread)."""
+    barrier = threading.Barrier(len(bodies) + 1)
+    errors: list[BaseException] = []
+
+    def run(body: Callable[[], object]) -> None:
         barrier.wait()
         try:
-            for i in range(n):
-                step(i)
-        except BaseException as exc:  # reported after join, never swallowed
+            body()
+        except BaseException as exc:  # reported after join
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(s,)) for s in steps]
+    threads = [threading.Thread(target=run, args=(b,)) for b in bodies]
     for t in threads:
         t.start()
     barrier.wait()
@@ -144,7 +155,7 @@ def concurrent_steps_per_second(make_step: Callable[[int], Callable[[int], objec
         t.join()
     if errors:
         raise errors[0]
-    return agents * n / (time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 def fsync_per_second(folder: Path, n: int) -> float:
@@ -307,20 +318,8 @@ def _peer_durable(folder: Path, sync: str, steps: int, agents: int, agent_steps:
     app = _lg_app(saver, tool=False)
     for a in range(agents):
         _lg_run(app, f"agent-{a}", 1)
-    barrier = threading.Barrier(agents + 1)
-
-    def agent(a: int) -> None:
-        barrier.wait()
-        _lg_run(app, f"agent-{a}", agent_steps)
-
-    threads = [threading.Thread(target=agent, args=(a,)) for a in range(agents)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
-    out["agents"] = agents * agent_steps / (time.perf_counter() - start)
+    seconds = timed_threads([lambda a=a: _lg_run(app, f"agent-{a}", agent_steps) for a in range(agents)])
+    out["agents"] = agents * agent_steps / seconds
     conn.close()
     return out
 
