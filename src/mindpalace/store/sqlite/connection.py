@@ -22,6 +22,8 @@ from mindpalace.errors import DatabaseCorruptError, StoreBusyError, StoreError, 
 from mindpalace.scope import Scope
 from mindpalace.settings import StoreSettings
 from mindpalace.store.base import Document, Store, StoreStats
+from mindpalace.store.blobs import view_text
+from mindpalace.store.sqlite.blobstore import ChunkCache, read_slice
 from mindpalace.store.sqlite.errmap import is_busy, store_error
 from mindpalace.store.sqlite.group import GroupCommit
 from mindpalace.store.sqlite.rows import DOC_COLS, doc_of
@@ -59,6 +61,7 @@ class SQLiteBase(Store):
         self._group = GroupCommit(self._retry, self._wait_seconds())
         self.removals = RemovalLog()
         self._doc_cache = DocumentCache()
+        self._chunk_cache = ChunkCache()
         remove_stale_creations(self.path)
         if not self.path.exists():
             create_database(self.path, self.settings.fts_tokenizer)
@@ -133,6 +136,41 @@ class SQLiteBase(Store):
                 yield
             finally:
                 self._local.write, self._local.depth = None, 0
+                self._local.blob_texts = None  # drop this transaction's big texts
+
+    def _remember_blob(self, key: str, text: str) -> None:
+        """A blob written (or found) by this thread's current transaction: a long document
+        text indexed later in it that holds `text` views the blob instead of storing it again
+        (a record body in its own search document, a tool message's content in the message's)."""
+        held = getattr(self._local, "blob_texts", None)
+        if held is None:
+            held = self._local.blob_texts = {}
+        held[key] = text
+
+    def _blob_candidates(self) -> list[tuple[str, str]]:
+        """(key, text) of the blobs this thread's current transaction wrote or found."""
+        return list((getattr(self._local, "blob_texts", None) or {}).items())
+
+    def _blob_text(self, key: str, start: int = 0, length: int = -1) -> str:
+        """Characters [start, start + length) of blob `key` (-1: to its end).
+
+        Raises:
+            StoreError: the blob or one of its chunks is missing or cannot be decoded.
+        """
+        try:
+            return self._retry(
+                lambda: read_slice(self._conn(), key, start, length, self._chunk_cache)
+            )
+        except (LookupError, ValueError) as exc:
+            raise StoreError(f"{self.path}: stored text is damaged: {exc}") from exc
+
+    def _doc(self, row: sqlite3.Row) -> Document:
+        """A ``docs`` row (:data:`DOC_COLS`) as a Document, its text read through its view of
+        a blob when it has one."""
+        if row["blob"] is None:
+            return doc_of(row)
+        piece = self._blob_text(row["blob"], int(row["blob_off"]), int(row["blob_len"]))
+        return doc_of(row, view_text(row["text"], int(row["blob_at"]), piece))
 
     @contextmanager
     def _savepoint(self) -> Iterator[None]:
@@ -234,7 +272,7 @@ class SQLiteBase(Store):
             chunk = ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
             for r in self._execute(f"SELECT {DOC_COLS} FROM docs WHERE id IN ({marks})", chunk):
-                out[int(r["id"])] = doc_of(r)
+                out[int(r["id"])] = self._doc(r)
         return out
 
     # -- locks -----------------------------------------------------------------------------

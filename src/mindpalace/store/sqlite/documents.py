@@ -8,14 +8,23 @@ from typing import Any
 
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
+from mindpalace.store.blobs import PartView
 from mindpalace.store.inputs import (
     PART_SEPARATOR,
     document_parts,
     part_ref,
     stored_part_count,
 )
+from mindpalace.store.sqlite.blobstore import (
+    VIEW_COLS,
+    document_views,
+    index_view_part,
+    row_text,
+    unindex_view_part,
+    view_values,
+)
 from mindpalace.store.sqlite.connection import SQLiteBase
-from mindpalace.store.sqlite.rows import DOC_COLS, doc_of, dumps, inserted_id, scope_where
+from mindpalace.store.sqlite.rows import DOC_COLS, dumps, inserted_id, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
 from mindpalace.store.textindex import segment_for_index
 from mindpalace.textsafe import require_text
@@ -37,7 +46,16 @@ class DocumentsMixin(SQLiteBase):
         require_text("document.text", text)
         parts = document_parts(ref, text, meta)
         with self.transaction():
-            done = [self._index_part(scope, kind, r, t, dumps(m)) for r, t, m in parts]
+            # A long text is stored once: its parts view a blob (one this transaction wrote
+            # that the text holds — a record body, a message's content — or the text's own).
+            views, used = document_views(
+                self._conn(), text, [t for _, t, _ in parts], self._blob_candidates()
+            )
+            key = used[0] if used is not None else ""
+            done = [
+                self._index_part(scope, kind, r, t, dumps(m), key, view)
+                for (r, t, m), view in zip(parts, views, strict=True)
+            ]
             if done[0][1] > len(parts):  # parts of a longer earlier text, past the new count
                 stale = [part_ref(ref, i) for i in range(len(parts) + 1, done[0][1] + 1)]
                 gone: list[int] = []
@@ -54,35 +72,51 @@ class DocumentsMixin(SQLiteBase):
             return done[0][0]
 
     def _index_part(
-        self, scope: Scope, kind: str, ref: str, text: str, meta_json: str
+        self, scope: Scope, kind: str, ref: str, text: str, meta_json: str,
+        key: str = "", view: PartView | None = None,
     ) -> tuple[int, int]:
         """One part (inside the caller's transaction): (document id, how many parts the text
-        it replaces had; 1 for a new document)."""
+        it replaces had; 1 for a new document). With `view`, the row holds only the part's
+        characters outside blob `key` and the FTS5 entries are written here (the triggers
+        skip rows with a blob)."""
         row = self._execute(
-            "SELECT id, text, meta FROM docs WHERE tenant = ? AND user = ? AND agent = ? "
-            "AND session = ? AND kind = ? AND ref = ?",
+            f"SELECT id, text, meta, {VIEW_COLS} FROM docs WHERE tenant = ? AND user = ? "
+            "AND agent = ? AND session = ? AND kind = ? AND ref = ?",
             (*scope.values(), kind, ref),
         ).fetchone()
+        stored = (text, segment_for_index(text)) if view is None else (view.stored, "")
+        cols = view_values(key, view)
+        conn = self._conn()
         if row is not None:
-            if row["text"] != text:
+            old = row_text(conn, row, self._chunk_cache)
+            if old != text:
                 self._execute("DELETE FROM embeddings WHERE doc_id = ?", (row["id"],))
                 self._bump_generation()
                 self._bump_index_generation()  # postings change in place: rebuild
             elif row["meta"] != meta_json:  # a changed document: readers' caches must see it
                 self._bump_generation()
                 self._bump_doc_generation()
+            same_view = row["blob"] is not None and tuple(row[c] for c in (
+                "blob", "blob_at", "blob_off", "blob_len")) == cols and row["text"] == stored[0]
+            if row["blob"] is not None and not same_view:
+                unindex_view_part(conn, int(row["id"]), old)
             self._execute(
-                "UPDATE docs SET text = ?, search_text = ?, meta = ? WHERE id = ?",
-                (text, segment_for_index(text), meta_json, row["id"]),
+                f"UPDATE docs SET text = ?, search_text = ?, meta = ?, ({VIEW_COLS}) = "
+                "(?, ?, ?, ?) WHERE id = ?",
+                (*stored, meta_json, *cols, row["id"]),
             )
+            if view is not None and not same_view:
+                index_view_part(conn, int(row["id"]), text)
             return int(row["id"]), stored_part_count(json.loads(row["meta"]))
         cur = self._execute(
-            f"INSERT INTO docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*scope.values(), kind, ref, text, segment_for_index(text), meta_json,
-             to_iso(utcnow())),
+            f"INSERT INTO docs ({SCOPE_COLS}, kind, ref, text, search_text, meta, created_at, "
+            f"{VIEW_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*scope.values(), kind, ref, *stored, meta_json, to_iso(utcnow()), *cols),
         )
-        return inserted_id(cur), 1
+        doc_id = inserted_id(cur)
+        if view is not None:
+            index_view_part(conn, doc_id, text)
+        return doc_id, 1
 
     def delete_documents(self, scope: Scope, kind: str, refs: Sequence[str]) -> int:
         scope.require_concrete()
@@ -117,7 +151,13 @@ class DocumentsMixin(SQLiteBase):
 
     def _delete_docs(self, where: str, params: Sequence[object]) -> list[int]:
         """Delete the documents matching `where` (inside the caller's transaction) and return
-        their ids, read by the DELETE itself, for the in-process indexes to drop."""
+        their ids, read by the DELETE itself, for the in-process indexes to drop. The FTS5
+        entries of parts that view a blob are removed here (the triggers skip them)."""
+        conn = self._conn()
+        for row in self._execute(
+            f"SELECT id, text, {VIEW_COLS} FROM docs WHERE ({where}) AND blob IS NOT NULL", params
+        ).fetchall():
+            unindex_view_part(conn, int(row["id"]), row_text(conn, row, self._chunk_cache))
         return [r[0] for r in self._execute(f"DELETE FROM docs WHERE {where} RETURNING id", params)]
 
     def get_documents_by_ref(
@@ -134,7 +174,7 @@ class DocumentsMixin(SQLiteBase):
                 (*scope.values(), kind, *chunk),
             )
             for r in rows:
-                out[r["ref"]] = doc_of(r)
+                out[r["ref"]] = self._doc(r)
         return out
 
     def get_documents_by_refs(
@@ -156,7 +196,7 @@ class DocumentsMixin(SQLiteBase):
         )
         out: dict[tuple[Scope, str], Document] = {}
         for r in found:
-            doc = doc_of(r)
+            doc = self._doc(r)
             out[(doc.scope, doc.ref)] = doc
         return out
 
@@ -203,5 +243,5 @@ class DocumentsMixin(SQLiteBase):
             if not rows:
                 return
             for r in rows:
-                yield doc_of(r)
+                yield self._doc(r)
             last = rows[-1]["id"]

@@ -14,7 +14,7 @@ from mindpalace.scope import Scope
 from mindpalace.store.base import Document, SearchHit
 from mindpalace.store.inputs import embedding_rows
 from mindpalace.store.sqlite.connection import SQLiteBase
-from mindpalace.store.sqlite.rows import doc_of, scope_where
+from mindpalace.store.sqlite.rows import scope_where
 from mindpalace.store.vectors import GrowableVectorIndex, VectorIndex, VectorIndexFactory
 
 
@@ -215,7 +215,7 @@ class EmbeddingsMixin(SQLiteBase):
             "AND json_extract(d.meta, '$.keyword_only') IS NULL ORDER BY d.id LIMIT ?",
             (after_id, model, limit),
         )
-        return [doc_of(r) for r in rows]
+        return [self._doc(r) for r in rows]
 
     def embedding_models(self) -> dict[str, tuple[int, int]]:
         rows = self._execute(

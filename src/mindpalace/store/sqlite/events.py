@@ -11,7 +11,9 @@ from typing import Any
 from mindpalace.errors import ConcurrencyError, StoreError
 from mindpalace.scope import Scope
 from mindpalace.store.base import NewEvent, StoredEvent
+from mindpalace.store.blobs import BLOB_MIN_CHARS, SplitJson, join_json, split_json
 from mindpalace.store.inputs import event_payloads
+from mindpalace.store.sqlite.blobstore import put_blob
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import inserted_id, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
@@ -64,6 +66,15 @@ class EventsMixin(SQLiteBase):
         payloads = event_payloads(scope, stream, events)
         now = utcnow()
         now_iso = now.isoformat()  # utcnow() is timezone-aware UTC: what to_iso would check
+        # An event holding a long string (a tool message's output) keeps it in a blob, stored
+        # once (store.blobs): such an append takes the transaction path below.
+        splits = [
+            split_json(e.data, data) if len(data) >= BLOB_MIN_CHARS else None
+            for e, (_, data) in zip(events, payloads, strict=True)
+        ]
+        if any(splits):
+            return self._append_with_blobs(scope, stream, events, payloads, splits, now,
+                                           expected_version)
         if 0 < len(payloads) <= _MAX_ONE_STATEMENT:  # one statement: atomic alone, anywhere
             return self._append_statement(scope, stream, events, payloads, now, now_iso,
                                           expected_version)
@@ -83,6 +94,43 @@ class EventsMixin(SQLiteBase):
                     scope, stream, current + i, etype, events[i - 1].data, now, inserted_id(cur)
                 ))
             return out
+
+    def _append_with_blobs(
+        self, scope: Scope, stream: str, events: Sequence[NewEvent],
+        payloads: Sequence[tuple[str, str]], splits: Sequence[SplitJson | None], now: datetime,
+        expected_version: int | None,
+    ) -> list[StoredEvent]:
+        """Append in one transaction, the long strings of `splits` as blobs (each event's
+        ``data`` column holds its JSON without the string's literals, ``blob_at`` where they
+        were)."""
+        with self.transaction():
+            current = self.stream_version(scope, stream)
+            if expected_version is not None and current != expected_version:
+                raise ConcurrencyError(stream, expected_version, current)
+            conn = self._conn()
+            out: list[StoredEvent] = []
+            for i, ((etype, data), split) in enumerate(zip(payloads, splits, strict=True), 1):
+                blob = at = None
+                if split is not None:
+                    put_blob(conn, split.key, split.text)
+                    self._remember_blob(split.key, split.text)
+                    data, blob, at = split.rest, split.key, json.dumps(list(split.offsets))
+                cur = conn.execute(
+                    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at, "
+                    "blob, blob_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*scope.values(), stream, current + i, etype, data, now.isoformat(), blob, at),
+                )
+                out.append(StoredEvent(
+                    scope, stream, current + i, etype, events[i - 1].data, now, inserted_id(cur)
+                ))
+            return out
+
+    def _event_data(self, r: sqlite3.Row) -> Any:
+        """An ``events`` row's data, its long string put back from its blob when it has one."""
+        if r["blob"] is None:
+            return json.loads(r["data"])
+        text = self._blob_text(r["blob"])
+        return json.loads(join_json(r["data"], text, json.loads(r["blob_at"])))
 
     def _append_statement(
         self, scope: Scope, stream: str, events: Sequence[NewEvent],
@@ -146,10 +194,10 @@ class EventsMixin(SQLiteBase):
         same = scope if scope.concrete else None  # every row is in it: no Scope per row
         return [
             StoredEvent(
-                same or scope_of(r), r["stream"], r["version"], r["type"], json.loads(r["data"]),
+                same or scope_of(r), r["stream"], r["version"], r["type"], self._event_data(r),
                 from_iso(r["created_at"]), r["position"],
             )
-            for r in self._execute(sql, params)
+            for r in self._execute(sql, params).fetchall()
         ]
 
     def stream_version(self, scope: Scope, stream: str) -> int:

@@ -13,9 +13,10 @@ from mindpalace.errors import StoreError
 from mindpalace.scope import Scope
 from mindpalace.store.base import SearchHit
 from mindpalace.store.bm25 import PostingIndex, score_postings, top_k
+from mindpalace.store.sqlite.blobstore import row_text
 from mindpalace.store.sqlite.connection import SQLiteBase
-from mindpalace.store.sqlite.rows import doc_of, scope_where
-from mindpalace.store.textindex import build_match_query, build_trigram_query
+from mindpalace.store.sqlite.rows import scope_where
+from mindpalace.store.textindex import build_match_query, build_trigram_query, segment_for_index
 from mindpalace.textsafe import require_text
 
 EXTERNAL_TOKENS = 20_000
@@ -343,10 +344,14 @@ class KeywordSearchMixin(SQLiteBase):
     ) -> tuple[list[str], np.ndarray, np.ndarray]:
         """The word-index tokens of the documents above id `after` but those in `external`:
         (tokens, token index per occurrence, document id per occurrence)."""
-        sql = "SELECT id, search_text FROM docs WHERE id > ?"
+        sql = "SELECT id, search_text, text, blob, blob_at, blob_off, blob_len FROM docs WHERE id > ?"
         if external:
             sql += f" AND id NOT IN ({','.join(str(i) for i in external)})"
-        rows = conn.execute(sql + " ORDER BY id", (after,)).fetchall()
+        rows = [  # a part that views a blob: its indexed text is made from the blob's slice
+            (r["id"], r["search_text"] if r["blob"] is None
+             else segment_for_index(row_text(conn, r, self._chunk_cache)))
+            for r in conn.execute(sql + " ORDER BY id", (after,))
+        ]
         self._scratch_tables(conn)
         conn.execute("DELETE FROM temp.mp_ntok")
         conn.executemany("INSERT INTO temp.mp_ntok (rowid, x) VALUES (?, ?)", rows)
@@ -491,7 +496,7 @@ class KeywordSearchMixin(SQLiteBase):
         params.append(k)
         rows = self._execute(sql, params).fetchall()
         return [
-            SearchHit(doc_of(r), float(r["score"]), i, "substring") for i, r in enumerate(rows, 1)
+            SearchHit(self._doc(r), float(r["score"]), i, "substring") for i, r in enumerate(rows, 1)
         ]
 
     def _fts(
@@ -517,7 +522,7 @@ class KeywordSearchMixin(SQLiteBase):
         except sqlite3.OperationalError as exc:  # malformed MATCH can only come from a bug
             raise StoreError(f"full-text query {match!r} failed: {exc}") from exc
         return [
-            SearchHit(doc_of(r), -float(r["score"]), i, label) for i, r in enumerate(rows, 1)
+            SearchHit(self._doc(r), -float(r["score"]), i, label) for i, r in enumerate(rows, 1)
         ]
 
 

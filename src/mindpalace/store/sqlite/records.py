@@ -11,7 +11,9 @@ from typing import Any
 from mindpalace.errors import ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store.base import Record
+from mindpalace.store.blobs import blob_key
 from mindpalace.store.inputs import record_fields
+from mindpalace.store.sqlite.blobstore import put_blob
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import dumps, scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
@@ -37,11 +39,20 @@ class RecordsMixin(SQLiteBase):
             if exists and (not index or exists["type"] != record.type):
                 # the old body's search document (kind = old type) must not outlive it
                 self.delete_documents(scope, exists["type"], [record.name])
+            if exists:  # first, so a blob it held is released before the new body is stored
+                self._execute(
+                    "DELETE FROM records WHERE tenant = ? AND user = ? AND agent = ? "
+                    "AND session = ? AND name = ?", (*scope.values(), record.name),
+                )
+            key = blob_key(record.body)  # a long body: stored once, compressed (store.blobs)
+            if key is not None:
+                put_blob(self._conn(), key, record.body)
+                self._remember_blob(key, record.body)
             self._execute(
                 f"INSERT OR REPLACE INTO records ({SCOPE_COLS}, name, type, step_id, description, "
-                "created_at, body, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at, body, meta, body_blob) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (*scope.values(), record.name, record.type, record.step_id, record.description,
-                 to_iso(created), record.body, meta),
+                 to_iso(created), "" if key else record.body, meta, key),
             )
             if index:
                 text = f"{record.description}\n{record.body}" if record.description else record.body
@@ -60,8 +71,8 @@ class RecordsMixin(SQLiteBase):
         rows = self._execute(
             f"SELECT * FROM records WHERE {where} AND name IN ({marks}) ORDER BY id",
             [*params, *names],
-        )
-        return {r["name"]: _record_of(r) for r in rows}
+        ).fetchall()
+        return {r["name"]: self._record_of(r) for r in rows}
 
     def list_records(
         self, scope: Scope, *, type: str | None = None, limit: int | None = None
@@ -75,7 +86,15 @@ class RecordsMixin(SQLiteBase):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [_record_of(r) for r in self._execute(sql, params)]
+        return [self._record_of(r) for r in self._execute(sql, params).fetchall()]
+
+    def _record_of(self, r: sqlite3.Row) -> Record:
+        """A ``records`` row as a Record, its body read from its blob when it has one."""
+        body = r["body"] if r["body_blob"] is None else self._blob_text(r["body_blob"])
+        return Record(
+            scope_of(r), r["name"], r["type"], body, r["description"], r["step_id"],
+            from_iso(r["created_at"]), json.loads(r["meta"]),
+        )
 
     def delete_records(self, scope: Scope, names: Sequence[str]) -> int:
         scope.require_concrete()
@@ -148,13 +167,6 @@ class RecordsMixin(SQLiteBase):
             params.append(upper)
         rows = self._execute(sql + " ORDER BY key", params)
         return [(scope_of(r), r["key"], json.loads(r["value"])) for r in rows]
-
-
-def _record_of(r: sqlite3.Row) -> Record:
-    return Record(
-        scope_of(r), r["name"], r["type"], r["body"], r["description"], r["step_id"],
-        from_iso(r["created_at"]), json.loads(r["meta"]),
-    )
 
 
 def _prefix_upper_bound(prefix: str) -> str | None:

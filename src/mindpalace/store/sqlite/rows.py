@@ -29,7 +29,12 @@ def scope_where(scope: Scope, alias: str = "") -> tuple[str, list[object]]:
 
 # The columns a Document is built from: ``search_text`` (the segmented copy the FTS5 indexes
 # read) is never needed outside the index, so reads leave it in the file.
-DOC_COLS = "id, tenant, user, agent, session, kind, ref, text, meta, created_at"
+# A part that views a blob (``blob`` not NULL) holds only its characters outside the blob in
+# ``text``: read it through SQLiteBase._doc.
+DOC_COLS = (
+    "id, tenant, user, agent, session, kind, ref, text, meta, created_at, "
+    "blob, blob_at, blob_off, blob_len"
+)
 
 
 def scope_of(row: sqlite3.Row) -> Scope:
@@ -46,10 +51,12 @@ def stored_scope(tenant: str, user: str, agent: str, session: str) -> Scope:
     return Scope(tenant, user, agent, session)
 
 
-def doc_of(row: sqlite3.Row) -> Document:
-    """A `docs` row (at least :data:`DOC_COLS`) as a Document."""
+def doc_of(row: sqlite3.Row, text: str | None = None) -> Document:
+    """A `docs` row (at least :data:`DOC_COLS`) as a Document; `text` replaces the row's own
+    (the whole text of a part that views a blob)."""
     return Document(
-        int(row["id"]), scope_of(row), row["kind"], row["ref"], row["text"],
+        int(row["id"]), scope_of(row), row["kind"], row["ref"],
+        row["text"] if text is None else text,
         json.loads(row["meta"]), from_iso(row["created_at"]),
     )
 

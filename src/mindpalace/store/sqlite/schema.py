@@ -85,7 +85,80 @@ MIGRATIONS: list[str] = [
     INSERT INTO meta (key, value) VALUES ('index_generation', 0);
     INSERT INTO meta (key, value) VALUES ('embedding_rowid', (SELECT coalesce(max(rowid), 0) FROM embeddings));
     """,
+    # v4: large texts stored once (mindpalace.store.blobs, .sqlite.blobstore): a record body,
+    # an event's big JSON string and a long document's parts refer to one compressed,
+    # content-addressed blob. The docs triggers index only rows without a blob (a part that
+    # views a blob is indexed by the store, which holds its text); a blob goes with the
+    # statement that removes its last reference (recursive_triggers is on, so REPLACE counts).
+    # Existing large rows are converted after this script (blobstore.convert_existing).
+    """
+    CREATE TABLE blobs (hash TEXT PRIMARY KEY, chars INTEGER NOT NULL, chunk_chars INTEGER NOT NULL);
+    CREATE TABLE blob_chunks (
+        hash TEXT NOT NULL, seq INTEGER NOT NULL, codec INTEGER NOT NULL, data BLOB NOT NULL,
+        PRIMARY KEY (hash, seq)
+    );
+    ALTER TABLE records ADD COLUMN body_blob TEXT;
+    ALTER TABLE events ADD COLUMN blob TEXT;
+    ALTER TABLE events ADD COLUMN blob_at TEXT;
+    ALTER TABLE docs ADD COLUMN blob TEXT;
+    ALTER TABLE docs ADD COLUMN blob_at INTEGER;
+    ALTER TABLE docs ADD COLUMN blob_off INTEGER;
+    ALTER TABLE docs ADD COLUMN blob_len INTEGER;
+    CREATE INDEX records_blob ON records (body_blob) WHERE body_blob IS NOT NULL;
+    CREATE INDEX events_blob ON events (blob) WHERE blob IS NOT NULL;
+    CREATE INDEX docs_blob ON docs (blob) WHERE blob IS NOT NULL;
+    DROP TRIGGER docs_ai;
+    DROP TRIGGER docs_ad;
+    DROP TRIGGER docs_au;
+    CREATE TRIGGER docs_ai AFTER INSERT ON docs WHEN new.blob IS NULL BEGIN
+        INSERT INTO docs_fts (rowid, search_text) VALUES (new.id, new.search_text);
+        INSERT INTO docs_tri (rowid, text) VALUES (new.id, new.text);
+    END;
+    CREATE TRIGGER docs_ad AFTER DELETE ON docs WHEN old.blob IS NULL BEGIN
+        INSERT INTO docs_fts (docs_fts, rowid, search_text) VALUES ('delete', old.id, old.search_text);
+        INSERT INTO docs_tri (docs_tri, rowid, text) VALUES ('delete', old.id, old.text);
+    END;
+    CREATE TRIGGER docs_au AFTER UPDATE ON docs BEGIN
+        INSERT INTO docs_fts (docs_fts, rowid, search_text)
+            SELECT 'delete', old.id, old.search_text WHERE old.blob IS NULL;
+        INSERT INTO docs_tri (docs_tri, rowid, text)
+            SELECT 'delete', old.id, old.text WHERE old.blob IS NULL;
+        INSERT INTO docs_fts (rowid, search_text) SELECT new.id, new.search_text WHERE new.blob IS NULL;
+        INSERT INTO docs_tri (rowid, text) SELECT new.id, new.text WHERE new.blob IS NULL;
+    END;
+    CREATE TRIGGER records_blob_gc AFTER DELETE ON records WHEN old.body_blob IS NOT NULL BEGIN
+        DELETE FROM blobs WHERE hash = old.body_blob
+            AND NOT EXISTS (SELECT 1 FROM records WHERE body_blob = old.body_blob)
+            AND NOT EXISTS (SELECT 1 FROM events WHERE blob = old.body_blob)
+            AND NOT EXISTS (SELECT 1 FROM docs WHERE blob = old.body_blob);
+    END;
+    CREATE TRIGGER events_blob_gc AFTER DELETE ON events WHEN old.blob IS NOT NULL BEGIN
+        DELETE FROM blobs WHERE hash = old.blob
+            AND NOT EXISTS (SELECT 1 FROM records WHERE body_blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM events WHERE blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM docs WHERE blob = old.blob);
+    END;
+    CREATE TRIGGER docs_blob_gc AFTER DELETE ON docs WHEN old.blob IS NOT NULL BEGIN
+        DELETE FROM blobs WHERE hash = old.blob
+            AND NOT EXISTS (SELECT 1 FROM records WHERE body_blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM events WHERE blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM docs WHERE blob = old.blob);
+    END;
+    CREATE TRIGGER docs_blob_gc_update AFTER UPDATE OF blob ON docs
+        WHEN old.blob IS NOT NULL AND old.blob IS NOT new.blob BEGIN
+        DELETE FROM blobs WHERE hash = old.blob
+            AND NOT EXISTS (SELECT 1 FROM records WHERE body_blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM events WHERE blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM docs WHERE blob = old.blob);
+    END;
+    CREATE TRIGGER blobs_ad AFTER DELETE ON blobs BEGIN
+        DELETE FROM blob_chunks WHERE hash = old.hash;
+    END;
+    """,
 ]
+
+# Data steps run after a migration's script, inside the same transaction (by version).
+DATA_STEPS: dict[int, str] = {4: "convert_existing"}
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -144,6 +217,10 @@ def migrate(conn: sqlite3.Connection, path: Path, fts_tokenizer: str) -> None:
         script = MIGRATIONS[version - 1].replace("{fts_tokenizer}", fts_tokenizer.replace("'", ""))
         for statement in split_sql(script):
             conn.execute(statement)
+        if version in DATA_STEPS:
+            from mindpalace.store.sqlite import blobstore  # the data step's code
+
+            getattr(blobstore, DATA_STEPS[version])(conn)
         conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
 
 
