@@ -10,7 +10,9 @@ Printed per case: output size, write seconds, the first recall after it (what th
 "recall afterwards took 102 s" measured) and the p50 of 5 more, the first recall after
 reopening the workspace (the in-process keyword index built from scratch), whether the tail phrase was
 found by recall (top 5) and by the store's keyword index alone (with its time), database growth (``page_count × page_size``, WAL included) and peak RSS (before the reopen,
-which loads the embedder a second time). The added
+which loads the embedder a second time), the output's raw UTF-8 size and its size compressed
+as the store compresses a blob, and the growth's share of the two FTS5 indexes (``dbstat``);
+"growth − index vs compressed" = (growth − both indexes) / compressed size. The added
 latency = first recall after the huge output − first recall after the small one (target
 issue 16: under 1 s for 50 MB).
 
@@ -29,12 +31,44 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mindpalace.testing.workload import TAIL_PHRASE, log_output
+
+INDEX_PREFIXES = {"word index": "docs_fts", "trigram index": "docs_tri"}
+"""dbstat object-name prefixes of the FTS5 indexes (their shadow tables)."""
+
+STORE_CHUNK_CHARS = 65_536
+STORE_ZLIB_LEVEL = 1
+"""The store's blob codec (mindpalace.store.blobs): zlib level 1 per 64 Ki-character chunk;
+repeated here so the bench also runs against a checkout without blobs (the baseline)."""
+
+
+def compressed_bytes(text: str) -> int:
+    """Bytes of `text` compressed as the store compresses a blob (each chunk kept raw when
+    zlib would not save space)."""
+    total = 0
+    for start in range(0, len(text), STORE_CHUNK_CHARS):
+        raw = text[start:start + STORE_CHUNK_CHARS].encode("utf-8")
+        total += min(len(raw), len(zlib.compress(raw, STORE_ZLIB_LEVEL)))
+    return total
+
+
+def object_bytes(path: Path) -> dict[str, int]:
+    """Bytes per group of database objects (``dbstat``): each FTS5 index, the rest."""
+    conn = sqlite3.connect(path)
+    try:
+        out = dict.fromkeys([*INDEX_PREFIXES, "rows and blobs"], 0)
+        for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
+            group = next((g for g, p in INDEX_PREFIXES.items() if name.startswith(p)), "rows and blobs")
+            out[group] += int(size)
+        return out
+    finally:
+        conn.close()
 
 
 def db_bytes(path: Path) -> int:
@@ -55,6 +89,7 @@ def run_case(chars: int, path: str, embed: str, context: int) -> dict[str, Any]:
                              for i in range(context)])
         s.recall("warm up", k=5)  # loads the model, embeds the context
         before = db_bytes(Path(tmp) / "memory.db")
+        objects_before = object_bytes(Path(tmp) / "memory.db")
         text = log_output(chars)
         start = time.perf_counter()
         if path == "step":
@@ -79,6 +114,7 @@ def run_case(chars: int, path: str, embed: str, context: int) -> dict[str, Any]:
             s.recall(q, k=5)
             more.append(time.perf_counter() - start)
         grown = db_bytes(Path(tmp) / "memory.db") - before
+        objects = {k: v - objects_before[k] for k, v in object_bytes(Path(tmp) / "memory.db").items()}
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before a 2nd model
         with Memory.open(tmp, embed={"provider": embed}) as again:  # a restarted agent
             reopened = again.session("payload", user="bench", agent="a0")
@@ -92,7 +128,8 @@ def run_case(chars: int, path: str, embed: str, context: int) -> dict[str, Any]:
         "path": path, "chars": len(text), "write_s": write_s, "recall_after_s": first_s,
         "recall_p50_s": statistics.median(more), "found_tail": found,
         "keyword_tail": in_index, "keyword_s": keyword_s, "db_growth_bytes": grown,
-        "peak_rss_bytes": peak,
+        "peak_rss_bytes": peak, "raw_bytes": len(text.encode("utf-8")),
+        "compressed_bytes": compressed_bytes(text), "growth_by_object": objects,
     }
 
 
@@ -141,10 +178,12 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                         f"{args.context} context messages; baseline = the small output, same run")
     for col in ("recorded as", "output", "write (s)", "first recall after (s)", "recall p50 (s)",
                 "added latency vs small (s)", "first recall after reopen (s)", "tail in recall top 5",
-                "tail in keyword index (s)", "DB growth (MB)", "peak RSS (MB)"):
+                "tail in keyword index (s)", "raw / compressed output (MB)", "DB growth (MB)",
+                "of it: word / trigram index (MB)", "growth − index vs compressed", "peak RSS (MB)"):
         table.add_column(col, justify="left" if col == "recorded as" else "right")
     for r in rows:
         added = r.get("added_latency_s")
+        word, tri = r["growth_by_object"]["word index"], r["growth_by_object"]["trigram index"]
         table.add_row(
             "step tool output" if r["path"] == "step" else "tool message",
             f"{r['chars'] / 1e6:.3f} MB" if r["chars"] >= 100_000 else f"{r['chars']:,} chars",
@@ -152,7 +191,11 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             "baseline" if added is None else f"{added:+.3f} ({'met' if added < 1 else 'MISSED'} < 1 s)",
             f"{r['reopen_recall_s']:.3f}",
             "yes" if r["found_tail"] else "NO",
-            f"{'yes' if r['keyword_tail'] else 'NO'} ({r['keyword_s']:.3f})", f"{r['db_growth_bytes'] / 1e6:.1f}",
+            f"{'yes' if r['keyword_tail'] else 'NO'} ({r['keyword_s']:.3f})",
+            f"{r['raw_bytes'] / 1e6:.2f} / {r['compressed_bytes'] / 1e6:.2f}",
+            f"{r['db_growth_bytes'] / 1e6:.1f}",
+            f"{word / 1e6:.1f} / {tri / 1e6:.1f}",
+            f"{(r['db_growth_bytes'] - word - tri) / r['compressed_bytes']:.2f}×",
             f"{r['peak_rss_bytes'] / 1e6:.0f}",
         )
     Console(width=200).print(table)
