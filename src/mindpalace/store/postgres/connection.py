@@ -145,6 +145,19 @@ class PostgresBase(Store):
             raise StoreBusyError(f"{self._where}: no free connection within "
                                  f"{self.settings.pool_timeout_seconds:g}s") from exc
 
+    def _blob_text(self, key: str) -> str:
+        """The whole text of blob `key` (:mod:`.blobstore`).
+
+        Raises:
+            StoreError: the blob is missing or cannot be decoded (a damaged database).
+        """
+        from mindpalace.store.postgres.blobstore import read_text
+
+        try:
+            return self._run(lambda c: read_text(c, key))
+        except (LookupError, ValueError) as exc:
+            raise StoreError(f"{self._where}: stored text is damaged: {exc}") from exc
+
     def _xact_lock(self, conn: psycopg.Connection[Any], *parts: object) -> None:
         """A transaction-level advisory lock on what `parts` name (released at commit)."""
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key(*parts),))

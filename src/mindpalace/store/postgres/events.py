@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from mindpalace.errors import ConcurrencyError
 from mindpalace.scope import Scope
 from mindpalace.store.base import NewEvent, StoredEvent
+from mindpalace.store.blobs import BLOB_MIN_CHARS, join_json, split_json
 from mindpalace.store.inputs import event_payloads
+from mindpalace.store.postgres.blobstore import put_blob
 from mindpalace.store.postgres.connection import PostgresBase, exact_scope, scope_of, scope_where
 from mindpalace.store.postgres.schema import SCOPE_COLS
 from mindpalace.timeutil import utcnow
@@ -19,9 +22,10 @@ _VERSION = ("SELECT coalesce(max(version), 0) FROM mp_events WHERE tenant = %s A
 _HEAD = ("SELECT version, position FROM mp_events WHERE tenant = %s AND user_id = %s "
          "AND agent = %s AND session_id = %s AND stream = %s ORDER BY version DESC LIMIT 1")
 # One statement for the whole batch: versions, types and data arrive as three arrays.
-_INSERT = (f"INSERT INTO mp_events ({SCOPE_COLS}, stream, version, type, data, created_at) "
-           "SELECT %s, %s, %s, %s, %s, v, t, d, %s "
-           "FROM unnest(%s::integer[], %s::text[], %s::text[]) AS x(v, t, d) "
+_INSERT = (f"INSERT INTO mp_events ({SCOPE_COLS}, stream, version, type, data, created_at, "
+           "blob, blob_at) SELECT %s, %s, %s, %s, %s, v, t, d, %s, b, c "
+           "FROM unnest(%s::integer[], %s::text[], %s::text[], %s::text[], %s::text[]) "
+           "AS x(v, t, d, b, c) "
            "RETURNING version, position")
 
 
@@ -56,9 +60,20 @@ class EventsMixin(PostgresBase):
             if expected_version is not None and current != expected_version:
                 raise ConcurrencyError(stream, expected_version, current)
             versions = list(range(current + 1, current + 1 + len(payloads)))
+            # An event holding a long string (a tool message's output) keeps it in a blob,
+            # stored once (store.blobs): its data column holds the JSON without it.
+            datas, blobs, cuts = [], [], []
+            for e, (_, data) in zip(events, payloads, strict=True):
+                split = split_json(e.data, data) if len(data) >= BLOB_MIN_CHARS else None
+                if split is not None:
+                    put_blob(conn, split.key, split.text)
+                    data = split.rest
+                datas.append(data)
+                blobs.append(None if split is None else split.key)
+                cuts.append(None if split is None else json.dumps(list(split.offsets)))
             rows = conn.execute(_INSERT, (
                 *scope.values(), stream, now, versions, [t for t, _ in payloads],
-                [d for _, d in payloads])).fetchall()
+                datas, blobs, cuts)).fetchall()
         position = {int(v): int(p) for v, p in rows}
         # previous: the head found under the stream's lock, then each new row's predecessor
         return [StoredEvent(scope, stream, v, t, e.data, now, position[v],
@@ -75,7 +90,8 @@ class EventsMixin(PostgresBase):
         limit: int | None = None,
     ) -> list[StoredEvent]:
         where, params = scope_where(scope)
-        sql = (f"SELECT {SCOPE_COLS}, stream, version, type, data, created_at, position "
+        sql = (f"SELECT {SCOPE_COLS}, stream, version, type, data, created_at, position, "
+               "blob, blob_at "
                f"FROM mp_events WHERE {where} AND stream = %s AND version >= %s")
         params += [stream, from_version]
         if to_version is not None:
@@ -85,8 +101,15 @@ class EventsMixin(PostgresBase):
         if limit is not None:
             sql += " LIMIT %s"
             params.append(max(limit, 0))
-        return [StoredEvent(scope_of(r), r[4], int(r[5]), r[6], json.loads(r[7]), r[8], int(r[9]))
+        return [StoredEvent(scope_of(r), r[4], int(r[5]), r[6], self._event_data(r), r[8],
+                            int(r[9]))
                 for r in self._all(sql, params)]
+
+    def _event_data(self, r: Sequence[Any]) -> Any:
+        """A read row's data, its long string put back from its blob when it has one."""
+        if r[10] is None:
+            return json.loads(r[7])
+        return json.loads(join_json(r[7], self._blob_text(r[10]), json.loads(r[11])))
 
     def stream_version(self, scope: Scope, stream: str) -> int:
         scope.require_concrete()

@@ -9,8 +9,10 @@ from typing import Any
 from mindpalace.errors import ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store.base import Record
+from mindpalace.store.blobs import blob_key
 from mindpalace.store.codec import dumps
 from mindpalace.store.inputs import record_fields
+from mindpalace.store.postgres.blobstore import put_blob
 from mindpalace.store.postgres.connection import PostgresBase, exact_scope, scope_of, scope_where
 from mindpalace.store.postgres.schema import SCOPE_COLS
 from mindpalace.textsafe import require_text
@@ -44,11 +46,14 @@ class RecordsMixin(PostgresBase):
                 # replaced, not updated: an overwritten record is the newest (as on SQLite)
                 conn.execute(f"DELETE FROM mp_records WHERE {where} AND name = %s",
                              [*params, record.name])
+            key = blob_key(record.body)  # a long body: stored once, compressed (store.blobs)
+            if key is not None:
+                put_blob(conn, key, record.body)
             conn.execute(
-                f"INSERT INTO mp_records ({_RECORD_COLS}) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*scope.values(), record.name, record.type, record.body, record.description,
-                 record.step_id, created, meta))
+                f"INSERT INTO mp_records ({_RECORD_COLS}, body_blob) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*scope.values(), record.name, record.type, "" if key else record.body,
+                 record.description, record.step_id, created, meta, key))
             if index:
                 text = f"{record.description}\n{record.body}" if record.description else record.body
                 self.index_document(scope, record.type, record.name, text,
@@ -60,15 +65,15 @@ class RecordsMixin(PostgresBase):
         if not names:
             return {}
         where, params = scope_where(scope)
-        rows = self._all(f"SELECT {_RECORD_COLS} FROM mp_records WHERE {where} "
+        rows = self._all(f"SELECT {_RECORD_COLS}, body_blob FROM mp_records WHERE {where} "
                          "AND name = ANY(%s) ORDER BY id", [*params, list(names)])
-        return {r[4]: _record_of(r) for r in rows}
+        return {r[4]: self._record_of(r) for r in rows}
 
     def list_records(
         self, scope: Scope, *, type: str | None = None, limit: int | None = None
     ) -> list[Record]:
         where, params = scope_where(scope)
-        sql = f"SELECT {_RECORD_COLS} FROM mp_records WHERE {where}"
+        sql = f"SELECT {_RECORD_COLS}, body_blob FROM mp_records WHERE {where}"
         if type is not None:
             sql += " AND type = %s"
             params.append(type)
@@ -76,7 +81,13 @@ class RecordsMixin(PostgresBase):
         if limit is not None:
             sql += " LIMIT %s"
             params.append(max(limit, 0))
-        return [_record_of(r) for r in self._all(sql, params)]
+        return [self._record_of(r) for r in self._all(sql, params)]
+
+    def _record_of(self, r: Sequence[Any]) -> Record:
+        """A row of :data:`_RECORD_COLS` + ``body_blob`` as a Record, its body read from its
+        blob when it has one."""
+        body = r[6] if r[11] is None else self._blob_text(r[11])
+        return Record(scope_of(r), r[4], r[5], body, r[7], r[8], r[9], json.loads(r[10]))
 
     def delete_records(self, scope: Scope, names: Sequence[str]) -> int:
         where, params = exact_scope(scope)
@@ -124,6 +135,3 @@ class RecordsMixin(PostgresBase):
         rows = self._all(sql + " ORDER BY key, tenant, user_id, agent, session_id", params)
         return [(scope_of(r), r[4], json.loads(r[5])) for r in rows]
 
-
-def _record_of(r: Sequence[Any]) -> Record:
-    return Record(scope_of(r), r[4], r[5], r[6], r[7], r[8], r[9], json.loads(r[10]))

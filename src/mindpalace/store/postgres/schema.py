@@ -68,7 +68,50 @@ MIGRATIONS: list[str] = [
     CREATE TABLE mp_meta (key text PRIMARY KEY, value bigint NOT NULL);
     INSERT INTO mp_meta (key, value) VALUES ('search_generation', 0);
     """,
+    # v2: large texts stored once (mindpalace.store.blobs, .postgres.blobstore): a record body
+    # and an event's big JSON string refer to one compressed, content-addressed blob, deleted
+    # with its last reference. Existing large rows are converted by the migration's data step.
+    """
+    CREATE TABLE mp_blobs (
+        hash text COLLATE "C" PRIMARY KEY, chars bigint NOT NULL, chunk_chars integer NOT NULL
+    );
+    CREATE TABLE mp_blob_chunks (
+        hash text COLLATE "C" NOT NULL REFERENCES mp_blobs (hash) ON DELETE CASCADE,
+        seq integer NOT NULL, codec smallint NOT NULL, data bytea NOT NULL,
+        PRIMARY KEY (hash, seq)
+    );
+    ALTER TABLE mp_blob_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+    ALTER TABLE mp_records ADD COLUMN body_blob text COLLATE "C" REFERENCES mp_blobs (hash);
+    ALTER TABLE mp_events ADD COLUMN blob text COLLATE "C" REFERENCES mp_blobs (hash);
+    ALTER TABLE mp_events ADD COLUMN blob_at text;
+    CREATE INDEX mp_records_blob ON mp_records (body_blob) WHERE body_blob IS NOT NULL;
+    CREATE INDEX mp_events_blob ON mp_events (blob) WHERE blob IS NOT NULL;
+    CREATE FUNCTION mp_blob_release(h text) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_advisory_xact_lock(hashtext(current_schema() || ':mp_blob:' || h));
+        DELETE FROM mp_blobs WHERE hash = h
+            AND NOT EXISTS (SELECT 1 FROM mp_records WHERE body_blob = h)
+            AND NOT EXISTS (SELECT 1 FROM mp_events WHERE blob = h);
+    END $$;
+    CREATE FUNCTION mp_records_blob_gc() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF OLD.body_blob IS NOT NULL THEN PERFORM mp_blob_release(OLD.body_blob); END IF;
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION mp_events_blob_gc() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF OLD.blob IS NOT NULL THEN PERFORM mp_blob_release(OLD.blob); END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER mp_records_blob_gc AFTER DELETE OR UPDATE OF body_blob ON mp_records
+        FOR EACH ROW EXECUTE FUNCTION mp_records_blob_gc();
+    CREATE TRIGGER mp_events_blob_gc AFTER DELETE OR UPDATE OF blob ON mp_events
+        FOR EACH ROW EXECUTE FUNCTION mp_events_blob_gc();
+    """,
 ]
+
+# Data steps run after a migration's script, in the same transaction (by version).
+DATA_STEPS: dict[int, str] = {2: "convert_existing"}
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -101,4 +144,8 @@ def migrate(conn: Any, where: str) -> None:
             raise SchemaVersionError(where, current, SCHEMA_VERSION)
         for version in range(current + 1, SCHEMA_VERSION + 1):
             conn.execute(MIGRATIONS[version - 1])
+            if version in DATA_STEPS:
+                from mindpalace.store.postgres import blobstore  # the data step's code
+
+                getattr(blobstore, DATA_STEPS[version])(conn)
             conn.execute("INSERT INTO mp_schema_version (version) VALUES (%s)", (version,))

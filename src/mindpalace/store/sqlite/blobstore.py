@@ -188,7 +188,11 @@ def convert_existing(conn: sqlite3.Connection) -> None:
     schema-v4 migration's data step, inside its transaction). Long document texts are
     reassembled from their parts; a part viewing a record's or event's blob of the same scope
     shares it. Reads every large row once; the FTS5 entries of converted parts stay as they
-    are (their text does not change)."""
+    are (their text does not change).
+
+    Search text: a converted part's ``search_text`` column is emptied like a new part's; its
+    FTS5 rows were built from the segmented text, which :func:`unindex_view_part` rebuilds
+    from the view when the part is deleted or changed."""
     previous = conn.row_factory
     conn.row_factory = sqlite3.Row
     try:
@@ -232,6 +236,21 @@ def _convert(conn: sqlite3.Connection) -> None:
 def _convert_documents(
     conn: sqlite3.Connection, by_scope: dict[tuple[str, ...], dict[str, str]]
 ) -> None:
+    # The text of a converted part does not change, so its FTS5 entries stay as they are:
+    # the update trigger (which would delete them, leaving delete markers in the indexes) is
+    # set aside while the rows are rewritten, and made again from its own SQL.
+    trigger = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' "
+                           "AND name = 'docs_au'").fetchone()[0]
+    conn.execute("DROP TRIGGER docs_au")
+    try:
+        _convert_parts(conn, by_scope)
+    finally:
+        conn.execute(trigger)
+
+
+def _convert_parts(
+    conn: sqlite3.Connection, by_scope: dict[tuple[str, ...], dict[str, str]]
+) -> None:
     heads = conn.execute(
         "SELECT id, tenant, user, agent, session, kind, ref, text, meta FROM docs "
         "WHERE json_extract(meta, '$.part') = 1 OR length(text) >= ?",
@@ -262,17 +281,14 @@ def _convert_documents(
         views, used = document_views(conn, text, texts, by_scope.get(scope, {}).items())
         if used is None:
             continue
-        for doc_id, part, view in zip(ids, texts, views, strict=True):
+        for doc_id, view in zip(ids, views, strict=True):
             if view is None:
                 continue
-            # The update trigger drops the inline row's FTS5 entries; the same text is
-            # indexed again for the row that now views the blob.
             conn.execute(
                 f"UPDATE docs SET text = ?, search_text = '', ({VIEW_COLS}) = (?, ?, ?, ?) "
                 "WHERE id = ?",
                 (view.stored, *view_values(used[0], view), doc_id),
             )
-            index_view_part(conn, doc_id, part)
 
 
 def view_values(key: str, view: PartView | None) -> tuple[str | None, int | None, int | None,
