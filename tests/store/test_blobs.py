@@ -321,3 +321,29 @@ def test_postgres_migration_converts_large_rows(pg_url: str, seed: str) -> None:
         assert blob_rows(store) == (0, 0)
     finally:
         store.close()
+
+
+def test_doctor_checks_and_exports_blob_rows_whole(tmp_path: Path) -> None:
+    """A healthy database with blobs checks ok (an event's cut JSON is not 'invalid'), and
+    the export holds the long texts whole."""
+    from mindpalace.store.sqlite.doctor import check_database
+
+    text = log_output(200_000) + " ünïcødé"
+    store = SQLiteStore(tmp_path / "memory.db")
+    try:
+        store.put_record(Record(SCOPE, "out", "output", text, "d"))
+        with store.transaction():
+            store.append_events(SCOPE, "messages", [NewEvent("message", {
+                "message": {"role": "tool", "content": text}})])
+            store.index_document(SCOPE, "message", "1", f"tool: {text}")
+    finally:
+        store.close()
+    check = check_database(tmp_path / "memory.db", export=tmp_path / "export")
+    assert check.ok and not check.problems
+    rows = {t: [json.loads(line) for line in (tmp_path / "export" / f"{t}.jsonl").read_text().splitlines()]
+            for t in ("records", "events", "docs", "messages")}
+    assert [r["body"] for r in rows["records"]] == [text]
+    assert [r["data"]["message"]["content"] for r in rows["events"]] == [text]
+    assert [m["message"]["content"] for m in rows["messages"]] == [text]
+    parts = sorted((r for r in rows["docs"] if r["kind"] == "message"), key=lambda r: r["meta"]["part"])
+    assert "".join(r["text"] for r in parts) == f"tool: {text}"

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mindpalace.store.blobs import join_json, view_text
+from mindpalace.store.sqlite.blobstore import read_slice
+
 EXPORT_TABLES = ("events", "records", "kv", "docs")
 """Tables exported, as ``<table>.jsonl``; vectors are not (``mindpalace embed sync`` rebuilds them)."""
 _JSON_COLUMNS = frozenset({"data", "value", "meta"})
@@ -106,8 +109,19 @@ def _unparseable_values(conn: sqlite3.Connection, cap: int) -> list[str]:
             json_cols = [c for c in columns if c in _JSON_COLUMNS]
             if not json_cols:
                 continue
-            rows = conn.execute(f"SELECT rowid, {', '.join(json_cols)} FROM {table}")
+            blob = table == "events" and "blob" in columns  # schema v4: data may be cut
+            extra = ", blob, blob_at" if blob else ""
+            rows = conn.execute(f"SELECT rowid, {', '.join(json_cols)}{extra} FROM {table}")
             for rowid, *values in rows:
+                if blob:
+                    key, cuts = values[-2:]
+                    values = values[:-2]
+                    if key is not None:
+                        try:
+                            values[json_cols.index("data")] = _joined(conn, values[json_cols.index("data")], key, cuts)
+                        except (LookupError, ValueError, sqlite3.Error) as exc:
+                            out.append(f"{table} row {rowid}: its stored text is unreadable ({exc})")
+                            continue
                 for col, value in zip(json_cols, values, strict=True):
                     if not isinstance(value, str):
                         continue
@@ -141,6 +155,7 @@ def _export(conn: sqlite3.Connection, folder: Path, check: DatabaseCheck) -> Non
             written = 0
             with open(folder / f"{table}.jsonl", "w", encoding="utf-8") as out:
                 for row in _readable_rows(conn, table, check):
+                    row = _with_blob_text(conn, table, row, check)
                     out.write(json.dumps(row, ensure_ascii=False, default=repr) + "\n")
                     written += 1
                     if table == "events" and row.get("stream") == "messages" and isinstance(row.get("data"), dict):
@@ -204,4 +219,29 @@ def _row(columns: list[str], values: Any) -> dict[str, Any]:
         if isinstance(row[col], str):
             with suppress(ValueError, RecursionError):  # not JSON (or hostile nesting): kept as text
                 row[col] = json.loads(row[col])
+    return row
+
+
+def _joined(conn: sqlite3.Connection, data: str, key: str, cuts: str) -> str:
+    """An event's JSON text with its long string put back from blob `key` (schema v4)."""
+    return join_json(data, read_slice(conn, key, 0, -1), json.loads(cuts))
+
+
+def _with_blob_text(
+    conn: sqlite3.Connection, table: str, row: dict[str, Any], check: DatabaseCheck
+) -> dict[str, Any]:
+    """`row` with the long text it keeps in a blob (schema v4) put back: a record's body, an
+    event's data, a document part's text. An unreadable blob is a problem; the row is
+    exported as stored."""
+    try:
+        if table == "records" and row.get("body_blob"):
+            row["body"] = read_slice(conn, row["body_blob"], 0, -1)
+        elif table == "events" and row.get("blob"):
+            data = row["data"] if isinstance(row["data"], str) else json.dumps(row["data"])
+            row["data"] = json.loads(_joined(conn, data, row["blob"], row["blob_at"]))
+        elif table == "docs" and row.get("blob"):
+            piece = read_slice(conn, row["blob"], int(row["blob_off"]), int(row["blob_len"]))
+            row["text"] = view_text(row["text"], int(row["blob_at"]), piece)
+    except (LookupError, ValueError, RecursionError, sqlite3.Error) as exc:
+        check.problems.append(f"{table}: a row's stored text is unreadable ({exc})")
     return row
