@@ -5,6 +5,8 @@
 * :mod:`.connection` — per-thread connections, busy retries, transactions, stats;
 * :mod:`.schema` — the numbered migrations and the too-new-schema check;
 * :mod:`.events`, :mod:`.records` (records and key/value), :mod:`.documents`;
+* :mod:`.blobstore` — long texts stored once, compressed, in content-addressed blobs that
+  record bodies, event JSON and document parts refer to;
 * :mod:`.fulltext` — keyword search (FTS5 and the in-process BM25 cache);
 * :mod:`.embeddings` — vectors and vector search.
 """
