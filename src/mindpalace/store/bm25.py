@@ -427,8 +427,12 @@ class PostingIndex:
         view.refresh(self.doc_len)
         if view.n_docs == 0 or k <= 0:
             return []
-        # Scope-local positions: scores are computed over the scope's documents only.
         got = extra or {}
+        if view.n_docs >= PRUNE_MIN_DOCS and not any(t in got for t in tokens):
+            pruned = self._top_pruned(tokens, view, k, max_df_ratio)
+            if pruned is not None:
+                return pruned
+        # Scope-local positions: scores are computed over the scope's documents only.
         postings = [self.postings(token, view, got.get(token)) for token in tokens]
         scope_pos = view.positions
         score = score_postings(  # lengths enter through the scope's cached norm
@@ -436,6 +440,76 @@ class PostingIndex:
             norm=view.norm,
         )
         return top_k(score, self.doc_ids[scope_pos], k)
+
+
+    def _all_postings(self, token: str) -> tuple[np.ndarray, np.ndarray]:
+        """(index positions ascending int32, term frequencies float32) of `token` over the
+        whole index (every scope, deleted documents included)."""
+        start, end = self.main.starts.get(token, (0, 0))
+        idx, tf = self.main.post_doc[start:end], self.main.post_tf[start:end]
+        side = self.delta.get(token)
+        if side is not None:  # appended later: positions above the main segment's
+            idx = np.concatenate([idx, np.asarray(side[0], np.int32)])
+            tf = np.concatenate([tf, np.asarray(side[1], np.float32)])
+        return idx, tf
+
+    def _top_pruned(
+        self, tokens: Sequence[str], view: _ScopeView, k: int, max_df_ratio: float | None
+    ) -> list[tuple[int, float]] | None:
+        """:meth:`top` without scoring every document that holds a common term (MaxScore).
+
+        A term adds at most idf·(K1 + 1) to a score. The documents holding one of the rarer
+        terms are scored exactly (the common terms' frequencies looked up by binary search in
+        their posting lists, terms added in query order: the same float64 arithmetic as the
+        dense loop); when the k-th best of them scores above the sum of the common terms'
+        bounds, no other document can reach it (a tie would need that score too), so their
+        top k is the top k. Else None: the caller scores densely. Same ids, scores and order.
+        """
+        mask = view.mask.a
+        lists = [self._all_postings(token) for token in tokens]
+        dfs = [int(np.count_nonzero(mask[idx])) for idx, _ in lists]  # the scope's n
+        terms = list(range(len(lists)))
+        if max_df_ratio is not None and len(terms) > 1:  # as score_postings drops terms
+            keep = [t for t in terms if dfs[t] <= max_df_ratio * view.n_docs]
+            terms = keep or [int(np.argmin(dfs))]
+        terms = [t for t in terms if dfs[t] > 0]
+        if len(terms) < 2:
+            return None
+        weights = {t: idf(view.n_docs, dfs[t]) for t in terms}
+        by_bound = sorted(terms, key=lambda t: (weights[t], t))  # commonest first
+        for common in range(len(terms) - 1, 0, -1):  # fewest candidates first
+            rare = by_bound[common:]
+            if sum(dfs[t] for t in rare) > max(PRUNE_MAX_CANDIDATES, 4 * k):
+                return None
+            bound = sum(weights[t] for t in by_bound[:common]) * (K1 + 1.0)
+            cand = np.unique(np.concatenate(
+                [lists[t][0][mask[lists[t][0]]] for t in rare]
+            ))
+            if cand.shape[0] < k:
+                continue
+            norm = view.norm[view.local[cand]]
+            score = np.zeros(cand.shape[0], dtype=np.float64)
+            for t in terms:  # query order: the dense loop's order of additions
+                idx, tf_all = lists[t]
+                at = np.minimum(np.searchsorted(idx, cand), max(idx.shape[0] - 1, 0))
+                hit = np.flatnonzero(idx[at] == cand)
+                tf = tf_all[at[hit]].astype(np.float64)
+                score[hit] += weights[t] * (tf * (K1 + 1.0)) / (tf + norm[hit])
+            positive = score[score > 0.0]
+            if positive.shape[0] < k:
+                continue
+            kth = float(np.partition(positive, positive.shape[0] - k)[positive.shape[0] - k])
+            if kth > bound * (1.0 + 1e-9) + 1e-12:
+                return top_k(score, self.doc_ids[cand], k)
+        return None
+
+
+PRUNE_MIN_DOCS = 50_000
+"""Scopes from which :meth:`PostingIndex.top` tries MaxScore pruning (below it the dense
+pass over the scope is cheap)."""
+
+PRUNE_MAX_CANDIDATES = 200_000
+"""Postings of the rarer terms above which pruning gives up (the dense pass is as cheap)."""
 
 
 def _collapse(
