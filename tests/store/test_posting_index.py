@@ -128,3 +128,29 @@ def test_pruning_answers_a_query_with_a_rare_and_a_common_word() -> None:
     took = index._top_pruned(["rare", "common", "often"], view, 10, None)
     assert took is not None and took == index.top(["rare", "common", "often"], view, 10)
     assert {d for d, _ in took} <= {d for d in docs if d % 97 == 0}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_view_extended_by_appends_scores_as_a_fresh_view(seed: int) -> None:
+    """The scope statistics extended in place after appends (no removal) are bit-identical
+    to a view computed from scratch, removals in between included."""
+    rng = random.Random(seed)
+    docs = _docs(rng, 1, 60)
+    index = _build(docs)
+    scoped = lambda ids: np.array([d for d in ids if d % 4], np.int64)  # noqa: E731
+    view = index.view("s", scoped(sorted(docs)))
+    query = [rng.choice(VOCAB) for _ in range(3)]
+    for step in range(5):
+        index.top(query, view, 10)  # refreshes the statistics
+        new = _docs(rng, max(docs) + 1, rng.randint(1, 9))
+        tokens, tok, occ = _occurrences(new)
+        index.append(np.array(sorted(new), np.int64), tokens, tok, occ)
+        docs.update(new)
+        if step == 3:
+            index.remove(np.array(rng.sample(sorted(docs), 3), np.int64))
+        index.extend_view(view, scoped(sorted(new)))
+        live = [d for d in sorted(docs) if index.alive.a[int(np.searchsorted(index.doc_ids, d))]]
+        fresh = index.view("fresh", scoped(live))
+        assert index.top(query, view, 10) == index.top(query, fresh, 10)
+        assert view.avgdl == fresh.avgdl and np.array_equal(view.norm, fresh.norm)
+        assert np.array_equal(view.local, fresh.local)

@@ -138,26 +138,64 @@ class _ScopeView:
 
     mask: _Grow  # bool over index positions: in the scope and not deleted
     upto: int  # index positions covered by `mask` (later ones are looked up on use)
-    positions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    local: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     n_docs: int = 0
     avgdl: float = 0.0
-    norm: np.ndarray = field(default_factory=lambda: np.empty(0))  # length_norm of the scope
     dirty: bool = True  # the mask changed since the statistics were computed
+    removed: bool = True  # a position left the mask since: recount everything
+    done: int = 0  # mask positions the statistics cover
+    _positions: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))
+    _local: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))
+    _lengths: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.float64)))
+    _norm: np.ndarray | None = None
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Index positions of the scope's documents, ascending."""
+        return self._positions.view()
+
+    @property
+    def local(self) -> np.ndarray:
+        """Scope-local position of every index position (cumulative count of the mask − 1)."""
+        return self._local.view()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens of each scope document, aligned with :attr:`positions` (float64)."""
+        return self._lengths.view()
+
+    @property
+    def norm(self) -> np.ndarray:
+        """:func:`length_norm` of the scope's documents (computed on first use)."""
+        if self._norm is None:
+            self._norm = length_norm(self.lengths, self.avgdl)
+        return self._norm
 
     def refresh(self, doc_len: np.ndarray) -> None:
         """Recompute the statistics from the mask (the same arithmetic as a fresh build);
-        lazily, on the next query of the scope, so a scope not queried costs nothing."""
+        lazily, on the next query of the scope, so a scope not queried costs nothing. When
+        documents were only appended since, the position arrays are extended, not rebuilt
+        (a write before every query at 1M documents paid three passes over the index)."""
         if not self.dirty:
             return
         self.dirty = False
         mask = self.mask.view()
-        self.positions = np.flatnonzero(mask)
-        self.n_docs = int(self.positions.shape[0])
-        lengths = doc_len[self.positions]
-        self.avgdl = float(lengths.mean()) if self.n_docs else 0.0
-        self.norm = length_norm(lengths, self.avgdl)
-        self.local = np.cumsum(mask) - 1
+        if self.removed or self.done == 0:
+            positions = np.flatnonzero(mask)
+            self._positions = _Grow(positions)
+            self._local = _Grow(np.cumsum(mask) - 1)
+            self._lengths = _Grow(doc_len[positions])
+        else:
+            tail = mask[self.done :]
+            new = np.flatnonzero(tail) + self.done
+            before = int(self._local.a[self.done - 1])  # scope documents below, minus one
+            self._positions.extend(new)
+            self._local.extend(before + np.cumsum(tail))
+            self._lengths.extend(doc_len[new])
+        self.done, self.removed = int(mask.shape[0]), False
+        self.n_docs = self._positions.n
+        # the mean of the same values in the same order as a fresh build's: the same float
+        self.avgdl = float(self.lengths.mean()) if self.n_docs else 0.0
+        self._norm = None
 
 
 class _Starts(Mapping[str, tuple[int, int]]):
@@ -337,7 +375,7 @@ class PostingIndex:
         for view in self.views.values():
             covered = pos[pos < view.upto]
             view.mask.a[covered] = False
-            view.dirty = True
+            view.dirty = view.removed = True
 
     def _fold(self) -> None:
         """Merge the side segment into the main one (same postings, so the same scores)."""
@@ -487,7 +525,7 @@ class PostingIndex:
             ))
             if cand.shape[0] < k:
                 continue
-            norm = view.norm[view.local[cand]]
+            norm = length_norm(view.lengths[view.local[cand]], view.avgdl)  # elementwise
             score = np.zeros(cand.shape[0], dtype=np.float64)
             for t in terms:  # query order: the dense loop's order of additions
                 idx, tf_all = lists[t]
