@@ -133,7 +133,8 @@ def test_pruning_answers_a_query_with_a_rare_and_a_common_word() -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_a_view_extended_by_appends_scores_as_a_fresh_view(seed: int) -> None:
     """The scope statistics extended in place after appends (no removal) are bit-identical
-    to a view computed from scratch, removals in between included."""
+    to a view computed from scratch, removals in between included; so are the document
+    frequencies the pruned path keeps per view."""
     rng = random.Random(seed)
     docs = _docs(rng, 1, 60)
     index = _build(docs)
@@ -141,7 +142,8 @@ def test_a_view_extended_by_appends_scores_as_a_fresh_view(seed: int) -> None:
     view = index.view("s", scoped(sorted(docs)))
     query = [rng.choice(VOCAB) for _ in range(3)]
     for step in range(5):
-        index.top(query, view, 10)  # refreshes the statistics
+        with patch.object(bm25, "PRUNE_MIN_DOCS", 0):
+            index.top(query, view, 10)  # refreshes the statistics, counts the frequencies
         new = _docs(rng, max(docs) + 1, rng.randint(1, 9))
         tokens, tok, occ = _occurrences(new)
         index.append(np.array(sorted(new), np.int64), tokens, tok, occ)
@@ -154,3 +156,8 @@ def test_a_view_extended_by_appends_scores_as_a_fresh_view(seed: int) -> None:
         assert index.top(query, view, 10) == index.top(query, fresh, 10)
         assert view.avgdl == fresh.avgdl and np.array_equal(view.norm, fresh.norm)
         assert np.array_equal(view.local, fresh.local)
+        with patch.object(bm25, "PRUNE_MIN_DOCS", 0):  # document frequencies kept per view
+            assert index.top(query, view, 10) == index.top(query, fresh, 10)
+        for token in query:
+            if token in fresh.dfs:
+                assert view.dfs[token][0] == fresh.dfs[token][0]

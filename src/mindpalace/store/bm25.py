@@ -147,6 +147,9 @@ class _ScopeView:
     _local: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))
     _lengths: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.float64)))
     _norm: np.ndarray | None = None
+    # token → (documents of the scope holding it, mask positions counted): valid while no
+    # document left the mask; appended positions are counted on use
+    dfs: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def positions(self) -> np.ndarray:
@@ -180,6 +183,7 @@ class _ScopeView:
         self.dirty = False
         mask = self.mask.view()
         if self.removed or self.done == 0:
+            self.dfs.clear()
             positions = np.flatnonzero(mask)
             self._positions = _Grow(positions)
             self._local = _Grow(np.cumsum(mask) - 1)
@@ -505,7 +509,7 @@ class PostingIndex:
         """
         mask = view.mask.a
         lists = [self._all_postings(token) for token in tokens]
-        dfs = [int(np.count_nonzero(mask[idx])) for idx, _ in lists]  # the scope's n
+        dfs = [self._scope_df(view, token, idx) for token, (idx, _) in zip(tokens, lists, strict=True)]
         terms = list(range(len(lists)))
         if max_df_ratio is not None and len(terms) > 1:  # as score_postings drops terms
             keep = [t for t in terms if dfs[t] <= max_df_ratio * view.n_docs]
@@ -520,9 +524,8 @@ class PostingIndex:
             if sum(dfs[t] for t in rare) > max(PRUNE_MAX_CANDIDATES, 4 * k):
                 return None
             bound = sum(weights[t] for t in by_bound[:common]) * (K1 + 1.0)
-            cand = np.unique(np.concatenate(
-                [lists[t][0][mask[lists[t][0]]] for t in rare]
-            ))
+            held = [lists[t][0][mask[lists[t][0]]] for t in rare]  # each ascending, distinct
+            cand = held[0] if len(held) == 1 else np.unique(np.concatenate(held))
             if cand.shape[0] < k:
                 continue
             norm = length_norm(view.lengths[view.local[cand]], view.avgdl)  # elementwise
@@ -540,6 +543,22 @@ class PostingIndex:
             if kth > bound * (1.0 + 1e-9) + 1e-12:
                 return top_k(score, self.doc_ids[cand], k)
         return None
+
+
+    @staticmethod
+    def _scope_df(view: _ScopeView, token: str, idx: np.ndarray) -> int:
+        """Documents of `view`'s scope holding `token` (`idx`: its postings, ascending),
+        counted once per scope and then only over the positions appended since."""
+        held = view.dfs.get(token)
+        if held is None:
+            df = int(np.count_nonzero(view.mask.a[idx]))
+        else:
+            tail = idx[int(np.searchsorted(idx, held[1])) :]
+            df = held[0] + int(np.count_nonzero(view.mask.a[tail]))
+        if len(view.dfs) > 50_000:  # bounded: every distinct query word of the scope
+            view.dfs.clear()
+        view.dfs[token] = (df, view.done)
+        return df
 
 
 PRUNE_MIN_DOCS = 50_000
