@@ -36,8 +36,11 @@ def atomic_write_with(path: Path, write: Callable[[Path], None]) -> None:
     Raises:
         StoreError: the temp file cannot be written, synced or renamed (it is removed).
     """
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as exc:  # a read-only or missing folder
+        raise StoreError(f"cannot write {path}: {exc}") from exc
     tmp = Path(name)
     try:
         write(tmp)

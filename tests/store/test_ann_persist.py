@@ -237,3 +237,23 @@ def test_a_graph_of_another_model_or_key_is_not_loaded(tmp_path: Path) -> None:
                       check=check) is None
     store.close()
 
+
+
+def test_a_folder_that_cannot_be_written_never_fails_a_build_or_a_close(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "memory.db"
+    ann_dir(path).write_text("a file where the folder should be")  # mkdir and writes fail
+    with caplog.at_level(logging.WARNING):
+        ids, matrix = _built_store(path)  # built (and not saved), then closed
+    assert "HNSW graph hand-over failed" in caplog.text
+    store = SQLiteStore(path, settings=SETTINGS)
+    assert [h.doc.id for h in store.vector_search(SCOPE, matrix[2], MODEL, k=5)] == \
+        _exact_top(matrix, ids, matrix[2], 5)
+    index = _entry(store).index
+    assert isinstance(index, AdaptiveIndex) and index.wait_built(timeout=60)
+    store.delete_documents(SCOPE, "note", ["n9"])
+    store.vector_search(SCOPE, matrix[2], MODEL, k=5)
+    with caplog.at_level(logging.WARNING):
+        store.close()  # a save is due (a deletion) and fails: logged, the close completes
+    assert "not saved at close" in caplog.text

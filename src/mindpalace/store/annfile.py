@@ -127,9 +127,11 @@ class AnnFiles:
                     "saved_at": time.time(),
                 }
                 atomic_write(self.folder / f"{stem}.json", json.dumps(manifest).encode())
-            except BaseException:
+            except BaseException as exc:
                 graph_path.unlink(missing_ok=True)
                 ids_path.unlink(missing_ok=True)
+                if isinstance(exc, OSError):
+                    raise StoreError(f"cannot save the HNSW graph in {self.folder}: {exc}") from exc
                 raise
             self._remove_old(stem, token, previous)
             return self.folder / f"{stem}.json"

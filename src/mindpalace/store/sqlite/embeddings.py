@@ -76,7 +76,7 @@ class EmbeddingsMixin(SQLiteBase):
             return
         try:
             self._ann.save(key, entry.model, graph, entry.state())
-        except StoreError as exc:
+        except (StoreError, OSError) as exc:  # the next open rebuilds: never fail a close
             _log.warning("HNSW graph not saved at close: %s", exc)
 
     def put_embeddings(
