@@ -46,6 +46,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,16 +83,36 @@ def make_vocab(rng: np.random.Generator) -> list[str]:
     return sorted(words)
 
 
-def make_facts(start: int, count: int, vocab: list[str], rng: np.random.Generator) -> list[Fact]:
+FACT_BLOCK = 1_000  # facts are generated in blocks of this many, each from its own seed
+
+
+def make_facts(
+    start: int, count: int, vocab: list[str], seed: int | np.random.Generator
+) -> list[Fact]:
+    """Facts `start` .. `start + count - 1`: fact i depends only on (seed, i // FACT_BLOCK), so
+    a database filled by one run (``--db``) holds exactly the facts the next run generates,
+    whatever sizes either ran. Words are drawn for a whole block at once (vectorised). A
+    generator as `seed` draws the seed from it."""
+    if isinstance(seed, np.random.Generator):
+        seed = int(seed.integers(0, 2**62))
     ranks = np.arange(1, len(vocab) + 1, dtype=np.float64)
     probs = 1.0 / ranks**1.1
     probs /= probs.sum()
     now = utcnow()
-    facts = []
-    for i in range(start, start + count):
-        words = rng.choice(len(vocab), int(rng.integers(6, 13)), p=probs)
-        content = " ".join(vocab[w] for w in words) + f" {int(rng.integers(0, 100_000))}"
-        facts.append(Fact(f"entity{i}:{vocab[int(words[0])]}", content, importance=0.9, created_at=now))
+    facts: list[Fact] = []
+    for block in range(start // FACT_BLOCK, -(-(start + count) // FACT_BLOCK)):
+        rng = np.random.default_rng([seed, block])
+        lengths = rng.integers(6, 13, FACT_BLOCK)
+        words = rng.choice(len(vocab), int(lengths.sum()), p=probs).tolist()
+        numbers = rng.integers(0, 100_000, FACT_BLOCK).tolist()
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        for j in range(FACT_BLOCK):
+            i = block * FACT_BLOCK + j
+            if not start <= i < start + count:
+                continue
+            drawn = words[bounds[j] : bounds[j + 1]]
+            content = " ".join(vocab[w] for w in drawn) + f" {numbers[j]}"
+            facts.append(Fact(f"entity{i}:{vocab[drawn[0]]}", content, importance=0.9, created_at=now))
     return facts
 
 
@@ -130,37 +151,79 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     vocab = make_vocab(rng)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mindpalace-bench-recall-") as tmp:
+        ws = args.db if args.db is not None else Path(tmp) / "ws"
         settings: dict[str, Any] = {
             "embed": {"provider": "hashing", "dimensions": args.dim},
             "facts": {"keyword_max_df_ratio": args.max_df_ratio},
         }
-        memory = Memory.open(Path(tmp) / "ws", **settings)
+        memory = Memory.open(ws, **settings)
         session = memory.session("bench", user="bench-user", agent="bench")
         scope = session.facts.fact_scope
+        stored = _stored_facts(ws, args)  # facts a previous run (--db) left in the workspace
         all_facts: list[Fact] = []
         matrix = np.zeros((0, args.dim), dtype=np.float32)
         rss_at = max([s for s in args.sizes if s <= RSS_AT], default=None)
         for size in args.sizes:
             t0 = time.perf_counter()
-            new = make_facts(len(all_facts), size - len(all_facts), vocab, rng)
-            matrix = np.concatenate([matrix, fill(memory, scope, new)])
+            new = make_facts(len(all_facts), size - len(all_facts), vocab, args.seed)
+            reused = min(max(stored - len(all_facts), 0), len(new))
+            if reused:  # already in the database: only the vectors of the numpy baseline
+                matrix = np.concatenate([matrix, _stored_vectors(ws, args, len(all_facts), reused)])
+            if reused < len(new):
+                matrix = np.concatenate([matrix, fill(memory, scope, new[reused:])])
             all_facts += new
+            if args.db is not None and len(all_facts) > stored:
+                stored = _record_fill(ws, args, matrix)
             fill_s = time.perf_counter() - t0
+            if args.fill_only:
+                rows.append({"facts": size, "fill_s": round(fill_s, 1)})
+                print(f"{size:,} facts in {ws} ({fill_s:.0f} s)")
+                continue
             picks = rng.choice(len(all_facts), args.queries, replace=False)
             queries = []
             for p in picks:
                 words = all_facts[p].content.split()[:-1]
                 take = rng.choice(len(words), min(len(words), int(rng.integers(2, 4))), replace=False)
                 queries.append((" ".join(words[t] for t in sorted(take)), all_facts[p].id or fact_id(all_facts[p].key, 1)))
-            row = {"facts": size, "fill_s": round(fill_s, 1),
+            row = {"facts": size, "fill_s": round(fill_s, 1), "reused": reused,
                    **measure(memory, session, scope, queries, matrix, all_facts, args)}
             row.update(measure_mixed(session, [q for q, _ in queries][: args.mixed_queries], vocab, rng, args))
             if size == rss_at and not args.no_rss:
-                row.update(measure_rss(Path(tmp), settings, all_facts, [q for q, _ in queries], args))
+                row.update(measure_rss(Path(tmp), ws, settings, all_facts, [q for q, _ in queries], args))
             rows.append(row)
             print_table(args, rows)
         memory.close()
+        if args.open_times and rows and not args.fill_only:
+            rows[-1].update(measure_open(ws, settings, [q for q, _ in queries][:20], args))
+            print_open(rows[-1])
     return rows
+
+
+_FILL_MARK = "bench_recall.json"
+
+
+def _stored_facts(ws: Path, args: argparse.Namespace) -> int:
+    """How many generated facts (this seed and width) a previous ``--db`` run stored; 0
+    without ``--db`` or when the workspace was filled with other parameters (then refused)."""
+    if args.db is None or not (ws / _FILL_MARK).exists():
+        return 0
+    mark = json.loads((ws / _FILL_MARK).read_text())
+    if (mark["seed"], mark["dim"]) != (args.seed, args.dim):
+        raise SystemExit(f"{ws} holds facts of seed {mark['seed']} / dim {mark['dim']}: "
+                         f"pass those or another --db")
+    return int(mark["facts"])
+
+
+def _record_fill(ws: Path, args: argparse.Namespace, matrix: np.ndarray) -> int:
+    """Mark the workspace as holding the first len(matrix) facts; their vectors beside it."""
+    np.save(ws / "bench_recall_vectors.npy", matrix)
+    (ws / _FILL_MARK).write_text(json.dumps({"seed": args.seed, "dim": args.dim, "facts": len(matrix)}))
+    return len(matrix)
+
+
+def _stored_vectors(ws: Path, args: argparse.Namespace, start: int, count: int) -> np.ndarray:
+    held = np.load(ws / "bench_recall_vectors.npy", mmap_mode="r")
+    return np.array(held[start : start + count], dtype=np.float32)
 
 
 def measure_mixed(
@@ -230,7 +293,7 @@ print(peak_kib())
 
 
 def measure_rss(
-    tmp: Path, settings: dict[str, Any], facts: list[Fact], queries: list[str],
+    tmp: Path, ws: Path, settings: dict[str, Any], facts: list[Fact], queries: list[str],
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """Peak RSS (MB) of a fresh process recalling over the workspace, and of a bm25s process
@@ -238,7 +301,7 @@ def measure_rss(
     texts, qfile = tmp / "texts.txt", tmp / "queries.txt"
     texts.write_text("\n".join(fact_text(f).replace("\n", " ") for f in facts))
     qfile.write_text("\n".join(queries))
-    ours = _peak_rss([sys.executable, "-c", _RSS_MINDPALACE, str(tmp / "ws"),
+    ours = _peak_rss([sys.executable, "-c", _RSS_MINDPALACE, str(ws),
                       json.dumps(settings), str(qfile), str(args.k)])
     theirs = None
     if args.bm25s_python.exists():
@@ -261,6 +324,7 @@ def measure(
 ) -> dict[str, Any]:
     """Time the product path, the two store searches and the numpy baseline on `queries`."""
     cold_ms, _ = timed(lambda: session.recall(queries[0][0], k=args.k))  # loads the vector index
+    ann_wait_s, approximate = wait_ann(memory.store, args.ann_wait)
     emb = memory.embedder
     n_cand = memory.settings.facts.recall_candidates
     norms = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
@@ -273,8 +337,11 @@ def measure(
 
     product, kw, vec, base = [], [], [], []
     hits_product = hits_base = 0
+    ann_recall: list[float] = []
     for q, want in queries:
         qv = emb.embed_query(q)
+        if approximate:
+            ann_recall.append(recall_at(memory, scope, qv, norms, ids, RECALL_K))
         ms, hits = timed(lambda q=q: session.recall(q, k=args.k))
         product.append(ms)
         hits_product += want in {h.ref for h in hits} | {h.fact.id for h in hits if h.fact}
@@ -295,7 +362,96 @@ def measure(
         "numpy_p50_ms": percentiles(base)[0], "numpy_p95_ms": percentiles(base)[1],
         "recall_hit_at_k": 100 * hits_product / len(queries),
         "numpy_hit_at_k": 100 * hits_base / len(queries),
+        "ann": approximate, "ann_wait_s": round(ann_wait_s, 1),
+        "ann_recall_at_10": float(np.mean(ann_recall)) if ann_recall else None,
     }
+
+
+RECALL_K = 10
+
+
+def wait_ann(store: Any, timeout: float) -> tuple[float, bool]:
+    """Wait (up to `timeout` s) for the background HNSW builds of the store's cached vector
+    indexes, so the timed queries measure the steady state; returns (seconds waited, whether
+    any index ranks by a graph). Nothing to wait for below ``store.ann_min_vectors``."""
+    from mindpalace.store.vectors import AdaptiveIndex
+
+    t0 = time.perf_counter()
+    approximate = False
+    for cached in list(getattr(store, "_vec_cache", {}).values()):
+        index = cached.index
+        if isinstance(index, AdaptiveIndex):
+            with cached.lock:  # no query runs meanwhile: the wait takes the graph into use
+                approximate |= index.wait_built(timeout) if index.building else index.approximate
+    return time.perf_counter() - t0, approximate
+
+
+def recall_at(
+    memory: Memory, scope: Any, qv: np.ndarray, norms: np.ndarray, ids: list[str], k: int
+) -> float:
+    """Share of the exact top-k (numpy cosine over the facts) that the store's vector search
+    returns, ties counted: a hit is any returned fact whose similarity reaches the exact k-th."""
+    q = qv / max(float(np.linalg.norm(qv)), 1e-12)
+    sims = norms @ q
+    kth = float(np.partition(sims, len(sims) - k)[len(sims) - k])
+    hits = memory.store.vector_search(scope, qv, memory.embedder.model_id, k=k, kinds=[KIND])
+    return sum(h.score >= kth - 1e-5 for h in hits[:k]) / k
+
+
+def measure_open(
+    ws: Path, settings: dict[str, Any], queries: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """A new process's view of the filled workspace, with the persisted HNSW graph and with it
+    moved away: seconds from ``Memory.open`` to the first recall's answer, whether that recall
+    was ranked by the graph, p50 of the next recalls (ms), and (with the file) the seconds
+    until the graph ranks. The files are put back."""
+    from mindpalace.store.annfile import ann_dir
+
+    folder = ann_dir(Path(ws) / "memory.db")
+    size = sum(f.stat().st_size for f in folder.glob("*")) if folder.exists() else 0
+    out: dict[str, Any] = {"ann_file_mb": size / 2**20}
+    aside = folder.with_name(folder.name + ".aside")
+    for label in ("with_file", "without_file"):
+        if label == "without_file" and folder.exists():
+            folder.rename(aside)
+        try:
+            t0 = time.perf_counter()
+            memory = Memory.open(ws, **settings)
+            session = memory.session("bench", user="bench-user", agent="bench")
+            session.recall(queries[0], k=args.k)
+            first_s = time.perf_counter() - t0
+            ranked = any(getattr(c.index, "approximate", False)
+                         for c in getattr(memory.store, "_vec_cache", {}).values())
+            ms = [timed(lambda q=q, s=session: s.recall(q, k=args.k))[0] for q in queries[1:]]
+            # without the file the graph rebuilds for minutes at 1M: not waited for here (the
+            # build time is the size row's "HNSW wait" when it was not loaded)
+            waited, approximate = wait_ann(memory.store, args.ann_wait if label == "with_file" else 0)
+            memory.close()
+        finally:
+            if aside.exists():
+                if folder.exists():
+                    shutil.rmtree(folder)
+                aside.rename(folder)
+        out[f"open_{label}_first_recall_s"] = first_s
+        out[f"open_{label}_graph_at_first"] = ranked
+        out[f"open_{label}_recall_p50_ms"] = percentiles(ms)[0]
+        out[f"open_{label}_graph_after_s"] = (first_s + waited) if approximate else None
+    return out
+
+
+def print_open(r: dict[str, Any]) -> None:
+    console = Console(width=180)
+    table = Table(title=f"a new process on {r['facts']:,} facts: persisted HNSW graph "
+                  f"({r['ann_file_mb']:.0f} MB on disk) vs none")
+    for col in ("graph file", "open → first recall s", "graph at first recall",
+                "next recalls p50 ms", "open → graph ranks s"):
+        table.add_column(col, justify="right")
+    for label in ("with_file", "without_file"):
+        after = r[f"open_{label}_graph_after_s"]
+        table.add_row(label.replace("_", " "), f"{r[f'open_{label}_first_recall_s']:.1f}",
+                      str(r[f"open_{label}_graph_at_first"]), f"{r[f'open_{label}_recall_p50_ms']:.1f}",
+                      "n/a" if after is None else f"{after:.1f}")
+    console.print(table)
 
 
 @contextmanager
@@ -318,7 +474,8 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     table = Table(title=f"recall latency (ms), read-only — {args.queries} queries/size, k={args.k}, "
                   f"hashing-{args.dim} vectors, keyword_max_df_ratio {args.max_df_ratio}, seed {args.seed}")
     for col in ("facts", "fill s", "first query", "recall p50", "recall p95", "FTS p50/p95",
-                "vector p50/p95", "numpy cosine p50/p95", "hit@k recall", "hit@k numpy"):
+                "vector p50/p95", "numpy cosine p50/p95", "hit@k recall", "hit@k numpy",
+                "HNSW wait s", "ANN recall@10"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
@@ -328,6 +485,8 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             f"{r['vector_p50_ms']:.1f} / {r['vector_p95_ms']:.1f}",
             f"{r['numpy_p50_ms']:.1f} / {r['numpy_p95_ms']:.1f}",
             f"{r['recall_hit_at_k']:.0f}%", f"{r['numpy_hit_at_k']:.0f}%",
+            f"{r['ann_wait_s']:.0f}" if r["ann"] else "exact",
+            "n/a" if r["ann_recall_at_10"] is None else f"{r['ann_recall_at_10']:.3f}",
         )
     console.print(table)
     mixed = Table(title="Session.recall p50 / p95 (ms) [queries timed]: read-only vs one write before "
@@ -386,6 +545,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bm25s-python", type=Path, default=BM25S_PYTHON,
                         help="Interpreter of an environment with bm25s installed (peak RSS peer).")
     parser.add_argument("--no-rss", action="store_true", help="Skip the peak RSS processes.")
+    parser.add_argument("--db", type=Path, default=None,
+                        help="Workspace folder kept between runs: facts a previous run stored there "
+                        "(same --seed and --dim) are reused, not written again.")
+    parser.add_argument("--fill-only", action="store_true", help="Fill (--db) and stop.")
+    parser.add_argument("--ann-wait", type=float, default=3600.0,
+                        help="Seconds to wait for a background HNSW build before timing.")
+    parser.add_argument("--open-times", action="store_true",
+                        help="After the last size: a new Memory opened with and without the "
+                        "persisted HNSW graph (first recall, time until the graph ranks).")
     args = parser.parse_args(argv)
     if args.million:
         args.sizes = [*args.sizes, 1_000_000]
@@ -396,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     args.sizes = sorted(set(args.sizes))
     args.mixed_queries = min(args.mixed_queries, args.queries)
     rows = run(args)
-    for line in targets(rows):
+    for line in targets([r for r in rows if "recall_p95_ms" in r]):
         print(line)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -127,6 +127,11 @@ class StoreSettings(_Section):
         200_000, ge=0, description="SQLite: vectors in one scope's index from which an HNSW graph "
         "(hnswlib) ranks instead of exact cosine (scores stay exact); 0 = always exact.",
     )
+    ann_persist: bool = Field(
+        True, description="SQLite: save a built HNSW graph beside the database (<db>.ann/) and "
+        "load it in the next process instead of building it again (validated against the "
+        "database; a stale, damaged or foreign file is rebuilt).",
+    )
 
 
 class SummarySettings(_Section):

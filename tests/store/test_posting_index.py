@@ -4,10 +4,14 @@ scores of an index built from scratch over the same postings."""
 from __future__ import annotations
 
 import random
+from unittest.mock import patch
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from mindpalace.store import bm25
 from mindpalace.store.bm25 import PostingIndex
 
 VOCAB = [f"w{i}" for i in range(40)]
@@ -78,3 +82,82 @@ def test_bad_external_appends_are_refused() -> None:
                      external={4: 2})
     with pytest.raises(ValueError, match="without occurrences"):
         index.append(np.array([3], np.int64), ["a"], np.array([0]), np.array([3]), external={3: 1})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000), n=st.integers(5, 400), k=st.integers(1, 30),
+    query=st.lists(st.integers(0, 39), min_size=1, max_size=5),
+    ratio=st.sampled_from([None, 0.3, 0.8]), scoped=st.booleans(), appended=st.booleans(),
+)
+def test_pruned_top_k_is_the_dense_top_k(
+    seed: int, n: int, k: int, query: list[int], ratio: float | None, scoped: bool,
+    appended: bool,
+) -> None:
+    """MaxScore pruning (large scopes) returns exactly the dense pass's ids, scores and order:
+    Zipf-like words (a few in most documents), repeated query words, a scope of part of the
+    index, removed documents, a side segment of appended documents, the df filter."""
+    rng = random.Random(seed)
+    weights = [1.0 / (i + 1) ** 1.1 for i in range(len(VOCAB))]
+    docs = {d: rng.choices(VOCAB, weights, k=rng.randint(1, 12)) for d in range(1, n + 1)}
+    cut = n // 2 if appended else n
+    index = _build({d: w for d, w in docs.items() if d <= cut})
+    if appended:
+        tokens, tok, occ = _occurrences({d: w for d, w in docs.items() if d > cut})
+        index.append(np.array(range(cut + 1, n + 1), np.int64), tokens, tok, occ)
+    index.remove(np.array(rng.sample(sorted(docs), n // 10), np.int64))
+    in_scope = [d for d in docs if not scoped or d % 3]
+    view = index.view("s", np.array(in_scope, np.int64))
+    tokens = [VOCAB[q] for q in query]
+    dense = index.top(tokens, view, k, max_df_ratio=ratio)
+    assert n < bm25.PRUNE_MIN_DOCS
+    with patch.object(bm25, "PRUNE_MIN_DOCS", 0):
+        pruned = index.top(tokens, view, k, max_df_ratio=ratio)
+        took = index._top_pruned(tokens, view, k, ratio)
+    assert pruned == dense
+    assert took is None or took == dense
+
+
+def test_pruning_answers_a_query_with_a_rare_and_a_common_word() -> None:
+    """The pruned path is taken (not only fallen back from) where it is meant to: a rare word
+    and words in most documents."""
+    docs = {d: ["common", "often"] + (["rare"] if d % 97 == 0 else []) + [f"u{d}"]
+            for d in range(1, 3000)}
+    index = _build(docs)
+    view = index.view("s", np.array(sorted(docs), np.int64))
+    took = index._top_pruned(["rare", "common", "often"], view, 10, None)
+    assert took is not None and took == index.top(["rare", "common", "often"], view, 10)
+    assert {d for d, _ in took} <= {d for d in docs if d % 97 == 0}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_view_extended_by_appends_scores_as_a_fresh_view(seed: int) -> None:
+    """The scope statistics extended in place after appends (no removal) are bit-identical
+    to a view computed from scratch, removals in between included; so are the document
+    frequencies the pruned path keeps per view."""
+    rng = random.Random(seed)
+    docs = _docs(rng, 1, 60)
+    index = _build(docs)
+    scoped = lambda ids: np.array([d for d in ids if d % 4], np.int64)  # noqa: E731
+    view = index.view("s", scoped(sorted(docs)))
+    query = [rng.choice(VOCAB) for _ in range(3)]
+    for step in range(5):
+        with patch.object(bm25, "PRUNE_MIN_DOCS", 0):
+            index.top(query, view, 10)  # refreshes the statistics, counts the frequencies
+        new = _docs(rng, max(docs) + 1, rng.randint(1, 9))
+        tokens, tok, occ = _occurrences(new)
+        index.append(np.array(sorted(new), np.int64), tokens, tok, occ)
+        docs.update(new)
+        if step == 3:
+            index.remove(np.array(rng.sample(sorted(docs), 3), np.int64))
+        index.extend_view(view, scoped(sorted(new)))
+        live = [d for d in sorted(docs) if index.alive.a[int(np.searchsorted(index.doc_ids, d))]]
+        fresh = index.view("fresh", scoped(live))
+        assert index.top(query, view, 10) == index.top(query, fresh, 10)
+        assert view.avgdl == fresh.avgdl and np.array_equal(view.norm, fresh.norm)
+        assert np.array_equal(view.local, fresh.local)
+        with patch.object(bm25, "PRUNE_MIN_DOCS", 0):  # document frequencies kept per view
+            assert index.top(query, view, 10) == index.top(query, fresh, 10)
+        for token in query:
+            if token in fresh.dfs:
+                assert view.dfs[token][0] == fresh.dfs[token][0]

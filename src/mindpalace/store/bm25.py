@@ -138,26 +138,68 @@ class _ScopeView:
 
     mask: _Grow  # bool over index positions: in the scope and not deleted
     upto: int  # index positions covered by `mask` (later ones are looked up on use)
-    positions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    local: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     n_docs: int = 0
     avgdl: float = 0.0
-    norm: np.ndarray = field(default_factory=lambda: np.empty(0))  # length_norm of the scope
     dirty: bool = True  # the mask changed since the statistics were computed
+    removed: bool = True  # a position left the mask since: recount everything
+    done: int = 0  # mask positions the statistics cover
+    _positions: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))
+    _local: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.int64)))
+    _lengths: _Grow = field(default_factory=lambda: _Grow(np.empty(0, np.float64)))
+    _norm: np.ndarray | None = None
+    # token → (documents of the scope holding it, mask positions counted): valid while no
+    # document left the mask; appended positions are counted on use
+    dfs: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Index positions of the scope's documents, ascending."""
+        return self._positions.view()
+
+    @property
+    def local(self) -> np.ndarray:
+        """Scope-local position of every index position (cumulative count of the mask − 1)."""
+        return self._local.view()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens of each scope document, aligned with :attr:`positions` (float64)."""
+        return self._lengths.view()
+
+    @property
+    def norm(self) -> np.ndarray:
+        """:func:`length_norm` of the scope's documents (computed on first use)."""
+        if self._norm is None:
+            self._norm = length_norm(self.lengths, self.avgdl)
+        return self._norm
 
     def refresh(self, doc_len: np.ndarray) -> None:
         """Recompute the statistics from the mask (the same arithmetic as a fresh build);
-        lazily, on the next query of the scope, so a scope not queried costs nothing."""
+        lazily, on the next query of the scope, so a scope not queried costs nothing. When
+        documents were only appended since, the position arrays are extended, not rebuilt
+        (a write before every query at 1M documents paid three passes over the index)."""
         if not self.dirty:
             return
         self.dirty = False
         mask = self.mask.view()
-        self.positions = np.flatnonzero(mask)
-        self.n_docs = int(self.positions.shape[0])
-        lengths = doc_len[self.positions]
-        self.avgdl = float(lengths.mean()) if self.n_docs else 0.0
-        self.norm = length_norm(lengths, self.avgdl)
-        self.local = np.cumsum(mask) - 1
+        if self.removed or self.done == 0:
+            self.dfs.clear()
+            positions = np.flatnonzero(mask)
+            self._positions = _Grow(positions)
+            self._local = _Grow(np.cumsum(mask) - 1)
+            self._lengths = _Grow(doc_len[positions])
+        else:
+            tail = mask[self.done :]
+            new = np.flatnonzero(tail) + self.done
+            before = int(self._local.a[self.done - 1])  # scope documents below, minus one
+            self._positions.extend(new)
+            self._local.extend(before + np.cumsum(tail))
+            self._lengths.extend(doc_len[new])
+        self.done, self.removed = int(mask.shape[0]), False
+        self.n_docs = self._positions.n
+        # the mean of the same values in the same order as a fresh build's: the same float
+        self.avgdl = float(self.lengths.mean()) if self.n_docs else 0.0
+        self._norm = None
 
 
 class _Starts(Mapping[str, tuple[int, int]]):
@@ -337,7 +379,7 @@ class PostingIndex:
         for view in self.views.values():
             covered = pos[pos < view.upto]
             view.mask.a[covered] = False
-            view.dirty = True
+            view.dirty = view.removed = True
 
     def _fold(self) -> None:
         """Merge the side segment into the main one (same postings, so the same scores)."""
@@ -427,8 +469,12 @@ class PostingIndex:
         view.refresh(self.doc_len)
         if view.n_docs == 0 or k <= 0:
             return []
-        # Scope-local positions: scores are computed over the scope's documents only.
         got = extra or {}
+        if view.n_docs >= PRUNE_MIN_DOCS and not any(t in got for t in tokens):
+            pruned = self._top_pruned(tokens, view, k, max_df_ratio)
+            if pruned is not None:
+                return pruned
+        # Scope-local positions: scores are computed over the scope's documents only.
         postings = [self.postings(token, view, got.get(token)) for token in tokens]
         scope_pos = view.positions
         score = score_postings(  # lengths enter through the scope's cached norm
@@ -436,6 +482,91 @@ class PostingIndex:
             norm=view.norm,
         )
         return top_k(score, self.doc_ids[scope_pos], k)
+
+
+    def _all_postings(self, token: str) -> tuple[np.ndarray, np.ndarray]:
+        """(index positions ascending int32, term frequencies float32) of `token` over the
+        whole index (every scope, deleted documents included)."""
+        start, end = self.main.starts.get(token, (0, 0))
+        idx, tf = self.main.post_doc[start:end], self.main.post_tf[start:end]
+        side = self.delta.get(token)
+        if side is not None:  # appended later: positions above the main segment's
+            idx = np.concatenate([idx, np.asarray(side[0], np.int32)])
+            tf = np.concatenate([tf, np.asarray(side[1], np.float32)])
+        return idx, tf
+
+    def _top_pruned(
+        self, tokens: Sequence[str], view: _ScopeView, k: int, max_df_ratio: float | None
+    ) -> list[tuple[int, float]] | None:
+        """:meth:`top` without scoring every document that holds a common term (MaxScore).
+
+        A term adds at most idf·(K1 + 1) to a score. The documents holding one of the rarer
+        terms are scored exactly (the common terms' frequencies looked up by binary search in
+        their posting lists, terms added in query order: the same float64 arithmetic as the
+        dense loop); when the k-th best of them scores above the sum of the common terms'
+        bounds, no other document can reach it (a tie would need that score too), so their
+        top k is the top k. Else None: the caller scores densely. Same ids, scores and order.
+        """
+        mask = view.mask.a
+        lists = [self._all_postings(token) for token in tokens]
+        dfs = [self._scope_df(view, token, idx) for token, (idx, _) in zip(tokens, lists, strict=True)]
+        terms = list(range(len(lists)))
+        if max_df_ratio is not None and len(terms) > 1:  # as score_postings drops terms
+            keep = [t for t in terms if dfs[t] <= max_df_ratio * view.n_docs]
+            terms = keep or [int(np.argmin(dfs))]
+        terms = [t for t in terms if dfs[t] > 0]
+        if len(terms) < 2:
+            return None
+        weights = {t: idf(view.n_docs, dfs[t]) for t in terms}
+        by_bound = sorted(terms, key=lambda t: (weights[t], t))  # commonest first
+        for common in range(len(terms) - 1, 0, -1):  # fewest candidates first
+            rare = by_bound[common:]
+            if sum(dfs[t] for t in rare) > max(PRUNE_MAX_CANDIDATES, 4 * k):
+                return None
+            bound = sum(weights[t] for t in by_bound[:common]) * (K1 + 1.0)
+            held = [lists[t][0][mask[lists[t][0]]] for t in rare]  # each ascending, distinct
+            cand = held[0] if len(held) == 1 else np.unique(np.concatenate(held))
+            if cand.shape[0] < k:
+                continue
+            norm = length_norm(view.lengths[view.local[cand]], view.avgdl)  # elementwise
+            score = np.zeros(cand.shape[0], dtype=np.float64)
+            for t in terms:  # query order: the dense loop's order of additions
+                idx, tf_all = lists[t]
+                at = np.minimum(np.searchsorted(idx, cand), max(idx.shape[0] - 1, 0))
+                hit = np.flatnonzero(idx[at] == cand)
+                tf = tf_all[at[hit]].astype(np.float64)
+                score[hit] += weights[t] * (tf * (K1 + 1.0)) / (tf + norm[hit])
+            positive = score[score > 0.0]
+            if positive.shape[0] < k:
+                continue
+            kth = float(np.partition(positive, positive.shape[0] - k)[positive.shape[0] - k])
+            if kth > bound * (1.0 + 1e-9) + 1e-12:
+                return top_k(score, self.doc_ids[cand], k)
+        return None
+
+
+    @staticmethod
+    def _scope_df(view: _ScopeView, token: str, idx: np.ndarray) -> int:
+        """Documents of `view`'s scope holding `token` (`idx`: its postings, ascending),
+        counted once per scope and then only over the positions appended since."""
+        held = view.dfs.get(token)
+        if held is None:
+            df = int(np.count_nonzero(view.mask.a[idx]))
+        else:
+            tail = idx[int(np.searchsorted(idx, held[1])) :]
+            df = held[0] + int(np.count_nonzero(view.mask.a[tail]))
+        if len(view.dfs) > 50_000:  # bounded: every distinct query word of the scope
+            view.dfs.clear()
+        view.dfs[token] = (df, view.done)
+        return df
+
+
+PRUNE_MIN_DOCS = 50_000
+"""Scopes from which :meth:`PostingIndex.top` tries MaxScore pruning (below it the dense
+pass over the scope is cheap)."""
+
+PRUNE_MAX_CANDIDATES = 200_000
+"""Postings of the rarer terms above which pruning gives up (the dense pass is as cheap)."""
 
 
 def _collapse(

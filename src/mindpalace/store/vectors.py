@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -159,6 +161,9 @@ class ExactCosineIndex:
         return self._ids[top], sims[top]
 
 
+_GONE = -1  # the id of a dropped HNSW row (document ids are positive)
+
+
 def _grown(a: np.ndarray, used: int, shape: tuple[int, ...]) -> np.ndarray:
     out = np.empty(shape, a.dtype)
     out[:used] = a[:used]
@@ -236,10 +241,69 @@ class HnswIndex:
             try:
                 self._index.mark_deleted(row)
             except RuntimeError:  # already deleted
-                continue
-            removed += 1
+                pass
+            else:
+                removed += 1
+            self._ids[row] = _GONE  # a dropped row matches no id again
         self._dead += removed
         return removed
+
+    @property
+    def row_ids(self) -> np.ndarray:
+        """The id of every graph row (label), in label order; dropped rows hold -1."""
+        return self._ids[: self._n]
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The stored unit vectors of these graph rows (live ones), float32 (len(rows), dim).
+
+        Raises:
+            StoreError: a row is not in the graph (or was dropped).
+        """
+        try:
+            return np.asarray(self._index.get_items(np.asarray(rows, np.int64)), dtype=np.float32)
+        except RuntimeError as exc:
+            raise StoreError(f"HNSW index: {exc}") from exc
+
+    def save(self, graph_path: Path) -> None:
+        """Write the graph (hnswlib's format, dropped rows marked) to `graph_path`; the row ids
+        are :attr:`row_ids`, saved by the caller beside it.
+
+        Raises:
+            StoreError: hnswlib could not write the file.
+        """
+        try:
+            self._index.save_index(str(graph_path))
+        except (RuntimeError, OSError) as exc:
+            raise StoreError(f"cannot save the HNSW graph to {graph_path}: {exc}") from exc
+
+    @classmethod
+    def load(
+        cls, graph_path: Path, row_ids: np.ndarray, dim: int, *, ef_search: int = 100
+    ) -> HnswIndex:
+        """A graph written by :meth:`save` with its row ids (int64, one per label, -1 =
+        dropped); room for a quarter more rows is reserved.
+
+        Raises:
+            StoreError: the file is not a graph of `dim`-wide vectors with len(row_ids) rows.
+        """
+        import hnswlib
+
+        ids = np.array(row_ids, dtype=np.int64).reshape(-1)
+        self = cls.__new__(cls)
+        self.dim, self.ef_search = int(dim), ef_search
+        self._index = hnswlib.Index(space="ip", dim=self.dim)
+        self._n = int(ids.shape[0])
+        self._cap = max(1024, int(self._n * 1.25))
+        try:
+            self._index.load_index(str(graph_path), max_elements=self._cap)
+            count = int(self._index.element_count)
+        except (RuntimeError, OSError, ValueError, MemoryError) as exc:
+            raise StoreError(f"cannot load the HNSW graph {graph_path}: {exc}") from exc
+        if count != self._n:
+            raise StoreError(f"HNSW graph {graph_path}: {count} rows, {self._n} row ids")
+        self._ids = _grown(ids, self._n, (self._cap,))
+        self._dead = int((ids < 0).sum())
+        return self
 
     def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         live = len(self)
@@ -277,21 +341,44 @@ class AdaptiveIndex:
             added and removed meanwhile are replayed onto the graph when it is taken into
             use, at the next call after the build finished. False = build in the call that
             reaches the size. A failed background build is logged and the index stays exact.
+        tag: what the rows reflect (the owner's state, e.g. the database snapshot); the owner
+            sets :attr:`tag` again before each change. A graph built from a snapshot is handed
+            to `on_built` with the tag of that snapshot.
+        on_built: called as ``on_built(graph, tag)`` once a graph is built from a snapshot of
+            the rows, before it is taken into use — in the build thread when `background`
+            (the store saves it to disk there, off the query path). Its exceptions are logged.
 
     Not thread-safe by itself: the caller serialises calls (the store holds a lock per index).
     """
 
     def __init__(
         self, ids: np.ndarray, matrix: np.ndarray, *, min_ann_rows: int, ef_search: int = 100,
-        background: bool = False,
+        background: bool = False, tag: object = None,
+        on_built: Callable[[HnswIndex, object], None] | None = None,
     ) -> None:
         self.min_ann_rows = min_ann_rows
         self.ef_search = ef_search
         self.background = background
+        self.tag = tag
+        self.on_built = on_built
         self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(ids, matrix)
         self._build: _GraphBuild | None = None
         self._ann_failed = False
         self._maybe_switch()
+
+    @classmethod
+    def from_graph(
+        cls, graph: HnswIndex, *, min_ann_rows: int, ef_search: int = 100,
+        background: bool = False, tag: object = None,
+        on_built: Callable[[HnswIndex, object], None] | None = None,
+    ) -> AdaptiveIndex:
+        """An index that ranks by `graph` from the start (a graph loaded from disk)."""
+        empty = np.empty(0, np.int64)
+        self = cls(empty, np.empty((0, graph.dim), np.float32), min_ann_rows=min_ann_rows,
+                   ef_search=ef_search, background=background, tag=tag, on_built=on_built)
+        graph.ef_search = ef_search
+        self.inner = graph
+        return self
 
     @property
     def dim(self) -> int:
@@ -326,9 +413,13 @@ class AdaptiveIndex:
         ):
             return
         if self.background:
-            self._build = _GraphBuild(inner.ids, inner.matrix, self.ef_search)
+            self._build = _GraphBuild(
+                inner.ids, inner.matrix, self.ef_search, self.tag, self.on_built
+            )
         else:
-            self.inner = HnswIndex(inner.ids, inner.matrix, ef_search=self.ef_search)
+            graph = HnswIndex(inner.ids, inner.matrix, ef_search=self.ef_search)
+            _hand_over(self.on_built, graph, self.tag)
+            self.inner = graph
 
     def _adopt(self) -> None:
         """Take a finished background graph into use, replaying what changed meanwhile."""
@@ -371,21 +462,41 @@ class _GraphBuild:
     """An :class:`HnswIndex` built from a snapshot of rows in a daemon thread, and the changes
     (``(ids, matrix)`` appended, ``(ids, None)`` removed) made after the snapshot."""
 
-    def __init__(self, ids: np.ndarray, matrix: np.ndarray, ef_search: int) -> None:
+    def __init__(
+        self, ids: np.ndarray, matrix: np.ndarray, ef_search: int, tag: object,
+        on_built: Callable[[HnswIndex, object], None] | None,
+    ) -> None:
         self.graph: HnswIndex | None = None
         self.error: BaseException | None = None
         self.pending: list[tuple[np.ndarray, np.ndarray | None]] = []
         self.thread = threading.Thread(
-            target=self._run, args=(ids, matrix, ef_search), name="mindpalace-hnsw-build",
-            daemon=True,
+            target=self._run, args=(ids, matrix, ef_search, tag, on_built),
+            name="mindpalace-hnsw-build", daemon=True,
         )
         self.thread.start()
 
-    def _run(self, ids: np.ndarray, matrix: np.ndarray, ef_search: int) -> None:
+    def _run(
+        self, ids: np.ndarray, matrix: np.ndarray, ef_search: int, tag: object,
+        on_built: Callable[[HnswIndex, object], None] | None,
+    ) -> None:
         try:
-            self.graph = HnswIndex(ids, matrix, ef_search=ef_search)
+            graph = HnswIndex(ids, matrix, ef_search=ef_search)
         except Exception as exc:  # reported by the index that adopts (or not) the graph
             self.error = exc
+            return
+        _hand_over(on_built, graph, tag)  # nobody else holds the graph yet
+        self.graph = graph
+
+
+def _hand_over(
+    on_built: Callable[[HnswIndex, object], None] | None, graph: HnswIndex, tag: object
+) -> None:
+    if on_built is None:
+        return
+    try:
+        on_built(graph, tag)
+    except Exception:  # saving is an optimisation: the graph is used all the same
+        _log.warning("HNSW graph hand-over failed", exc_info=True)
 
 
 def adaptive_factory(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mindpalace.settings import StoreSettings
+from mindpalace.store.annfile import AnnFiles
 from mindpalace.store.base import Store
 from mindpalace.store.sqlite.documents import DocumentsMixin
 from mindpalace.store.sqlite.embeddings import EmbeddingsMixin
@@ -39,7 +40,9 @@ class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin,
         settings: busy timeout (ms), bounded busy retries, ``synchronous`` mode, FTS tokenizer.
         vector_index_factory: builds the per-scope vector index; None = exact cosine, an HNSW
             graph from ``settings.ann_min_vectors`` vectors on, built in a background thread while
-            exact cosine answers (:class:`~mindpalace.store.vectors.AdaptiveIndex`).
+            exact cosine answers (:class:`~mindpalace.store.vectors.AdaptiveIndex`), saved
+            beside the database once built and loaded by the next process
+            (``settings.ann_persist``, :mod:`~mindpalace.store.annfile`).
         in_process_bm25: score word-index queries in numpy from a cached copy of the index's
             postings (same ids, scores and order as FTS5's ``bm25()``; see
             :attr:`bm25_cache_generation`). False = always FTS5's ``bm25()`` in SQL.
@@ -63,9 +66,12 @@ class SQLiteStore(EventsMixin, RecordsMixin, DocumentsMixin, KeywordSearchMixin,
         in_process_bm25: bool = True,
     ) -> None:
         super().__init__(path, settings=settings)
+        ann = None
         if vector_index_factory is None:
             vector_index_factory = adaptive_factory(  # the graph is built off the query path
                 self.settings.ann_min_vectors, self.settings.hnsw_ef_search, background=True
             )
-        self._init_embeddings(vector_index_factory)
+            if self.settings.ann_persist and self.settings.ann_min_vectors > 0:
+                ann = AnnFiles(self.path, ef_search=self.settings.hnsw_ef_search)
+        self._init_embeddings(vector_index_factory, ann)
         self._init_keyword_search(in_process_bm25)

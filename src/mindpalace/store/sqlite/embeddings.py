@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -9,13 +10,26 @@ from typing import Any
 
 import numpy as np
 
-from mindpalace.errors import DimensionMismatchError, NotFoundError, ValidationError
+from mindpalace.errors import DimensionMismatchError, NotFoundError, StoreError, ValidationError
 from mindpalace.scope import Scope
+from mindpalace.store.annfile import AnnFiles, GraphState
 from mindpalace.store.base import Document, SearchHit
 from mindpalace.store.inputs import embedding_rows
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import scope_where
-from mindpalace.store.vectors import GrowableVectorIndex, VectorIndex, VectorIndexFactory
+from mindpalace.store.vectors import (
+    AdaptiveIndex,
+    GrowableVectorIndex,
+    HnswIndex,
+    VectorIndex,
+    VectorIndexFactory,
+)
+
+_log = logging.getLogger(__name__)
+
+#: At close a graph is saved again when its documents were deleted or at least this many rows
+#: were appended since it was saved or loaded (fewer are appended quickly on the next open).
+CLOSE_SAVE_MIN_ROWS = 1000
 
 
 class EmbeddingsMixin(SQLiteBase):
@@ -25,11 +39,45 @@ class EmbeddingsMixin(SQLiteBase):
     _index_factory: VectorIndexFactory
     _vec_cache: dict[tuple[Any, ...], CachedVectors]
     _vec_lock: threading.Lock
+    _ann: AnnFiles | None
 
-    def _init_embeddings(self, vector_index_factory: VectorIndexFactory) -> None:
+    def _init_embeddings(
+        self, vector_index_factory: VectorIndexFactory, ann: AnnFiles | None = None
+    ) -> None:
+        """`ann`: persisted HNSW graphs (the default index only): cached indexes are
+        :class:`AdaptiveIndex` es whose graphs are saved once built and loaded on open."""
         self._index_factory = vector_index_factory
         self._vec_cache = {}
         self._vec_lock = threading.Lock()
+        self._ann = ann
+
+    def close(self) -> None:
+        """Save the graphs that changed since they were saved (see ``CLOSE_SAVE_MIN_ROWS``),
+        then close the connections. A failed save is logged: the next open rebuilds."""
+        if self._ann is not None:
+            with self._vec_lock:
+                cached = list(self._vec_cache.items())
+            for key, entry in cached:
+                with entry.lock:
+                    self._save_on_close(key, entry)
+        super().close()
+
+    def _save_on_close(self, key: tuple[Any, ...], entry: CachedVectors) -> None:
+        index = entry.index
+        if self._ann is None or not isinstance(index, AdaptiveIndex) or not index.approximate:
+            return
+        graph = index.inner
+        assert isinstance(graph, HnswIndex)
+        saved = entry.saved
+        if saved is not None and (
+            saved.generation == entry.generation
+            and entry.after - saved.after < CLOSE_SAVE_MIN_ROWS
+        ):
+            return
+        try:
+            self._ann.save(key, entry.model, graph, entry.state())
+        except (StoreError, OSError) as exc:  # the next open rebuilds: never fail a close
+            _log.warning("HNSW graph not saved at close: %s", exc)
 
     def put_embeddings(
         self,
@@ -154,8 +202,7 @@ class EmbeddingsMixin(SQLiteBase):
                 with cached.lock:
                     if cached.current(generation, top) or cached.catch_up(self, generation, top):
                         return cached
-            fresh = self._fresh_vector_index(scope, model, kinds)
-            fresh.generation, fresh.seen, fresh.after = generation, top, top
+            fresh = self._open_vector_index(key, scope, model, kinds, generation, top)
             with self._vec_lock:
                 if len(self._vec_cache) > 64:  # bounded: scopes come and go
                     self._vec_cache.clear()
@@ -172,6 +219,75 @@ class EmbeddingsMixin(SQLiteBase):
             "(SELECT coalesce(max(rowid), 0) FROM embeddings)"
         ).fetchone()
         return int(row[0]), int(row[1])
+
+    def _open_vector_index(
+        self, key: tuple[Any, ...], scope: Scope, model: str, kinds: Sequence[str] | None,
+        generation: int, top: int,
+    ) -> CachedVectors:
+        """The index of `key` at (`generation`, `top`): the persisted graph when it is valid
+        (rows added since appended), else built from the rows (the graph, above the size, in
+        the background — and saved once built)."""
+        ann = self._ann
+        if ann is None:
+            fresh = self._fresh_vector_index(scope, model, kinds)
+            fresh.generation, fresh.seen, fresh.after = generation, top, top
+            return fresh
+        loaded = ann.load(key, model, generation=generation, top=top,
+                          check=lambda ids: self._stored_unit_vectors(ids, model))
+        if loaded is not None:
+            graph, state = loaded
+            index = AdaptiveIndex.from_graph(
+                graph, min_ann_rows=self.settings.ann_min_vectors,
+                ef_search=self.settings.hnsw_ef_search, background=True,
+                on_built=self._graph_saver(key, model),
+            )
+            cached = CachedVectors(scope, model, kinds, index, state.extra)
+            cached.generation, cached.seen, cached.after = state.generation, state.after, state.after
+            cached.saved = state
+            with cached.lock:
+                if cached.catch_up(self, generation, top):  # appends the rows saved after it
+                    return cached
+        ids, matrix, docs = self._vector_rows(scope, model, kinds, after=0)
+        extra = ids.shape[0] - docs
+        index = AdaptiveIndex(
+            ids, matrix, min_ann_rows=self.settings.ann_min_vectors,
+            ef_search=self.settings.hnsw_ef_search, background=True,
+            tag=GraphState(generation, top, extra), on_built=self._graph_saver(key, model),
+        )
+        cached = CachedVectors(scope, model, kinds, index, extra)
+        cached.generation, cached.seen, cached.after = generation, top, top
+        return cached
+
+    def _graph_saver(self, key: tuple[Any, ...], model: str) -> Any:
+        """`on_built` of the cached indexes: save a built graph with the state it reflects."""
+        ann = self._ann
+        assert ann is not None
+
+        def save(graph: HnswIndex, tag: object) -> None:
+            if isinstance(tag, GraphState):
+                ann.save(key, model, graph, tag)
+                with self._vec_lock:
+                    entry = self._vec_cache.get(key)
+                if entry is not None:
+                    entry.saved = tag  # read at close; a plain assignment
+
+        return save
+
+    def _stored_unit_vectors(self, doc_ids: Sequence[int], model: str) -> dict[int, np.ndarray]:
+        """Each document's `model` vectors (every chunk row), L2-normalised."""
+        out: dict[int, np.ndarray] = {}
+        ids = [int(i) for i in doc_ids]
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            for r in self._execute(
+                f"SELECT doc_id, dim, vector FROM embeddings WHERE model = ? "
+                f"AND doc_id IN ({','.join('?' * len(chunk))})", [model, *chunk],
+            ):
+                m = np.frombuffer(r["vector"], dtype=np.float32).reshape(-1, r["dim"])
+                out[int(r["doc_id"])] = m / np.maximum(
+                    np.linalg.norm(m, axis=1, keepdims=True), 1e-12
+                )
+        return out
 
     def _fresh_vector_index(
         self, scope: Scope, model: str, kinds: Sequence[str] | None
@@ -247,7 +363,12 @@ class CachedVectors:
         self.generation = 0
         self.seen = 0  # highest embeddings rowid when last brought up to date
         self.after = 0  # rows above this are not in the index yet (rowids never repeat)
+        self.saved: GraphState | None = None  # the state of the persisted graph, if any
         self.lock = threading.Lock()
+
+    def state(self) -> GraphState:
+        """The database state the index reflects now."""
+        return GraphState(self.generation, self.after, self.extra)
 
     def current(self, generation: int, rowid: int) -> bool:
         """Whether the index reflects this (index generation, highest rowid) already."""
@@ -270,8 +391,11 @@ class CachedVectors:
             if ids.shape[0]:
                 if index.dim and matrix.shape[1] != index.dim:
                     return False  # another width under this model: rebuild raises it cleanly
+                extra = self.extra + int(ids.shape[0]) - docs
+                if isinstance(index, AdaptiveIndex):  # a graph built from here reflects this
+                    index.tag = GraphState(generation, rowid, extra)
                 index.add(ids, matrix)
-                self.extra += int(ids.shape[0]) - docs
+                self.extra = extra
             self.after = rowid
         self.generation, self.seen = generation, rowid
         return True
