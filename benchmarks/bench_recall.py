@@ -32,8 +32,14 @@ dependency: install it into its own environment and pass its interpreter, else "
     python -m venv /tmp/mindpalace-bench-bm25s && /tmp/mindpalace-bench-bm25s/bin/pip install bm25s
 
     python benchmarks/bench_recall.py               # 10k and 100k (a few minutes)
-    python benchmarks/bench_recall.py --million     # 10k, 100k, 1M (an hour or more to fill)
+    python benchmarks/bench_recall.py --million     # 10k, 100k, 1M (10-20 min to fill)
     python benchmarks/bench_recall.py --quick       # 1k facts, a smoke run
+
+At 1M, fill a workspace once and reuse it: ``--sizes 1000000 --db DIR --fill-only``, then
+``--sizes 1000000 --db DIR [--open-times]``. The first run that queries builds the HNSW graph
+(minutes; the timing waits for it, column "HNSW wait") and the store saves it beside the
+database, so later runs rank by it from their first query. ANN recall@10 is the share of the
+exact numpy top-10 (ties counted) that the store's vector search returns.
 """
 
 from __future__ import annotations
