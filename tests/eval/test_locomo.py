@@ -139,3 +139,44 @@ def test_one_real_conversation_beats_bm25(shared_data: Path) -> None:
     assert report.questions == 197
     assert product.overall.recall[10] > bm25.overall.recall[10] + 5
     assert product.overall.recall[10] > 60
+
+
+class TestCliFactOverrides:
+    """``mindpalace eval locomo --facts JSON``: the product run's [facts] overrides."""
+
+    def run(self, tiny: Path, tmp_path: Path, *extra: str) -> tuple[int, str, dict[str, object]]:
+        from typer.testing import CliRunner
+
+        from mindpalace.cli import app
+
+        out = tmp_path / "report.json"
+        result = CliRunner().invoke(app, [
+            "eval", "locomo", "--data", str(tiny), "--embedder", "hashing", "--no-baselines",
+            "--json", str(out), *extra,
+        ])
+        report = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
+        return result.exit_code, result.output, report
+
+    def test_overrides_reach_the_product_run(self, tiny: Path, tmp_path: Path) -> None:
+        code, _, report = self.run(tiny, tmp_path, "--facts", '{"vector_weight": 0.25, "neighbor_weights": []}')
+        assert code == 0
+        (product,) = report["methods"]  # type: ignore[misc]
+        assert "vector ×0.25" in product["settings"] and "neighbours []" in product["settings"]
+        code, _, report = self.run(tiny, tmp_path)
+        assert code == 0 and "vector ×0.6" in report["methods"][0]["settings"]  # type: ignore[index]
+
+    @pytest.mark.parametrize("bad", ["{vector_weight: 1}", "[1, 2]"])
+    def test_bad_json_is_a_usage_error_naming_the_option(self, tiny: Path, tmp_path: Path, bad: str) -> None:
+        code, output, report = self.run(tiny, tmp_path, "--facts", bad)
+        assert code == 2 and "--facts" in output and report == {}
+
+    def test_unknown_setting_is_refused_before_anything_runs(self, tiny: Path, tmp_path: Path) -> None:
+        from typer.testing import CliRunner
+
+        from mindpalace.cli import app
+        from mindpalace.errors import ConfigError
+
+        result = CliRunner().invoke(app, [
+            "eval", "locomo", "--data", str(tiny), "--embedder", "hashing", "--facts", '{"nope": 1}',
+        ])
+        assert isinstance(result.exception, ConfigError) and "facts.nope" in str(result.exception)

@@ -161,21 +161,44 @@ def eval_locomo(
     baselines: bool = typer.Option(
         True, "--baselines/--no-baselines", help="Also run BM25 and dense-only."
     ),
+    facts: str | None = typer.Option(
+        None, "--facts",
+        help='[facts] overrides for the product run as a JSON object, e.g. \'{"vector_weight": 0.8}\' '
+        "(tune on conv-26 and conv-30 only; the other eight are held out).",
+    ),
 ) -> None:
     """LoCoMo evidence recall@k through Session.recall, beside BM25 and dense-only baselines."""
     from mindpalace.eval.locomo import run_locomo
 
+    fact_overrides = _json_object("--facts", facts)
     bar, update = _progress()
     with bar:
         report = run_locomo(
             data, ks=k, embedder=embedder, conversations=conversation or None,
-            captions=captions, baselines=baselines, progress=update,
+            captions=captions, baselines=baselines, fact_overrides=fact_overrides, progress=update,
         )
     _print_locomo(report)
     if json_out:
         json_out.write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False),
                             encoding="utf-8")
         console.print(f"wrote {json_out}")
+
+
+def _json_object(option: str, text: str | None) -> dict[str, Any] | None:
+    """`text` parsed as a JSON object (None when not given).
+
+    Raises:
+        typer.BadParameter: not JSON, or JSON that is not an object (the message names `option`).
+    """
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON ({exc})", param_hint=option) from exc
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"expected a JSON object, got {type(value).__name__}", param_hint=option)
+    return value
 
 
 def _print_locomo(report: Any) -> None:
