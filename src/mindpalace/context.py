@@ -490,9 +490,10 @@ class ContextBuilder:
             return None
         cap = int(self.settings.recall_share * budget) - self._shell_tokens(Block.RECALLED)
         recaller = self.recaller
+        item_cap = recaller.item_cap(cap)  # fixed per build: re-packing under a smaller cap keeps the items' form
 
         def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
-            return recaller.pack(items, cap_tokens, exclude_messages=exclude)
+            return recaller.pack(items, cap_tokens, exclude_messages=exclude, item_cap=item_cap)
 
         text, chosen = repack(cap, in_prompt)
         return _Part(Block.RECALLED, text, repack, chosen, in_prompt, cap) if text else None
