@@ -3,6 +3,7 @@ purity, authority and pairing (I1) of the synthetic memory exchange."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -74,7 +75,7 @@ class TestRecalledBlock:
         text = recalled_text(built)
         assert "topic3 is settled: code K0003" in text
         # the hit and the question before it: one quoted excerpt, each line with who said it
-        assert ("[11 May 2023, 13:56 · message:7–8]\nMia: day 3: what about "
+        assert ("[11 May 2023 · message:7–8]\nMia: day 3: what about "
                 "topic3 and the weather\nassistant: topic3 is settled: code K0003") in text
         assert '<memory source="conversation" speakers="Mia (user)">' in text
         item = next(i for i in built.report.recalled if i.ref == "message:8")
@@ -262,12 +263,14 @@ def loaded(mem: Memory) -> Session:
     extra=st.lists(TEXT, max_size=4),
     role=st.sampled_from(["tool", "user"]),
     share=st.sampled_from([0.0, 0.3, 0.7, 1.0]),
+    min_items=st.sampled_from([1, 3, 8, 64]),
 )
 def test_the_prompt_with_recalled_memory_never_exceeds_its_budget_and_keeps_pairs(
     loaded: Session, budget: int, query: Any, system: str | None, extra: list[str], role: str, share: float,
+    min_items: int,
 ) -> None:
     ctx = loaded.memory.settings.context
-    ctx.memory_role, ctx.recall_share = role, share  # type: ignore[assignment]
+    ctx.memory_role, ctx.recall_share, ctx.recall_min_items = role, share, min_items  # type: ignore[assignment]
     try:
         msgs = [{"role": "user", "content": t} for t in extra] or None
         try:
@@ -286,8 +289,10 @@ def test_the_prompt_with_recalled_memory_never_exceeds_its_budget_and_keeps_pair
                    and m["tool_call_id"].startswith(MEMORY_CALL_PREFIX)]
         assert calls == results == [f"{MEMORY_CALL_PREFIX}{i}" for i in range(1, len(calls) + 1)]
         assert all(m["role"] == "system" for m in built.messages[:1] if system)
+        for item in built.report.recalled:  # no record shows more than its share of the block
+            assert item.tokens <= max(12, min(ctx.recall_item_max_tokens, int(share * budget) // min_items)) + 40
     finally:
-        ctx.memory_role, ctx.recall_share = "tool", 0.85
+        ctx.memory_role, ctx.recall_share, ctx.recall_min_items = "tool", 0.85, 8
 
 
 def test_a_recalled_statement_corrected_later_names_its_correction(mem: Memory) -> None:
@@ -360,8 +365,8 @@ class TestPacking:
                  self.item(s, 20, "beta later", day=2)]
         text, shown = recaller.pack(items, 500)
         assert len(shown) == 4 and text.count("<memory") == 1
-        assert ("[8 May 2023, 13:56 · message:3–4,7]\nMia: alpha one\nMia: alpha two\n…\n"
-                "Mia: alpha three\n[10 May 2023, 13:56 · message:20]\nMia: beta later") in text
+        assert ("[8 May 2023 · message:3–4,7]\nMia: alpha one\nMia: alpha two\n…\n"
+                "Mia: alpha three\n[10 May 2023 · message:20]\nMia: beta later") in text
         assert recaller.counter.count(text) <= 500
 
     def test_the_envelope_names_each_speakers_role_once_and_per_line_when_ambiguous(self, mem: Memory) -> None:
@@ -387,6 +392,45 @@ class TestPacking:
             text, shown = recaller.pack([item], 500)
             assert shown and "Mia: … The locker number is 5521" in text
             assert long not in text
+
+    def test_a_day_line_gives_the_day_and_the_reference_without_the_time(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        text, _ = recaller.pack([self.item(s, 4, "The locker number is 5521.")], 500)
+        assert ">[8 May 2023 · message:4]\nMia: The locker number is 5521.<" in text
+        assert "13:56" not in text
+
+    def test_a_small_block_shows_min_items_long_records_as_excerpts_with_their_refs(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        ctx = recaller.settings
+        filler = "We talked about the weather and the long walk along the grey river for a while. " * 8
+        items = [replace(self.item(s, 10 + 2 * k, f"{filler}The locker {k} number is {5500 + k}.", day=k),
+                         terms=("locker", "number")) for k in range(ctx.recall_min_items)]
+        whole = recaller.counter.count(items[0].text)
+        cap = 80 * ctx.recall_min_items
+        assert whole > cap // ctx.recall_min_items  # each record alone is longer than its share
+        item_cap = recaller.item_cap(cap)
+        assert item_cap == cap // ctx.recall_min_items
+        text, shown = recaller.pack(items, cap, item_cap=item_cap)
+        assert recaller.counter.count(text) <= cap
+        assert len(shown) == ctx.recall_min_items  # every record, each its matching excerpt
+        for k, item in enumerate(items):
+            assert f"The locker {k} number is {5500 + k}" in text and f"message:{item.index}" in text
+        assert filler * 2 not in text
+        # without the item cap the first records fill the block whole and the rest are left out
+        text, shown = recaller.pack(items, cap)
+        assert len(shown) < ctx.recall_min_items
+
+    def test_the_item_cap_never_exceeds_the_configured_maximum(self, mem: Memory) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        ctx = recaller.settings
+        assert recaller.item_cap(10 ** 6) == ctx.recall_item_max_tokens
+        assert recaller.item_cap(0) >= 12  # the smallest item that fits
 
     def test_questions_do_not_vouch_for_each_other(self, mem: Memory) -> None:
         s = fresh(mem)
@@ -424,3 +468,36 @@ class TestArchivedSummaryBesideRecall:
         small, recalled_small, text = self.build(tmp_path, 0.02)
         assert full > small and recalled_small > recalled_full
         assert "history:" in text  # what is not shown is named, to be read back
+
+
+def test_long_replies_are_recalled_as_excerpts_so_a_small_prompt_holds_several(tmp_path: Path) -> None:
+    """A chat of short user turns and long assistant replies: at a small budget each recalled
+    reply shows its matching excerpt and its reference, so the block holds several records
+    (without the per-item share it holds two or three whole-ish ones)."""
+    filler = "Here is some general background on the subject that does not matter much. " * 25
+    shown: dict[int, list[Any]] = {}
+    for min_items in (1, 8):
+        with Memory.open(tmp_path / f"ws{min_items}", embed={"provider": "hashing"},
+                         context={"recall_min_items": min_items}) as m:
+            s = fresh(m)
+            for i in range(12):
+                when = WHEN + timedelta(days=i)
+                s.add_message({"role": "user", "content": f"tell me about the harbor project {i}"}, timestamp=when)
+                s.add_message({"role": "assistant", "content": f"{filler} The harbor project {i} opens on "
+                               f"pier {40 + i}. {filler}"}, timestamp=when)
+            s.add_message({"role": "user", "content": "which pier does each harbor project open on?"})
+            built = s.prepare(1_200)
+            assert built.report.total_tokens <= 1_200
+            text = recalled_text(built)
+            shown[min_items] = built.report.recalled
+            named: set[int] = set()  # the message numbers the date lines name
+            for spans in re.findall(r"· message:([\d–,]+)\]", text):
+                for span in spans.split(","):
+                    a, _, b = span.partition("–")
+                    named.update(range(int(a), int(b or a) + 1))
+            assert built.report.recalled and {i.index for i in built.report.recalled} <= named
+            if min_items == 8:
+                piers = [i for i in range(12) if f"opens on pier {40 + i}." in text]
+                assert len(piers) >= 4, text
+                assert filler * 2 not in text
+    assert len(shown[8]) > len(shown[1])

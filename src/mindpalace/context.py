@@ -32,7 +32,9 @@ default each is a synthetic read-only ``memory`` tool exchange (assistant call `
 
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
 schemas and reply priming included). The recalled-memory block may fill up to
-``context.recall_share`` of the budget; it is not a fixed part (consolidation does not archive
+``context.recall_share`` of the budget (one record at most ``1 / context.recall_min_items`` of
+that room: a longer one shows its best-matching excerpt and its reference, so a small prompt
+still holds several records); it is not a fixed part (consolidation does not archive
 to make room for it): the oldest conversation messages give way to it, and they stay stored and
 recallable. When recall has more records for the query than that room, the archived summary
 (9) gives way too: it is shown under ``context.summary_share_beside_recall`` of the budget (the
@@ -490,9 +492,10 @@ class ContextBuilder:
             return None
         cap = int(self.settings.recall_share * budget) - self._shell_tokens(Block.RECALLED)
         recaller = self.recaller
+        item_cap = recaller.item_cap(cap)  # fixed per build: re-packing under a smaller cap keeps the items' form
 
         def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
-            return recaller.pack(items, cap_tokens, exclude_messages=exclude)
+            return recaller.pack(items, cap_tokens, exclude_messages=exclude, item_cap=item_cap)
 
         text, chosen = repack(cap, in_prompt)
         return _Part(Block.RECALLED, text, repack, chosen, in_prompt, cap) if text else None

@@ -25,12 +25,12 @@ build the context builder asks :class:`MemoryRecaller` for
    who spoke and ends with a note resolving its relative dates (:mod:`mindpalace.datenotes`;
    the quote is never rewritten)::
 
-       <memory source="conversation" speakers="Caroline (user), Melanie (assistant)">[8 May 2023, 13:56 · message:11–12,15]
+       <memory source="conversation" speakers="Caroline (user), Melanie (assistant)">[8 May 2023 · message:11–12,15]
        Caroline: I went to a support group yesterday. [dates: yesterday = 7 May 2023]
        Melanie: …
        …
        Caroline: …
-       [25 May 2023, 13:14 · message:30]
+       [25 May 2023 · message:30]
        Caroline: …</memory>
        <memory source="fact" date="9 May 2023, 10:02" ref="fact:user:hotel">Hotel Hoshino</memory>
 
@@ -69,8 +69,7 @@ from mindpalace.tokens import TokenCounter
 
 HISTORY_KIND = "history"
 MESSAGE_STREAM = "messages"
-RECALLED_HEADER = ("Recalled memory (quoted records, oldest first; dates UTC; … = messages left out; "
-                   "read one whole with read_files(ref)):")
+RECALLED_HEADER = "Recalled memory (quoted records, oldest first, UTC; … = left out; read_files(ref) reads one whole):"
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 _RRF_K = 60.0  # merging the ranked lists of several queries
@@ -79,6 +78,13 @@ _RRF_K = 60.0  # merging the ranked lists of several queries
 def human_date(when: datetime) -> str:
     """``8 May 2023, 13:56`` (the stored UTC time, minutes)."""
     return f"{when.day} {when:%B %Y, %H:%M}"
+
+
+def day_date(when: datetime) -> str:
+    """``8 May 2023`` (the stored UTC day): what a recalled day of the conversation is dated
+    with — the time of day costs ~5 tokens on every date line and the model reads it, like
+    the rest of the message, with read_files(ref)."""
+    return f"{when.day} {when:%B %Y}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,8 +298,18 @@ class MemoryRecaller:
         return [r for _, r in out]
 
     # -- 2. packing --------------------------------------------------------------------------
+    def item_cap(self, block_tokens: int) -> int:
+        """Tokens one item may show in a block of `block_tokens` tokens:
+        ``min(recall_item_max_tokens, block_tokens // recall_min_items)``, so a small block
+        still shows ``recall_min_items`` records when they are long (a long reply shows its
+        best-matching excerpt and its reference) instead of two or three whole ones; never below
+        the smallest item that fits (12 tokens)."""
+        share = block_tokens // max(1, self.settings.recall_min_items)
+        return max(_MIN_ITEM_TOKENS, min(self.settings.recall_item_max_tokens, share))
+
     def pack(
-        self, items: Sequence[RecalledItem], cap_tokens: int, *, exclude_messages: frozenset[int] = frozenset()
+        self, items: Sequence[RecalledItem], cap_tokens: int, *, exclude_messages: frozenset[int] = frozenset(),
+        item_cap: int | None = None,
     ) -> tuple[str, list[RecalledItem]]:
         """The block text holding the best `items` under `cap_tokens` (tokens of the text),
         and the items shown (with their ``tokens``: what each added), best first.
@@ -303,10 +319,12 @@ class MemoryRecaller:
         (shown verbatim in the prompt) and items with the same text as one already taken are
         left out; a message that only asks waits until a neighbouring message is taken (the
         answer it got) and is left out otherwise. Consecutive messages of one session share one
-        envelope, each day opened by one date line (``[8 May 2023, 13:56 · message:12–14]``),
+        envelope, each day opened by one date line (``[8 May 2023 · message:12–14]``),
         one ``Speaker: text`` line each (the envelope's ``speakers`` gives each speaker's role
         once), so a hit and the turns around it cost little more than their text. Once ``recall_excerpt_after`` of the cap is used, items longer
-        than ``recall_excerpt_tokens`` show their best-matching excerpt. Returns ``("", [])``
+        than ``recall_excerpt_tokens`` show their best-matching excerpt. `item_cap` (tokens) caps
+        what one item may show (its best-matching excerpt when longer, with its reference to read
+        it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). Returns ``("", [])``
         when nothing fits.
         """
         header = self.counter.count(RECALLED_HEADER) + 1
@@ -319,7 +337,7 @@ class MemoryRecaller:
         taken: set[tuple[str, int]] = set()  # (session, index) of the statements taken
         waiting: dict[tuple[str, int], RecalledItem] = {}  # questions waiting for a neighbour
         session = str(self.scope.session)
-        item_cap = self.settings.recall_item_max_tokens
+        item_cap = self.settings.recall_item_max_tokens if item_cap is None else max(_MIN_ITEM_TOKENS, item_cap)
 
         def take(item: RecalledItem) -> bool:
             nonlocal used
@@ -421,9 +439,9 @@ class MemoryRecaller:
         return memory_envelope("\n".join(lines), source="conversation", speakers=speakers)
 
     def _day_line(self, day: Sequence[RecalledItem]) -> str:
-        """``[8 May 2023, 13:56 – 14:02 · message:7–8,12]``: when the day's messages shown were
-        written (first – last time) and their reference (``@session`` for another session)."""
-        first, last = day[0], day[-1]
+        """``[8 May 2023 · message:7–8,12]``: the day the messages shown were written
+        (:func:`day_date`) and their reference (``@session`` for another session)."""
+        first = day[0]
         spans: list[list[int]] = []
         for item in day:
             if spans and item.index == spans[-1][1] + 1:
@@ -434,10 +452,7 @@ class MemoryRecaller:
         ref = "message:" + ",".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans) + at
         if first.date is None:
             return f"[{ref}]"
-        date = human_date(first.date)
-        if last.date is not None and last.date.strftime("%H:%M") != first.date.strftime("%H:%M"):
-            date += f" – {last.date:%H:%M}"
-        return f"[{date} · {ref}]"
+        return f"[{day_date(first.date)} · {ref}]"
 
     def _shown(self, item: RecalledItem, item_cap: int) -> tuple[str, int]:
         """(text shown, its tokens + 1 for the newline): a message's line, or another item's

@@ -307,6 +307,11 @@ class ContextSettings(_Section):
         300, ge=16, description="Cap on one recalled item (tokens); a longer one shows its best-matching "
         "excerpt and its reference to read it whole.",
     )
+    recall_min_items: int = Field(
+        8, ge=1, description="A recalled item shows at most 1/N of the block's room (tokens; and at "
+        "most recall_item_max_tokens), so a small block holds N records: a longer one shows its "
+        "best-matching excerpt and its reference to read it whole.",
+    )
     recall_excerpt_after: float = Field(
         1.0, ge=0, le=1, description="Once the recalled-memory block is this full (share of its cap), "
         "each further item longer than recall_excerpt_tokens shows only its best-matching excerpt, so "
