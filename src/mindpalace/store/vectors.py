@@ -123,6 +123,12 @@ class ExactCosineIndex:
         if m.ndim != 2 or m.shape[1] != self.dim:
             raise DimensionMismatchError(self.dim, int(m.shape[-1]), "vectors")
         end = self._n + ids.shape[0]
+        if self._n == 0 and m.base is None and m.flags.c_contiguous:  # first rows: adopt the
+            self._buf = m  # fresh unit-row array instead of copying it (one matrix, not two)
+            self._ids = ids.copy()
+            self._alive = np.ones(end, bool)
+            self._n = end
+            return
         if end > self._buf.shape[0]:
             cap = max(end, self._buf.shape[0] + self._buf.shape[0] // 4, 1024)
             self._buf = _grown(self._buf, self._n, (cap, self.dim))
