@@ -52,11 +52,19 @@ class VectorIndexFactory(Protocol):
     def __call__(self, ids: np.ndarray, matrix: np.ndarray) -> VectorIndex: ...
 
 
+_NORM_ROWS = 1 << 16  # rows whose norms are computed at a time
+
+
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     m = np.asarray(matrix, dtype=np.float32)
     if m.size == 0:
         return m.reshape(m.shape[0], -1)
-    return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+    # Norms a block of rows at a time: np.linalg.norm squares its whole input first (a
+    # temporary the size of the matrix); each row's norm is the same computed either way.
+    norms = np.empty((m.shape[0], 1), np.float32)
+    for at in range(0, m.shape[0], _NORM_ROWS):
+        norms[at : at + _NORM_ROWS] = np.linalg.norm(m[at : at + _NORM_ROWS], axis=1, keepdims=True)
+    return m / np.maximum(norms, 1e-12)
 
 
 def _unit_query(query: np.ndarray, dim: int) -> np.ndarray:
