@@ -316,7 +316,7 @@ class PostingIndex:
 
     @classmethod
     def build(
-        cls, generation: object, doc_ids: np.ndarray, vocab: list[tuple[str, int]], docs: np.ndarray,
+        cls, generation: object, doc_ids: np.ndarray, vocab: Sequence[tuple[str, int]], docs: np.ndarray,
         *, state: Any = None, external: Mapping[int, int] | None = None,
     ) -> PostingIndex:
         """`vocab`: (token, occurrences) in index order (the ``fts5vocab`` row table); `docs`:
