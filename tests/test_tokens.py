@@ -187,8 +187,22 @@ class TestOfflineTiktoken:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setitem(counter_module._BPE_SHA256, "cl100k_base", "0" * 64)
-        with pytest.raises(RuntimeError, match="sha256"):
-            TiktokenCounter("cl100k_base")
+        counter_module._encoding.cache_clear()
+        try:
+            with pytest.raises(RuntimeError, match="sha256"):
+                TiktokenCounter("cl100k_base").count("checked on first use")
+        finally:
+            counter_module._encoding.cache_clear()
+
+    def test_the_encoding_is_built_on_first_count_not_by_the_constructor(self) -> None:
+        # ~75 MB resident for o200k_base: a recall hands a counter to parts that never count
+        counter_module._encoding.cache_clear()
+        counter = TiktokenCounter("cl100k_base")
+        assert counter_module._encoding.cache_info().currsize == 0
+        assert counter.count("hello world") == 2
+        assert counter_module._encoding.cache_info().currsize == 1
+        with pytest.raises(ConfigError):  # a bad name is still refused up front
+            TiktokenCounter("no_such_encoding")
 
     def test_cold_process_counts_exactly_offline_and_writes_nothing(
         self, tmp_path: Path, reference: dict[str, tiktoken.Encoding]

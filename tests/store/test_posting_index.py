@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindpalace.store import bm25
-from mindpalace.store.bm25 import PostingIndex
+from mindpalace.store.bm25 import PostingIndex, _Starts, _Vocab
 
 VOCAB = [f"w{i}" for i in range(40)]
 
@@ -161,3 +161,24 @@ def test_a_view_extended_by_appends_scores_as_a_fresh_view(seed: int) -> None:
         for token in query:
             if token in fresh.dfs:
                 assert view.dfs[token][0] == fresh.dfs[token][0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=40),
+    probes=st.lists(st.text(max_size=6), max_size=20),
+    data=st.data(),
+)
+def test_compact_token_table_looks_up_like_a_dict(
+    tokens: list[str], probes: list[str], data: st.DataObject
+) -> None:
+    # Tokens in any order (a fold appends new ones at the end), any script, some without postings.
+    counts = [data.draw(st.integers(0, 3)) for _ in tokens]
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    starts = _Starts(_Vocab(tokens), bounds)
+    expected = {t: (int(bounds[i]), int(bounds[i + 1])) for i, t in enumerate(tokens) if counts[i]}
+    assert list(_Vocab(tokens)) == tokens
+    assert dict(starts) == expected
+    assert [(t, s, e) for t, s, e in starts.spans()] == [(t, *expected[t]) for t in expected]
+    for probe in [*tokens, *probes]:
+        assert starts.get(probe) == expected.get(probe)

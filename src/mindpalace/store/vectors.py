@@ -54,11 +54,19 @@ class VectorIndexFactory(Protocol):
     def __call__(self, ids: np.ndarray, matrix: np.ndarray) -> VectorIndex: ...
 
 
+_NORM_ROWS = 1 << 16  # rows whose norms are computed at a time
+
+
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     m = np.asarray(matrix, dtype=np.float32)
     if m.size == 0:
         return m.reshape(m.shape[0], -1)
-    return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+    # Norms a block of rows at a time: np.linalg.norm squares its whole input first (a
+    # temporary the size of the matrix); each row's norm is the same computed either way.
+    norms = np.empty((m.shape[0], 1), np.float32)
+    for at in range(0, m.shape[0], _NORM_ROWS):
+        norms[at : at + _NORM_ROWS] = np.linalg.norm(m[at : at + _NORM_ROWS], axis=1, keepdims=True)
+    return m / np.maximum(norms, 1e-12)
 
 
 def _unit_query(query: np.ndarray, dim: int) -> np.ndarray:
@@ -125,6 +133,12 @@ class ExactCosineIndex:
         if m.ndim != 2 or m.shape[1] != self.dim:
             raise DimensionMismatchError(self.dim, int(m.shape[-1]), "vectors")
         end = self._n + ids.shape[0]
+        if self._n == 0 and m.base is None and m.flags.c_contiguous:  # first rows: adopt the
+            self._buf = m  # fresh unit-row array instead of copying it (one matrix, not two)
+            self._ids = ids.copy()
+            self._alive = np.ones(end, bool)
+            self._n = end
+            return
         if end > self._buf.shape[0]:
             cap = max(end, self._buf.shape[0] + self._buf.shape[0] // 4, 1024)
             self._buf = _grown(self._buf, self._n, (cap, self.dim))

@@ -309,17 +309,23 @@ class EmbeddingsMixin(SQLiteBase):
         if kinds:
             sql += f" AND d.kind IN ({','.join('?' * len(kinds))})"
             params += list(kinds)
-        rows = self._execute(sql + " ORDER BY e.rowid", params).fetchall()
-        if not rows:
+        # Streamed into one growing buffer: holding every row (fetchall) and then joining
+        # their blobs cost ~3× the matrix in peak memory (~65 MB more at 100k × 64).
+        vectors = bytearray()
+        doc_ids: list[int] = []
+        per_doc: list[int] = []
+        dim = 0
+        for doc_id, width, blob in self._execute(sql + " ORDER BY e.rowid", params):
+            dim = int(width)
+            doc_ids.append(doc_id)
+            per_doc.append(len(blob) // (4 * dim))
+            vectors += blob
+        if not doc_ids:
             return np.empty(0, np.int64), np.empty((0, 0), np.float32), 0
-        dim = rows[0]["dim"]
-        per_doc = np.fromiter(
-            (len(r["vector"]) // (4 * dim) for r in rows), dtype=np.int64, count=len(rows)
-        )
-        doc_ids = np.fromiter((r["doc_id"] for r in rows), dtype=np.int64, count=len(rows))
-        ids = np.repeat(doc_ids, per_doc)
-        matrix = np.frombuffer(b"".join(r["vector"] for r in rows), dtype=np.float32)
-        return ids, matrix.reshape(int(per_doc.sum()), dim), len(rows)
+        counts = np.asarray(per_doc, np.int64)
+        ids = np.repeat(np.asarray(doc_ids, np.int64), counts)
+        matrix = np.frombuffer(vectors, dtype=np.float32)
+        return ids, matrix.reshape(int(counts.sum()), dim), len(doc_ids)
 
     def documents_missing_embeddings(
         self, model: str, *, limit: int = 1000, after_id: int = 0
