@@ -14,22 +14,30 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
 from mindpalace.facts.recall import Recall
-from mindpalace.retrieval.fetch import matched_terms
+from mindpalace.retrieval.fetch import (
+    DocFacts,
+    VectorCache,
+    doc_facts,
+    matched_terms,
+    matched_terms_of,
+)
 from mindpalace.retrieval.hybrid import (
     MESSAGE_KIND,
     HybridRetriever,
     RetrievalHit,
     _Candidate,
+    _rerank,
     stems,
 )
 from mindpalace.scope import ANY, Scope
 from mindpalace.settings import FactSettings
-from mindpalace.store.base import Document, Store
+from mindpalace.store.base import Document, SearchHit, Store
 from mindpalace.store.textindex import query_terms
 
 
@@ -211,3 +219,86 @@ class TestContextRule:
         got = {i: (c.final, c.neighbor) for i, c in fast.items()}
         assert got == {i: (c.final, c.neighbor) for i, c in ref.items()}
 
+
+
+class TestDocFacts:
+    NOW = datetime(2024, 1, 1, tzinfo=UTC)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.sampled_from([MESSAGE_KIND, "fact", "step"]),
+           st.sampled_from(["12", "0", "x1", "²", "1234567890123", ""]),
+           st.sampled_from(["Caroline", "MELANIE", "", None, 7]),
+           st.sampled_from(["Is it?", "It is.", "Budget booked at the hotels"]),
+           st.sampled_from(["2023-05-08T13:56:00", "2023-05-08T13:56:00+02:00", "not a date", "", None]))
+    def test_facts_are_what_the_ranking_steps_read_of_the_document(
+        self, kind: str, ref: str, name: object, text: str, stamp: object
+    ) -> None:
+        meta: dict[str, Any] = {}
+        if name is not None:
+            meta["name"] = name
+        if stamp is not None:
+            meta["timestamp"] = stamp
+        doc = Document(1, Scope("t", "u", "a", "s"), kind, ref, text, meta, self.NOW)
+        f = DocFacts(doc)
+        message = kind == MESSAGE_KIND
+        assert f.message == message and f.scope_key == ("t", "u", "a", "s")
+        assert f.position == (int(ref) if message and ref.isascii() and ref.isdigit() and len(ref) <= 12 else -1)
+        spoken = meta.get("name", "") if message else ""
+        assert f.speaker == str(spoken).lower() and f.named == (message and bool(spoken))
+        assert f.question == ("?" in text)
+        if stamp:
+            when = datetime.fromisoformat(str(stamp)) if stamp != "not a date" else None
+            assert f.stamp == (when if when is None or when.tzinfo else when.replace(tzinfo=UTC))
+        else:
+            assert f.stamp is None
+        terms = stems(query_terms("budget hotel booking is"))
+        assert matched_terms_of(terms, f) == matched_terms(terms, text)
+
+    def test_an_equal_read_reuses_them_and_a_changed_document_derives_them_again(self) -> None:
+        scope = Scope("t", "u", "a", "s")
+        doc = Document(987_654_321, scope, MESSAGE_KIND, "3", "Where is it?", {"name": "Ann"}, self.NOW)
+        first = doc_facts(doc)
+        assert doc_facts(doc) is first
+        again = Document(987_654_321, Scope("t", "u", "a", "s"), MESSAGE_KIND, "3", "Where is it?",
+                         {"name": "Ann"}, self.NOW)  # the same row read again: another object
+        assert doc_facts(again) is first
+        changed = Document(987_654_321, scope, MESSAGE_KIND, "3", "It is here.", {"name": "Bob"}, self.NOW)
+        facts = doc_facts(changed)
+        assert facts is not first and not facts.question and facts.speaker == "bob"
+
+
+class TestVectorCache:
+    def test_serves_what_the_store_holds_after_a_text_change(self, memory: Memory, uid: str) -> None:
+        scope = fill(memory, uid)
+        retriever, store, model = memory.retriever, memory.store, memory.embedder.model_id
+        retriever.sync_embeddings()
+        docs = [h.doc for h in store.keyword_search(scope.with_(session=ANY), "lake", k=5)]
+        ids = [d.id for d in docs]
+        cache = VectorCache()
+        first = cache.get(store, ids, model)
+        assert first.keys() == store.get_embeddings(ids, model).keys() == set(ids)
+        assert all(np.array_equal(cache.get(store, ids, model)[i], first[i]) for i in ids)
+        store.index_document(docs[0].scope, docs[0].kind, docs[0].ref, "a different text on volcanoes")
+        assert ids[0] not in cache.get(store, ids, model)  # its vector was dropped with its text
+        retriever.sync_embeddings()
+        now = cache.get(store, ids, model)
+        want = store.get_embeddings(ids, model)
+        assert all(np.array_equal(now[i], want[i]) for i in ids)
+        assert not np.array_equal(now[ids[0]], first[ids[0]])
+
+
+class TestRerank:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from([3.0, 2.5, 1.0, 1.0, 0.0, -1.0, float("nan")]),
+                              st.integers(1, 6)), max_size=8), st.booleans())
+    def test_same_list_as_sorting_and_renumbering(self, rows: list[tuple[float, int]], numbered: bool) -> None:
+        now = datetime(2024, 1, 1, tzinfo=UTC)
+        if numbered:  # one scope's list: best first, ranks 1..n
+            rows = [(score, i) for i, (score, _) in enumerate(sorted(rows, key=lambda r: -r[0]), start=1)]
+        hits = [SearchHit(Document(i, Scope("t", "u", "a", "s"), "fact", str(i), "x", {}, now), score, rank, "bm25")
+                for i, (score, rank) in enumerate(rows)]
+        want = [(h.doc.id, h.score, i) for i, h in enumerate(sorted(hits, key=lambda h: -h.score), start=1)]
+        got = [(h.doc.id, h.score, h.rank) for h in _rerank(hits)]
+        assert len(got) == len(want)
+        for (gid, gs, gr), (wid, ws, wr) in zip(got, want, strict=True):
+            assert (gid, gr) == (wid, wr) and (gs == ws or (gs != gs and ws != ws))

@@ -26,14 +26,23 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from functools import cache, lru_cache
+from datetime import timedelta
+from functools import cache
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mindpalace.retrieval.chunking import DEFAULT_OVERLAP_TOKENS
-from mindpalace.retrieval.fetch import NeighbourCache, matched_terms, searchable_scopes
+from mindpalace.retrieval.fetch import (
+    MESSAGE_KIND,
+    DocFacts,
+    NeighbourCache,
+    VectorCache,
+    doc_facts,
+    matched_terms_of,
+    searchable_scopes,
+)
 from mindpalace.retrieval.supersession import choose_corrections
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
@@ -45,8 +54,6 @@ from mindpalace.textsafe import require_text
 if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
 
-MESSAGE_KIND = "message"
-_MAX_INDEX_DIGITS = 12  # message indexes past this are not positions (keys are int64)
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
 
@@ -139,6 +146,10 @@ class _Candidate:
     date: bool = False
     supersedes: str | None = None
     superseded_by: str | None = None
+    info: DocFacts = field(init=False)  # position, speaker, stamp … derived once per document
+
+    def __post_init__(self) -> None:
+        self.info = doc_facts(self.doc)
 
 
 class HybridRetriever:
@@ -176,6 +187,7 @@ class HybridRetriever:
         self._synced_appended_only: object = None  # store.append_only_generation() then
         self._sync_lock = threading.Lock()
         self._neighbours = NeighbourCache()
+        self._vectors = VectorCache()
 
     # -- embedding sync --------------------------------------------------------------------
     def sync_embeddings(self) -> int:
@@ -276,45 +288,62 @@ class HybridRetriever:
     def _fuse(self, keyword: list[SearchHit], vector: list[SearchHit]) -> dict[int, _Candidate]:
         s = self.settings
         cands: dict[int, _Candidate] = {}
-        for hits, weight, slot in ((keyword, s.keyword_weight, "kw"), (vector, s.vector_weight, "vec")):
+        for hits, weight, is_kw in ((keyword, s.keyword_weight, True), (vector, s.vector_weight, False)):
             if not hits or weight == 0:
-                for h in hits:  # still remember the rank for the explanation
-                    setattr(cands.setdefault(h.doc.id, _Candidate(h.doc)), slot, h)
-                continue
-            contrib = _rrf(hits, s.rrf_k) if s.fusion == "rrf" else _above_floor(hits)
-            if s.fusion == "adaptive":  # a list whose best hits stand out from it counts more
-                contrib = contrib * _standout(hits)
-            for h, value in zip(hits, contrib, strict=True):
-                c = cands.setdefault(h.doc.id, _Candidate(h.doc))
-                setattr(c, slot, h)
-                c.fused += weight * value
+                values: list[float] | None = None  # still remember the rank for the explanation
+            else:
+                contrib = _rrf(hits, s.rrf_k) if s.fusion == "rrf" else _above_floor(hits)
+                if s.fusion == "adaptive":  # a list whose best hits stand out from it counts more
+                    contrib = contrib * _standout(hits)
+                values = contrib.tolist()  # the same doubles: weight × value rounds the same
+            for i, h in enumerate(hits):
+                c = cands.get(h.doc.id)
+                if c is None:
+                    c = cands[h.doc.id] = _Candidate(h.doc)
+                if is_kw:
+                    c.kw = h
+                else:
+                    c.vec = h
+                if values is not None:
+                    c.fused += weight * values[i]
         return cands
 
     def _add_message_context(self, cands: dict[int, _Candidate]) -> None:
         """final = fused + Σ_d w_d · max(fused of the messages d before / after), same session."""
         weights = self.settings.neighbor_weights
-        # Positions are keyed by (session number, index): hashing a small int pair instead of
-        # a Scope is most of this loop's cost on a long conversation.
-        session_of: dict[Scope, int] = {}
-        by_pos: dict[tuple[int, int], _Candidate] = {}
+        # Positions are (session number, index), numbered per query; a session is found by its
+        # scope's values (a tuple of strings hashes in C, a Scope in Python), read of the
+        # candidate's remembered DocFacts like the index itself.
+        session_of: dict[tuple[object, ...], int] = {}
+        scopes: list[Scope] = []
+        placed: list[_Candidate] = []
+        sids: list[int] = []
+        index: list[int] = []
         for c in cands.values():
             c.final = c.fused
-            if c.doc.kind == MESSAGE_KIND and c.doc.ref.isdigit() and len(c.doc.ref) <= _MAX_INDEX_DIGITS:
-                sid = session_of.setdefault(c.doc.scope, len(session_of))
-                by_pos[(sid, int(c.doc.ref))] = c
-        if not by_pos:
+            info = c.info
+            if info.position >= 0:
+                sid = session_of.get(info.scope_key)
+                if sid is None:
+                    sid = session_of[info.scope_key] = len(scopes)
+                    scopes.append(c.doc.scope)
+                placed.append(c)
+                sids.append(sid)
+                index.append(info.position)
+        if not placed:
             return
-        scopes = list(session_of)
         # Neighbours that matched nothing themselves are fetched so they can be lifted too.
         questions_only = self.settings.neighbor_from == "questions"
         wanted: dict[Scope, set[str]] = defaultdict(set)
-        for sid, j in _missing_neighbours(by_pos, len(weights), questions_only):
+        for sid, j in _missing_neighbours(placed, sids, index, len(weights), questions_only):
             wanted[scopes[sid]].add(str(j))
-        for (scope, ref), doc in self._neighbours.get(self.store, MESSAGE_KIND, wanted).items():
+        for doc in self._neighbours.get(self.store, MESSAGE_KIND, wanted).values():
             cand = _Candidate(doc)
             cands[doc.id] = cand
-            by_pos[(session_of[scope], int(ref))] = cand
-        _credit_neighbours(by_pos, weights, questions_only)
+            placed.append(cand)
+            sids.append(session_of[cand.info.scope_key])
+            index.append(cand.info.position)
+        _credit_neighbours(placed, sids, index, weights, questions_only)
 
     def _supersede(self, ranked: list[_Candidate], window: int) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
@@ -333,7 +362,7 @@ class HybridRetriever:
         """
         assert self.embedder is not None
         top = ranked[:window]
-        vectors = self.store.get_embeddings([c.doc.id for c in top], self.embedder.model_id)
+        vectors = self._vectors.get(self.store, [c.doc.id for c in top], self.embedder.model_id)
         # a question states nothing, so it neither corrects nor is corrected; a document that
         # ranks only through its neighbour does not answer the query itself
         present = [
@@ -376,7 +405,7 @@ class HybridRetriever:
     def _hit(self, c: _Candidate, terms: dict[str, str]) -> RetrievalHit:
         doc = c.doc
         why = MatchReason(
-            terms=matched_terms(terms, doc.text),
+            terms=matched_terms_of(terms, c.info),
             keyword_rank=c.kw.rank if c.kw else None,
             keyword_score=c.kw.score if c.kw else None,
             vector_rank=c.vec.rank if c.vec else None,
@@ -395,17 +424,19 @@ class HybridRetriever:
 
 
 def _missing_neighbours(
-    by_pos: dict[tuple[int, int], _Candidate], reach: int, questions_only: bool
+    placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int], reach: int,
+    questions_only: bool,
 ) -> list[tuple[int, int]]:
     """(session number, message index ≥ 1) of every position within `reach` turns of a lender
     (a candidate with a positive fused score; in questions mode one that asks) that holds no
-    candidate yet, each once, ascending."""
-    n = len(by_pos)
-    sids = np.fromiter((sid for sid, _ in by_pos), dtype=np.int64, count=n)
-    index = np.fromiter((i for _, i in by_pos), dtype=np.int64, count=n)
-    lends = np.fromiter((c.fused > 0 for c in by_pos.values()), dtype=bool, count=n)
+    candidate yet, each once, ascending. `placed[i]` is at (`session[i]`, `position[i]`),
+    each position held once."""
+    n = len(placed)
+    sids = np.array(session, dtype=np.int64)
+    index = np.array(position, dtype=np.int64)
+    lends = np.fromiter((c.fused for c in placed), dtype=np.float64, count=n) > 0
     if questions_only:
-        lends &= np.fromiter((_is_question(c.doc) for c in by_pos.values()), dtype=bool, count=n)
+        lends &= np.fromiter((c.info.question for c in placed), dtype=bool, count=n)
     offsets = np.array([o for d in range(1, reach + 1) for o in (-d, d)], dtype=np.int64)
     near = (index[lends][:, None] + offsets[None, :]).ravel()
     near_sid = np.repeat(sids[lends], offsets.shape[0])
@@ -417,26 +448,26 @@ def _missing_neighbours(
 
 
 def _credit_neighbours(
-    by_pos: dict[tuple[int, int], _Candidate], weights: Sequence[float], questions_only: bool
+    placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],
+    weights: Sequence[float], questions_only: bool,
 ) -> None:
-    """Set ``final`` (and ``neighbor``) of every message candidate in `by_pos` ({(session
-    number, message index): candidate}): final = fused + Σ_d w_d · the larger fused score of
-    the lenders d before / d after it (a tie goes to the one before); ``neighbor`` names the
-    nearest lender when the lift exceeds the candidate's own score. A lender has a positive
-    fused score (and, in questions mode, asks something).
+    """Set ``final`` (and ``neighbor``) of every message candidate `placed[i]` at (session
+    number `session[i]`, message index `position[i]`; each position held once): final =
+    fused + Σ_d w_d · the larger fused score of the lenders d before / d after it (a tie goes
+    to the one before); ``neighbor`` names the nearest lender when the lift exceeds the
+    candidate's own score. A lender has a positive fused score (and, in questions mode, asks
+    something).
 
     Vectorised over the candidates (sorted position keys and ``searchsorted``): the same
     additions in the same order as one candidate at a time, so the floats are identical.
     """
-    cands = list(by_pos.values())
+    cands = placed
     span = len(weights) + 1  # keys of one session stay clear of the next one's
-    keys = np.fromiter(
-        ((sid << 40) + index + span for sid, index in by_pos), dtype=np.int64, count=len(cands)
-    )
+    keys = (np.array(session, dtype=np.int64) << 40) + np.array(position, dtype=np.int64) + span
     fused = np.fromiter((c.fused for c in cands), dtype=np.float64, count=len(cands))
     lends = fused > 0
     if questions_only:
-        lends &= np.fromiter((_is_question(c.doc) for c in cands), dtype=bool, count=len(cands))
+        lends &= np.fromiter((c.info.question for c in cands), dtype=bool, count=len(cands))
     lender_at = np.flatnonzero(lends)
     order = np.argsort(keys[lender_at], kind="stable")
     lender_at = lender_at[order]
@@ -465,12 +496,11 @@ def _credit_neighbours(
         lift = np.where(has, lift + w * best, lift)
         first = has & (source < 0)
         source[first] = np.where(take_after, after_at, before_at)[first]
-    final = fused + lift
-    lifted = (lift > 0) & (fused < lift)
+    final = (fused + lift).tolist()
     for i, c in enumerate(cands):
-        c.final = float(final[i])
-        if lifted[i]:
-            c.neighbor = cands[int(source[i])].doc.ref
+        c.final = final[i]
+    for i in np.flatnonzero((lift > 0) & (fused < lift)).tolist():
+        cands[i].neighbor = cands[int(source[i])].doc.ref
 
 
 def speaker_names(docs: Iterable[Document]) -> set[str]:
@@ -500,23 +530,13 @@ def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float)
     """Messages by the one speaker the query names score × (1 + boost) ("What did Caroline
     paint?" is most likely answered by Caroline). Several named speakers → no boost."""
     words = set(query_terms(query, drop_stop_words=False))
-    messages = [(c, c.doc.meta.get("name", "")) for c in cands.values() if c.doc.kind == MESSAGE_KIND]
-    lowered: dict[str, str] = {}  # a handful of distinct names, each lowered once
-
-    def low(name: object) -> str:
-        if not isinstance(name, str):
-            return str(name).lower()
-        found = lowered.get(name)
-        if found is None:
-            found = lowered[name] = name.lower()
-        return found
-
-    named = {low(name) for _, name in messages if name} & words
+    infos = [c.info for c in cands.values()]  # speakers lowered once per document (DocFacts)
+    named = {i.speaker for i in infos if i.named} & words
     if len(named) != 1:
         return
     (who,) = named
-    for c, name in messages:
-        if low(name) == who:
+    for c in cands.values():
+        if c.info.message and c.info.speaker == who:
             c.final *= 1.0 + boost
 
 
@@ -528,11 +548,6 @@ def _asks_about_past(query: str) -> bool:
     """An (English) query about what was so ("what did…", "where was…", "the old…"): the
     earlier statement may be the answer, so supersession does not reorder."""
     return any(w in _PAST for w in query_terms(query, drop_stop_words=False))
-
-
-def _is_question(doc: Document) -> bool:
-    """A message that asks something: its reply (or the turn it follows up) is context."""
-    return "?" in doc.text
 
 
 def asks(text: str) -> bool:
@@ -567,30 +582,12 @@ def _time_key(c: _Candidate) -> tuple[str, int]:
     return (str(stamp) if stamp else c.doc.created_at.isoformat(), c.doc.id)
 
 
-def _timestamp(doc: Document) -> datetime | None:
-    stamp = doc.meta.get("timestamp")
-    if not stamp:
-        return None
-    return _parse_stamp(str(stamp))
-
-
-@lru_cache(maxsize=65_536)
-def _parse_stamp(stamp: str) -> datetime | None:
-    """An ISO timestamp as an aware datetime (naive = UTC); None when it is not one. Memoised:
-    a recall over a long conversation reads the same few hundred stamps on every query."""
-    try:
-        when = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
 def _boost_named_dates(
     cands: dict[int, _Candidate], query: str, boost: float, slack_days: float
 ) -> None:
     """Documents dated in a period the query names score × (1 + boost); "last month" etc. are
     resolved against the newest candidate's timestamp (the conversation's "now")."""
-    dated = [(c, _timestamp(c.doc)) for c in cands.values()]
+    dated = [(c, c.info.stamp) for c in cands.values()]  # parsed once per document
     stamps = [w for _, w in dated if w is not None]
     if not stamps:
         return
@@ -608,6 +605,10 @@ def _rerank(hits: list[SearchHit]) -> list[SearchHit]:
     """Hits from several scope queries merged into one list, best first, ranks renumbered."""
     if not hits:
         return hits
+    if all(h.rank == i for i, h in enumerate(hits, start=1)) and all(
+        a.score >= b.score for a, b in pairwise(hits)  # NaN fails it: sorted below
+    ):
+        return hits  # one scope's list, best first and numbered: the (stable) sort keeps it
     ordered = sorted(hits, key=lambda h: -h.score)
     return [SearchHit(h.doc, h.score, i, h.matched) for i, h in enumerate(ordered, start=1)]
 
