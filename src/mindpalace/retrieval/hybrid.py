@@ -332,10 +332,11 @@ class HybridRetriever:
                 index.append(info.position)
         if not placed:
             return
-        # Neighbours that matched nothing themselves are fetched so they can be lifted too.
-        questions_only = self.settings.neighbor_from == "questions"
+        lenders = _Lenders(placed, sids, index, self.settings.neighbor_from == "questions")
+        # Neighbours that matched nothing themselves are fetched so they can be lifted too
+        # (fused 0: they lend nothing, so the lenders stay those found above).
         wanted: dict[Scope, set[str]] = defaultdict(set)
-        for sid, j in _missing_neighbours(placed, sids, index, len(weights), questions_only):
+        for sid, j in lenders.missing(len(weights)):
             wanted[scopes[sid]].add(str(j))
         for doc in self._neighbours.get(self.store, MESSAGE_KIND, wanted).values():
             cand = _Candidate(doc)
@@ -343,7 +344,7 @@ class HybridRetriever:
             placed.append(cand)
             sids.append(session_of[cand.info.scope_key])
             index.append(cand.info.position)
-        _credit_neighbours(placed, sids, index, weights, questions_only)
+        lenders.credit(placed, sids, index, weights)
 
     def _supersede(self, ranked: list[_Candidate], window: int) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
@@ -423,84 +424,81 @@ class HybridRetriever:
         return RetrievalHit(doc.kind, doc.ref, doc.text, float(c.final), doc.scope, why, meta)
 
 
-def _missing_neighbours(
-    placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int], reach: int,
-    questions_only: bool,
-) -> list[tuple[int, int]]:
-    """(session number, message index ≥ 1) of every position within `reach` turns of a lender
-    (a candidate with a positive fused score; in questions mode one that asks) that holds no
-    candidate yet, each once, ascending. `placed[i]` is at (`session[i]`, `position[i]`),
-    each position held once."""
-    n = len(placed)
-    sids = np.array(session, dtype=np.int64)
-    index = np.array(position, dtype=np.int64)
-    lends = np.fromiter((c.fused for c in placed), dtype=np.float64, count=n) > 0
-    if questions_only:
-        lends &= np.fromiter((c.info.question for c in placed), dtype=bool, count=n)
-    offsets = np.array([o for d in range(1, reach + 1) for o in (-d, d)], dtype=np.int64)
-    near = (index[lends][:, None] + offsets[None, :]).ravel()
-    near_sid = np.repeat(sids[lends], offsets.shape[0])
-    keep = near >= 1
-    keys = np.unique((near_sid[keep] << 40) + near[keep])
-    keys = keys[~np.isin(keys, (sids << 40) + index)]
-    mask = (1 << 40) - 1
-    return list(zip((keys >> 40).tolist(), (keys & mask).tolist(), strict=True))
+class _Lenders:
+    """The message candidates that lend context credit — a positive fused score (and, in
+    questions mode, a question mark) — by position key ``(session number << 40) + index``
+    (indexes have at most 12 digits, below 2 ** 40), sorted, shared by :meth:`missing` and
+    :meth:`credit` (the neighbours fetched in between score 0 and lend nothing).
 
-
-def _credit_neighbours(
-    placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],
-    weights: Sequence[float], questions_only: bool,
-) -> None:
-    """Set ``final`` (and ``neighbor``) of every message candidate `placed[i]` at (session
-    number `session[i]`, message index `position[i]`; each position held once): final =
-    fused + Σ_d w_d · the larger fused score of the lenders d before / d after it (a tie goes
-    to the one before); ``neighbor`` names the nearest lender when the lift exceeds the
-    candidate's own score. A lender has a positive fused score (and, in questions mode, asks
-    something).
-
-    Vectorised over the candidates (sorted position keys and ``searchsorted``): the same
-    additions in the same order as one candidate at a time, so the floats are identical.
+    `placed[i]` is at (`session[i]`, `position[i]`), each position held once.
     """
-    cands = placed
-    span = len(weights) + 1  # keys of one session stay clear of the next one's
-    keys = (np.array(session, dtype=np.int64) << 40) + np.array(position, dtype=np.int64) + span
-    fused = np.fromiter((c.fused for c in cands), dtype=np.float64, count=len(cands))
-    lends = fused > 0
-    if questions_only:
-        lends &= np.fromiter((c.info.question for c in cands), dtype=bool, count=len(cands))
-    lender_at = np.flatnonzero(lends)
-    order = np.argsort(keys[lender_at], kind="stable")
-    lender_at = lender_at[order]
-    lender_keys = keys[lender_at]
-    lender_fused = fused[lender_at]
 
-    def lender(offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(found, fused, candidate index) of the lender at key + offset of every candidate."""
-        want = keys + offset
-        pos = np.searchsorted(lender_keys, want)
-        pos = np.minimum(pos, max(len(lender_keys) - 1, 0))
-        if not len(lender_keys):
-            none = np.zeros(len(cands), dtype=bool)
-            return none, np.zeros(len(cands)), np.zeros(len(cands), dtype=np.int64)
-        found = lender_keys[pos] == want
-        return found, np.where(found, lender_fused[pos], 0.0), lender_at[pos]
+    def __init__(
+        self, placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],
+        questions_only: bool,
+    ) -> None:
+        self.index = np.array(position, dtype=np.int64)
+        self.keys = (np.array(session, dtype=np.int64) << 40) + self.index
+        fused = np.array([c.fused for c in placed], dtype=np.float64)
+        lends = fused > 0
+        if questions_only:
+            lends &= np.array([c.info.question for c in placed], dtype=bool)
+        at = np.flatnonzero(lends)
+        at = at[np.argsort(self.keys[at], kind="stable")]
+        self.at = at  # index in `placed` of each lender, by key
+        self.lender_keys = self.keys[at]
+        self.lender_fused = fused[at]
 
-    lift = np.zeros(len(cands), dtype=np.float64)
-    source = np.full(len(cands), -1, dtype=np.int64)
-    for d, w in enumerate(weights, start=1):
-        has_before, before, before_at = lender(-d)
-        has_after, after, after_at = lender(d)
-        take_after = has_after & (~has_before | (after > before))
-        has = has_before | has_after
-        best = np.where(take_after, after, before)
-        lift = np.where(has, lift + w * best, lift)
-        first = has & (source < 0)
-        source[first] = np.where(take_after, after_at, before_at)[first]
-    final = (fused + lift).tolist()
-    for i, c in enumerate(cands):
-        c.final = final[i]
-    for i in np.flatnonzero((lift > 0) & (fused < lift)).tolist():
-        cands[i].neighbor = cands[int(source[i])].doc.ref
+    def missing(self, reach: int) -> list[tuple[int, int]]:
+        """(session number, message index ≥ 1) of every position within `reach` turns of a
+        lender that holds no candidate yet, each once, ascending."""
+        offsets = np.array([o for d in range(1, reach + 1) for o in (-d, d)], dtype=np.int64)
+        near = (self.lender_keys[:, None] + offsets[None, :]).ravel()
+        near_index = (self.index[self.at][:, None] + offsets[None, :]).ravel()
+        keys = np.unique(near[near_index >= 1])
+        keys = keys[~np.isin(keys, self.keys)]
+        mask = (1 << 40) - 1
+        return list(zip((keys >> 40).tolist(), (keys & mask).tolist(), strict=True))
+
+    def credit(
+        self, placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],
+        weights: Sequence[float],
+    ) -> None:
+        """Set ``final`` (and ``neighbor``) of every message candidate (`placed`, `session`,
+        `position` as given to the constructor, plus the neighbours fetched since, appended):
+        final = fused + Σ_d w_d · the larger fused score of the lenders d before / d after
+        it (a tie goes to the one before); ``neighbor`` names the nearest lender when the
+        lift exceeds the candidate's own score.
+
+        Vectorised (one ``searchsorted`` of every candidate's ±d keys among the lender keys):
+        the same additions in the same order as one candidate at a time, so the floats are
+        identical.
+        """
+        n = len(placed)
+        keys = (np.array(session, dtype=np.int64) << 40) + np.array(position, dtype=np.int64)
+        fused = np.array([c.fused for c in placed], dtype=np.float64)
+        lift = np.zeros(n, dtype=np.float64)
+        source = np.full(n, -1, dtype=np.int64)
+        if len(self.lender_keys) and weights:
+            offsets = np.array([o for d in range(1, len(weights) + 1) for o in (-d, d)], dtype=np.int64)
+            want = keys[None, :] + offsets[:, None]  # row 2(d-1): d before; row 2d-1: d after
+            pos = np.minimum(np.searchsorted(self.lender_keys, want), len(self.lender_keys) - 1)
+            found = self.lender_keys[pos] == want
+            value = np.where(found, self.lender_fused[pos], 0.0)
+            at = self.at[pos]
+            for d, w in enumerate(weights, start=1):
+                has_before, before, before_at = found[2 * d - 2], value[2 * d - 2], at[2 * d - 2]
+                has_after, after, after_at = found[2 * d - 1], value[2 * d - 1], at[2 * d - 1]
+                take_after = has_after & (~has_before | (after > before))
+                has = has_before | has_after
+                best = np.where(take_after, after, before)
+                lift = np.where(has, lift + w * best, lift)
+                first = has & (source < 0)
+                source[first] = np.where(take_after, after_at, before_at)[first]
+        for c, final in zip(placed, (fused + lift).tolist(), strict=True):
+            c.final = final
+        for i in np.flatnonzero((lift > 0) & (fused < lift)).tolist():
+            placed[i].neighbor = placed[int(source[i])].doc.ref
 
 
 def speaker_names(docs: Iterable[Document]) -> set[str]:
