@@ -31,6 +31,7 @@ from mindpalace.retrieval.hybrid import (
     MESSAGE_KIND,
     HybridRetriever,
     RetrievalHit,
+    _best_first,
     _Candidate,
     _rerank,
     stems,
@@ -302,3 +303,16 @@ class TestRerank:
         assert len(got) == len(want)
         for (gid, gs, gr), (wid, ws, wr) in zip(got, want, strict=True):
             assert (gid, gr) == (wid, wr) and (gs == ws or (gs != gs and ws != ws))
+
+
+class TestBestFirst:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.sampled_from([2.0, 1.5, 0.0, -0.0, 0.25, 1e-300, float("nan")]), max_size=12),
+           st.integers(0, 14), st.randoms(use_true_random=False))
+    def test_is_sorting_by_score_then_id_cut_to_n(self, finals: list[float], n: int, rnd: Any) -> None:
+        now = datetime(2024, 1, 1, tzinfo=UTC)
+        ids = rnd.sample(range(1000), len(finals))
+        cands = [_Candidate(Document(i, Scope("t", "u", "a", "s"), "fact", str(i), "x", {}, now), final=f)
+                 for i, f in zip(ids, finals, strict=True)]
+        want = sorted(cands, key=lambda c: (-c.final, c.doc.id))[:n]
+        assert [c.doc.id for c in _best_first(cands, n)] == [c.doc.id for c in want]

@@ -27,7 +27,7 @@ Every function keeps the scope of each read (I10): it only narrows the scopes it
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache, lru_cache
 from typing import Any
@@ -54,6 +54,9 @@ def searchable_scopes(
     return [s for s in scopes if store.has_documents(s, kinds=kinds)]
 
 
+_ABSENT: Any = object()  # not held (None: held as not found)
+
+
 class NeighbourCache:
     """The documents next to matched messages, read in one store call per recall and kept
     while the store's :meth:`~mindpalace.store.base.DocumentIndex.search_generation` stays
@@ -78,23 +81,30 @@ class NeighbourCache:
     ) -> dict[tuple[Scope, str], Document]:
         """{(scope, ref): document} of the `kind` documents named in `wanted` ({concrete
         scope: refs}); refs not found are absent."""
+        return {(d.scope, d.ref): d for d in self.documents(store, kind, wanted)}
+
+    def documents(
+        self, store: Store, kind: str, wanted: Mapping[Scope, Collection[str]]
+    ) -> list[Document]:
+        """The `kind` documents named in `wanted` ({concrete scope: distinct refs}), those
+        held first (scope by scope, refs in the order given), then those read; refs not found
+        are left out. As :meth:`get` without a dict keyed by Scope (hashed in Python)."""
         if not any(wanted.values()):
-            return {}
+            return []
         generation = store.search_generation()
-        out: dict[tuple[Scope, str], Document] = {}
+        out: list[Document] = []
         missing: list[tuple[Scope, str]] = []
         with self._lock:
             if generation != self._generation:
                 self._docs, self._generation, self._size = {}, generation, 0
             for scope, refs in wanted.items():
                 held = self._docs.get((kind, scope), {})
-                for ref in sorted(refs):
-                    if ref in held:
-                        doc = held[ref]
-                        if doc is not None:
-                            out[(scope, ref)] = doc
-                    else:
+                for ref in refs:
+                    doc = held.get(ref, _ABSENT)
+                    if doc is _ABSENT:
                         missing.append((scope, ref))
+                    elif doc is not None:
+                        out.append(doc)
         if missing:
             fetched = store.get_documents_by_refs(kind, missing)
             with self._lock:
@@ -104,7 +114,7 @@ class NeighbourCache:
                     for scope, ref in missing:
                         self._docs.setdefault((kind, scope), {})[ref] = fetched.get((scope, ref))
                     self._size += len(missing)
-            out.update(fetched)
+            out.extend(fetched.values())
         return out
 
 

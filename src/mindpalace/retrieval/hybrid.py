@@ -276,11 +276,13 @@ class HybridRetriever:
             _boost_named_speaker(cands, query, self.settings.speaker_boost)
         if self.settings.date_boost:
             _boost_named_dates(cands, query, self.settings.date_boost, self.settings.date_slack_days)
-        ranked = sorted(cands.values(), key=lambda c: (-c.final, c.doc.id))
         # A named period, or a question in the past tense, asks about then, not the current value.
-        about_then = any(c.date for c in ranked) or _asks_about_past(query)
-        if self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then:
-            ranked = self._supersede(ranked, max(k, self.settings.supersede_window))
+        about_then = any(c.date for c in cands.values()) or _asks_about_past(query)
+        supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
+        window = max(k, self.settings.supersede_window)
+        ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
+        if supersede:
+            ranked = self._supersede(ranked, window)
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
@@ -335,10 +337,11 @@ class HybridRetriever:
         lenders = _Lenders(placed, sids, index, self.settings.neighbor_from == "questions")
         # Neighbours that matched nothing themselves are fetched so they can be lifted too
         # (fused 0: they lend nothing, so the lenders stay those found above).
-        wanted: dict[Scope, set[str]] = defaultdict(set)
-        for sid, j in lenders.missing(len(weights)):
-            wanted[scopes[sid]].add(str(j))
-        for doc in self._neighbours.get(self.store, MESSAGE_KIND, wanted).values():
+        by_session: dict[int, list[str]] = defaultdict(list)
+        for sid, j in lenders.missing(len(weights)):  # ascending, each once
+            by_session[sid].append(str(j))
+        wanted = {scopes[sid]: refs for sid, refs in by_session.items()}
+        for doc in self._neighbours.documents(self.store, MESSAGE_KIND, wanted):
             cand = _Candidate(doc)
             cands[doc.id] = cand
             placed.append(cand)
@@ -597,6 +600,18 @@ def _boost_named_dates(
         if when is not None and c.final > 0 and any(p.contains(when, slack) for p in periods):
             c.final *= 1.0 + boost
             c.date = True
+
+
+def _best_first(cands: Iterable[_Candidate], n: int) -> list[_Candidate]:
+    """The best `n` of `cands` by final score, ties to the older document (lower id): exactly
+    ``sorted(cands, key=(-final, id))[:n]``, through one ``lexsort`` of two arrays instead of
+    a key tuple per candidate (a LoCoMo recall sorts ~390 to keep 30)."""
+    pool = list(cands)
+    finals = np.array([c.final for c in pool], dtype=np.float64)
+    if np.isnan(finals).any():  # NaN does not order; keep sorted()'s own answer
+        return sorted(pool, key=lambda c: (-c.final, c.doc.id))[:n]
+    ids = np.array([c.doc.id for c in pool], dtype=np.int64)
+    return [pool[i] for i in np.lexsort((ids, -finals))[:n].tolist()]
 
 
 def _rerank(hits: list[SearchHit]) -> list[SearchHit]:
