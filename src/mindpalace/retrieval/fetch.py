@@ -40,7 +40,8 @@ from mindpalace.store.textindex import query_terms
 
 MAX_STEM_MEMO = 200_000  # distinct words remembered (~20 MB at worst); cleared when full
 MAX_DOC_FACTS = 20_000  # documents whose facts are remembered (like the store's DocumentCache)
-MAX_DOC_FACTS_CHARS = 65_536  # longer texts are derived each time (never pinned by the memo)
+MAX_DOC_FACTS_CHARS = 16_384  # longer texts are derived each time (never pinned by the memo)
+MAX_DOC_FACTS_TOTAL_CHARS = 4_000_000  # text the memo's documents may pin in all (~4-16 MB)
 MESSAGE_KIND = "message"
 MAX_INDEX_DIGITS = 12  # message indexes past this are not positions (keys are int64)
 
@@ -261,13 +262,15 @@ class DocFacts:
 
 
 _facts_memo: dict[int, DocFacts] = {}
+_facts_chars = [0]  # text held by the memo's documents
 _facts_lock = threading.Lock()
 
 
 def doc_facts(doc: Document) -> DocFacts:
     """The :class:`DocFacts` of `doc`, remembered per document id and reused while the document
     read is the same object or equal to it (a changed text or metadata derives them again).
-    Documents over ``MAX_DOC_FACTS_CHARS`` characters are not remembered."""
+    Documents over ``MAX_DOC_FACTS_CHARS`` characters are not remembered; the memo starts over
+    past ``MAX_DOC_FACTS`` documents or ``MAX_DOC_FACTS_TOTAL_CHARS`` characters of text."""
     held = _facts_memo.get(doc.id)
     if held is not None:
         if held.doc is doc or held.alias is doc:
@@ -276,11 +279,14 @@ def doc_facts(doc: Document) -> DocFacts:
             held.alias = doc
             return held
     facts = DocFacts(doc)
-    if len(doc.text) <= MAX_DOC_FACTS_CHARS:
+    size = len(doc.text)
+    if size <= MAX_DOC_FACTS_CHARS:
         with _facts_lock:
-            if len(_facts_memo) >= MAX_DOC_FACTS:
+            if len(_facts_memo) >= MAX_DOC_FACTS or _facts_chars[0] + size > MAX_DOC_FACTS_TOTAL_CHARS:
                 _facts_memo.clear()
+                _facts_chars[0] = 0
             _facts_memo[doc.id] = facts
+            _facts_chars[0] += size
     return facts
 
 
