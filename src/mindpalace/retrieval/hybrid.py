@@ -442,7 +442,7 @@ class _Lenders:
     ) -> None:
         self.index = np.array(position, dtype=np.int64)
         self.keys = (np.array(session, dtype=np.int64) << 40) + self.index
-        fused = np.array([c.fused for c in placed], dtype=np.float64)
+        self.fused = fused = np.array([c.fused for c in placed], dtype=np.float64)
         lends = fused > 0
         if questions_only:
             lends &= np.array([c.info.question for c in placed], dtype=bool)
@@ -477,9 +477,10 @@ class _Lenders:
         the same additions in the same order as one candidate at a time, so the floats are
         identical.
         """
-        n = len(placed)
-        keys = (np.array(session, dtype=np.int64) << 40) + np.array(position, dtype=np.int64)
-        fused = np.array([c.fused for c in placed], dtype=np.float64)
+        n, before = len(placed), len(self.keys)
+        added = (np.array(session[before:], dtype=np.int64) << 40) + np.array(position[before:], dtype=np.int64)
+        keys = np.concatenate((self.keys, added))
+        fused = np.concatenate((self.fused, [c.fused for c in placed[before:]]))
         lift = np.zeros(n, dtype=np.float64)
         source = np.full(n, -1, dtype=np.int64)
         if len(self.lender_keys) and weights:
