@@ -430,7 +430,8 @@ class HybridRetriever:
 class _Lenders:
     """The message candidates that lend context credit — a positive fused score (and, in
     questions mode, a question mark) — by position key ``(session number << 40) + index``
-    (indexes have at most 12 digits, below 2 ** 40), sorted, shared by :meth:`missing` and
+    (indexes have at most 12 digits, so ≤ 10 ** 12 − 1 < 2 ** 40 − reach: a key ± d never
+    lands on another session's lender), sorted, shared by :meth:`missing` and
     :meth:`credit` (the neighbours fetched in between score 0 and lend nothing).
 
     `placed[i]` is at (`session[i]`, `position[i]`), each position held once.
