@@ -157,6 +157,43 @@ class TestNeighbourCache:
             plain.search(where, "support group", k=8))
 
 
+class CountingStore:
+    """The store, counting its ``search_generation()`` reads."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.generation_reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def search_generation(self) -> object:
+        self.generation_reads += 1
+        return self._store.search_generation()
+
+
+class TestOneGenerationRead:
+    def test_a_query_reads_the_generation_once_and_still_sees_a_write(
+        self, memory: Memory, uid: str
+    ) -> None:
+        scope = fill(memory, uid)
+        where = scope.with_(session=ANY)
+        counting = CountingStore(memory.store)
+        settings = memory.settings.facts
+        assert settings.supersede_similarity < 1.0 and settings.neighbor_weights  # all 3 users
+        retriever = HybridRetriever(cast(Store, counting), memory.embedder, settings)
+        plain = HybridRetriever(cast(Store, PlainStore(memory.store)), memory.embedder, settings)
+        retriever.search(where, "support group", k=8)  # the first sync embeds
+        for query in QUERIES:
+            counting.generation_reads = 0
+            assert ranked(retriever.search(where, query, k=8)) == ranked(plain.search(where, query, k=8))
+            assert counting.generation_reads == 1, query
+        memory.session("session_1", user=uid, agent="a").add_message(
+            {"role": "user", "name": "Melanie", "content": "The support group met at the lake (new)."})
+        assert ranked(retriever.search(where, "support group lake", k=8)) == ranked(
+            plain.search(where, "support group lake", k=8))
+
+
 WORDS = ["booked", "booking", "hotel", "hotels", "the", "a", "running", "ran", "酒店预算",
          "Budget", "budgets", "night", "x", "études", "naïve"]
 

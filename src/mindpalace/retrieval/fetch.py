@@ -85,14 +85,19 @@ class NeighbourCache:
         return {(d.scope, d.ref): d for d in self.documents(store, kind, wanted)}
 
     def documents(
-        self, store: Store, kind: str, wanted: Mapping[Scope, Collection[str]]
+        self, store: Store, kind: str, wanted: Mapping[Scope, Collection[str]],
+        *, generation: object = None,
     ) -> list[Document]:
         """The `kind` documents named in `wanted` ({concrete scope: distinct refs}), those
         held first (scope by scope, refs in the order given), then those read; refs not found
-        are left out. As :meth:`get` without a dict keyed by Scope (hashed in Python)."""
+        are left out. As :meth:`get` without a dict keyed by Scope (hashed in Python).
+
+        `generation`: ``store.search_generation()`` as the caller read it before this call
+        (one read per query); None = read it here."""
         if not any(wanted.values()):
             return []
-        generation = store.search_generation()
+        if generation is None:
+            generation = store.search_generation()
         out: list[Document] = []
         missing: list[tuple[Scope, str]] = []
         with self._lock:
@@ -131,10 +136,13 @@ class VectorCache:
         self._vectors: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
-    def get(self, store: Store, doc_ids: Sequence[int], model: str) -> dict[int, np.ndarray]:
+    def get(
+        self, store: Store, doc_ids: Sequence[int], model: str, *, generation: object = None
+    ) -> dict[int, np.ndarray]:
         """{doc id: vector} of `model` for those of `doc_ids` that have one (as
-        ``store.get_embeddings``)."""
-        key = (store.search_generation(), model)
+        ``store.get_embeddings``). `generation`: ``store.search_generation()`` as the caller
+        read it before this call (one read per query); None = read it here."""
+        key = (store.search_generation() if generation is None else generation, model)
         with self._lock:
             if key != self._key:
                 self._vectors, self._key = {}, key

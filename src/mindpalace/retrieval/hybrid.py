@@ -196,12 +196,19 @@ class HybridRetriever:
         Cheap when nothing changed (one O(1) store read). Raises ProviderError if the
         embedder fails (vectors written so far are kept).
         """
+        return self._sync()[0]
+
+    def _sync(self) -> tuple[int, object]:
+        """:meth:`sync_embeddings`, plus the store's ``search_generation()`` read after it
+        (before any document the query reads next, so a cache tagged with it holds nothing
+        older than it): the one generation read of a query. Without an embedder nothing is
+        read (None: the neighbour cache reads it if it is used)."""
         if self.embedder is None:
-            return 0
+            return 0, None
         with self._sync_lock:
             generation = self.store.search_generation()
             if generation == self._synced:
-                return 0
+                return 0, generation
             from mindpalace.retrieval.embedding_sync import sync_embeddings, sync_new_embeddings
 
             batch = max(64, self.embedder.batch_size)
@@ -219,8 +226,8 @@ class HybridRetriever:
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                 ).embedded
                 self._synced_upto, self._synced_appended_only = upto, appended_only
-            self._synced = self.store.search_generation()
-            return embedded
+            self._synced = generation = self.store.search_generation()
+            return embedded, generation
 
     # -- search ----------------------------------------------------------------------------
     def search(
@@ -256,8 +263,10 @@ class HybridRetriever:
             keyword += self.store.keyword_search(
                 scope, query, k=n, kinds=kinds, max_df_ratio=self.settings.keyword_max_df_ratio
             )
+        # One generation read per query, shared by the embedding sync, the neighbour cache and
+        # the vector cache (each read it again before: three SQL reads per query).
+        _, generation = self._sync()
         if self.embedder is not None:
-            self.sync_embeddings()
             dense_query = query
             if self.settings.dense_without_speakers:
                 dense_query = without_speakers(query, speaker_names(h.doc for h in keyword))
@@ -268,7 +277,7 @@ class HybridRetriever:
         vector = _rerank(vector)
         cands = self._fuse(keyword, vector)
         if self.settings.neighbor_weights and (kinds is None or MESSAGE_KIND in kinds):
-            self._add_message_context(cands)
+            self._add_message_context(cands, generation)
         else:
             for c in cands.values():
                 c.final = c.fused
@@ -282,7 +291,7 @@ class HybridRetriever:
         window = max(k, self.settings.supersede_window)
         ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
         if supersede:
-            ranked = self._supersede(ranked, window)
+            ranked = self._supersede(ranked, window, generation)
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
@@ -310,7 +319,7 @@ class HybridRetriever:
                     c.fused += weight * values[i]
         return cands
 
-    def _add_message_context(self, cands: dict[int, _Candidate]) -> None:
+    def _add_message_context(self, cands: dict[int, _Candidate], generation: object = None) -> None:
         """final = fused + Σ_d w_d · max(fused of the messages d before / after), same session."""
         weights = self.settings.neighbor_weights
         # Positions are (session number, index), numbered per query; a session is found by its
@@ -341,7 +350,7 @@ class HybridRetriever:
         for sid, j in lenders.missing(len(weights)):  # ascending, each once
             by_session[sid].append(str(j))
         wanted = {scopes[sid]: refs for sid, refs in by_session.items()}
-        for doc in self._neighbours.documents(self.store, MESSAGE_KIND, wanted):
+        for doc in self._neighbours.documents(self.store, MESSAGE_KIND, wanted, generation=generation):
             cand = _Candidate(doc)
             cands[doc.id] = cand
             placed.append(cand)
@@ -349,7 +358,9 @@ class HybridRetriever:
             index.append(cand.info.position)
         lenders.credit(placed, sids, index, weights)
 
-    def _supersede(self, ranked: list[_Candidate], window: int) -> list[_Candidate]:
+    def _supersede(
+        self, ranked: list[_Candidate], window: int, generation: object = None
+    ) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
 
         Among the top `window` candidates, a document B supersedes an older document A when
@@ -366,7 +377,9 @@ class HybridRetriever:
         """
         assert self.embedder is not None
         top = ranked[:window]
-        vectors = self._vectors.get(self.store, [c.doc.id for c in top], self.embedder.model_id)
+        vectors = self._vectors.get(
+            self.store, [c.doc.id for c in top], self.embedder.model_id, generation=generation
+        )
         # a question states nothing, so it neither corrects nor is corrected; a document that
         # ranks only through its neighbour does not answer the query itself
         present = [
