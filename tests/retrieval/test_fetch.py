@@ -12,14 +12,16 @@ import itertools
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
 from mindpalace.facts.recall import Recall
+from mindpalace.retrieval import hybrid
 from mindpalace.retrieval.fetch import (
     DocFacts,
     VectorCache,
@@ -192,6 +194,130 @@ class TestOneGenerationRead:
             {"role": "user", "name": "Melanie", "content": "The support group met at the lake (new)."})
         assert ranked(retriever.search(where, "support group lake", k=8)) == ranked(
             plain.search(where, "support group lake", k=8))
+
+
+class _BuildsEveryNeighbour(HybridRetriever):
+    """Every fetched neighbour becomes a candidate (no bound), as before the cut."""
+
+    def _add_message_context(
+        self, cands: dict[int, _Candidate], generation: object = None, keep: int | None = None
+    ) -> list[tuple[DocFacts, float]]:
+        assert keep is not None
+        return super()._add_message_context(cands, generation, None)
+
+
+class TestNeighboursLeftOut:
+    QUERIES: ClassVar[list[str]] = [*QUERIES, "What did Melanie paint in May 2023?", "Caroline lake last week",
+               "What did Caroline send in May?", "family nights", "Melanie"]
+
+    @pytest.mark.parametrize(("speaker", "date", "weights"), [
+        (0.2, 0.3, [0.6, 0.3, 0.1]), (5.0, 0.0, [1.0, 1.0]), (0.0, 4.0, [0.6]), (0.0, 0.0, [2.0, 0.5]),
+    ])
+    def test_same_hits_as_building_every_neighbour(
+        self, memory: Memory, uid: str, monkeypatch: pytest.MonkeyPatch,
+        speaker: float, date: float, weights: list[float],
+    ) -> None:
+        scope = fill(memory, uid).with_(session=ANY)
+        left_out = 0
+        bound = hybrid._cannot_reach
+
+        def counting(*args: Any) -> list[bool] | None:
+            nonlocal left_out
+            out = bound(*args)
+            left_out += sum(out or [])
+            return out
+
+        monkeypatch.setattr(hybrid, "_cannot_reach", counting)
+        for window, lists in ((1, 3), (2, 3), (2, 6), (30, 100)):  # few hits: many neighbours
+            settings = memory.settings.facts.model_copy(update={
+                "speaker_boost": speaker, "date_boost": date, "neighbor_weights": weights,
+                "supersede_window": window, "recall_candidates": lists})
+            fast = HybridRetriever(memory.store, memory.embedder, settings)
+            full = _BuildsEveryNeighbour(memory.store, memory.embedder, settings)
+            for query in self.QUERIES:
+                for k in (1, 3):
+                    assert ranked(fast.search(scope, query, k=k)) == ranked(full.search(scope, query, k=k)), (
+                        query, k, window)
+        assert left_out > 0  # the bound does leave neighbours out here
+
+
+class _Conversation:
+    """A keyword-only store over one synthetic session: `hits` {message index: score} is what
+    every keyword search returns, the other messages are read as neighbours."""
+
+    def __init__(self, speakers: list[str], months: list[int], hits: dict[int, float]) -> None:
+        scope = Scope("t", "u", "a", "s")
+        self.docs = {
+            str(i): Document(i, scope, MESSAGE_KIND, str(i), f"turn {i}",
+                             {"name": who, "timestamp": f"2023-{month:02d}-10T10:00:00"},
+                             datetime(2024, 1, 1, tzinfo=UTC))
+            for i, (who, month) in enumerate(zip(speakers, months, strict=True), start=1)
+        }
+        ordered = sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))
+        self.hits = [SearchHit(self.docs[str(i)], score, r, "bm25")
+                     for r, (i, score) in enumerate(ordered, start=1) if str(i) in self.docs]
+
+    def has_documents(self, scope: Scope, *, kinds: Sequence[str] | None = None) -> bool:
+        return True
+
+    def keyword_search(self, scope: Scope, query: str, **_: Any) -> list[SearchHit]:
+        return list(self.hits)
+
+    def search_generation(self) -> object:
+        return 0
+
+    def get_documents_by_refs(self, kind: str, keys: Sequence[tuple[Scope, str]]) -> dict[Any, Any]:
+        return {(scope, ref): self.docs[ref] for scope, ref in keys if ref in self.docs}
+
+
+class TestNeighbourBound:
+    @settings(max_examples=150, deadline=None)
+    @given(st.data(), st.integers(4, 30), st.sampled_from([0.0, 0.2, 3.0]),
+           st.sampled_from([0.0, 0.3, 3.0]), st.sampled_from([[0.6, 0.3, 0.1], [1.0, 1.0], [0.9]]),
+           st.integers(1, 4), st.integers(1, 5),
+           st.sampled_from(["What did Ann do in May 2023?", "Bob in June 2023", "Ann", "paint",
+                            "Did Ann meet Bob in May 2023?", "What did Ann do last month?"]))
+    def test_hits_as_if_every_neighbour_were_built(
+        self, data: Any, n: int, speaker: float, date: float, weights: list[float],
+        k: int, window: int, query: str,
+    ) -> None:
+        speakers = data.draw(st.lists(st.sampled_from(["Ann", "Bob", "Cy"]), min_size=n, max_size=n))
+        months = data.draw(st.lists(st.integers(4, 7), min_size=n, max_size=n))
+        hits = data.draw(st.dictionaries(st.integers(1, n), st.sampled_from([1.0, 2.0, 2.5, 4.0, 9.0]),
+                                         min_size=1, max_size=max(1, n // 3)))
+        store = cast(Store, _Conversation(speakers, months, hits))
+        settings = FactSettings(speaker_boost=speaker, date_boost=date, neighbor_weights=weights,
+                                supersede_window=window, fusion="zscore")
+        got = HybridRetriever(store, None, settings).search(Scope("t", "u", "a", "s"), query, k=k)
+        want = _BuildsEveryNeighbour(store, None, settings).search(Scope("t", "u", "a", "s"), query, k=k)
+        assert ranked(got) == ranked(want)
+
+    def test_left_out_neighbours_count_in_the_query_wide_reads(self) -> None:
+        scope = Scope("t", "u", "a", "s")
+
+        def message(i: int, who: str, month: int, final: float) -> _Candidate:
+            doc = Document(i, scope, MESSAGE_KIND, str(i), f"turn {i}",
+                           {"name": who, "timestamp": f"2023-{month:02d}-10T10:00:00"},
+                           datetime(2024, 1, 1, tzinfo=UTC))
+            return _Candidate(doc, final=final)
+
+        ann, bob = message(1, "Ann", 6, 1.0), message(2, "Bob", 7, 0.5)
+        left_out = [(bob.info, bob.final)]
+        # two speakers named (one of them left out): no speaker boost
+        hybrid._boost_named_speaker({1: ann}, "Did Ann meet Bob?", 1.0, left_out)
+        assert ann.final == 1.0
+        hybrid._boost_named_speaker({1: ann}, "Did Ann meet Bob?", 1.0)
+        assert ann.final == 2.0  # (without it Ann alone would be named)
+        # "last month" from the newest timestamp, the left-out one's (July): June
+        ann = message(1, "Ann", 6, 1.0)
+        assert not hybrid._boost_named_dates({1: ann}, "What happened last month?", 1.0, 0.0, left_out)
+        assert ann.date and ann.final == 2.0
+        ann = message(1, "Ann", 6, 1.0)
+        hybrid._boost_named_dates({1: ann}, "What happened last month?", 1.0, 0.0)
+        assert not ann.date  # (from June alone: May)
+        # a left-out neighbour in the named period is reported (it makes the query "about then")
+        assert hybrid._boost_named_dates({1: ann}, "in July 2023", 1.0, 0.0, left_out)
+        assert not hybrid._boost_named_dates({1: ann}, "in July 2023", 1.0, 0.0, [(bob.info, 0.0)])
 
 
 WORDS = ["booked", "booking", "hotel", "hotels", "the", "a", "running", "ran", "酒店预算",

@@ -276,19 +276,24 @@ class HybridRetriever:
         keyword = _rerank(keyword)
         vector = _rerank(vector)
         cands = self._fuse(keyword, vector)
+        window = max(k, self.settings.supersede_window)
+        # fetched neighbours that cannot reach the best `window` are left out (their facts kept)
+        left_out: list[tuple[DocFacts, float]] = []
         if self.settings.neighbor_weights and (kinds is None or MESSAGE_KIND in kinds):
-            self._add_message_context(cands, generation)
+            left_out = self._add_message_context(cands, generation, keep=window)
         else:
             for c in cands.values():
                 c.final = c.fused
         if self.settings.speaker_boost:
-            _boost_named_speaker(cands, query, self.settings.speaker_boost)
+            _boost_named_speaker(cands, query, self.settings.speaker_boost, left_out)
+        dated_left_out = False
         if self.settings.date_boost:
-            _boost_named_dates(cands, query, self.settings.date_boost, self.settings.date_slack_days)
+            dated_left_out = _boost_named_dates(
+                cands, query, self.settings.date_boost, self.settings.date_slack_days, left_out
+            )
         # A named period, or a question in the past tense, asks about then, not the current value.
-        about_then = any(c.date for c in cands.values()) or _asks_about_past(query)
+        about_then = dated_left_out or any(c.date for c in cands.values()) or _asks_about_past(query)
         supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
-        window = max(k, self.settings.supersede_window)
         ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
         if supersede:
             ranked = self._supersede(ranked, window, generation)
@@ -319,8 +324,18 @@ class HybridRetriever:
                     c.fused += weight * values[i]
         return cands
 
-    def _add_message_context(self, cands: dict[int, _Candidate], generation: object = None) -> None:
-        """final = fused + Σ_d w_d · max(fused of the messages d before / after), same session."""
+    def _add_message_context(
+        self, cands: dict[int, _Candidate], generation: object = None, keep: int | None = None
+    ) -> list[tuple[DocFacts, float]]:
+        """final = fused + Σ_d w_d · max(fused of the messages d before / after), same session.
+
+        Messages next to a lender that matched nothing are fetched and become candidates too,
+        except, when `keep` is given, those that cannot rank among the best `keep` whatever
+        the speaker and date boosts do (:func:`_cannot_reach`): those are returned instead, as
+        (facts, final), for the boosts' query-wide reads (the one named speaker, the newest
+        timestamp, a dated candidate). `generation`: the store's search generation read for
+        this query (None = the neighbour cache reads it).
+        """
         weights = self.settings.neighbor_weights
         # Positions are (session number, index), numbered per query; a session is found by its
         # scope's values (a tuple of strings hashes in C, a Scope in Python), read of the
@@ -342,7 +357,7 @@ class HybridRetriever:
                 sids.append(sid)
                 index.append(info.position)
         if not placed:
-            return
+            return []
         lenders = _Lenders(placed, sids, index, self.settings.neighbor_from == "questions")
         # Neighbours that matched nothing themselves are fetched so they can be lifted too
         # (fused 0: they lend nothing, so the lenders stay those found above).
@@ -350,13 +365,25 @@ class HybridRetriever:
         for sid, j in lenders.missing(len(weights)):  # ascending, each once
             by_session[sid].append(str(j))
         wanted = {scopes[sid]: refs for sid, refs in by_session.items()}
-        for doc in self._neighbours.documents(self.store, MESSAGE_KIND, wanted, generation=generation):
-            cand = _Candidate(doc)
-            cands[doc.id] = cand
-            placed.append(cand)
-            sids.append(session_of[cand.info.scope_key])
-            index.append(cand.info.position)
-        lenders.credit(placed, sids, index, weights)
+        docs = self._neighbours.documents(self.store, MESSAGE_KIND, wanted, generation=generation)
+        infos = [doc_facts(doc) for doc in docs]
+        finals, source = lenders.credit(
+            placed, [session_of[i.scope_key] for i in infos], [i.position for i in infos], weights
+        )
+        left_out: list[tuple[DocFacts, float]] = []
+        out = (
+            _cannot_reach(cands.values(), finals, keep, self.settings)
+            if keep is not None and finals else None
+        )
+        for j, (doc, info, final) in enumerate(zip(docs, infos, finals, strict=True)):
+            if out is not None and out[j]:
+                left_out.append((info, final))
+                continue
+            cand = cands[doc.id] = _Candidate(doc)  # its facts: the memo's, as `info`
+            cand.final = final
+            if source[j] >= 0:  # fused 0: any lift exceeds it
+                cand.neighbor = placed[source[j]].doc.ref
+        return left_out
 
     def _supersede(
         self, ranked: list[_Candidate], window: int, generation: object = None
@@ -480,21 +507,25 @@ class _Lenders:
     def credit(
         self, placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],
         weights: Sequence[float],
-    ) -> None:
-        """Set ``final`` (and ``neighbor``) of every message candidate (`placed`, `session`,
-        `position` as given to the constructor, plus the neighbours fetched since, appended):
-        final = fused + Σ_d w_d · the larger fused score of the lenders d before / d after
-        it (a tie goes to the one before); ``neighbor`` names the nearest lender when the
-        lift exceeds the candidate's own score.
+    ) -> tuple[list[float], list[int]]:
+        """Set ``final`` (and ``neighbor``) of every matched message candidate (`placed` as
+        given to the constructor): final = fused + Σ_d w_d · the larger fused score of the
+        lenders d before / d after it (a tie goes to the one before); ``neighbor`` names the
+        nearest lender when the lift exceeds the candidate's own score.
+
+        The neighbours fetched since (fused 0, at `session`, `position`) are scored by the same
+        rule and returned: their finals, and per neighbour the index in `placed` of its
+        nearest lender when it was lifted (any lift exceeds 0), else −1.
 
         Vectorised (one ``searchsorted`` of every candidate's ±d keys among the lender keys):
         the same additions in the same order as one candidate at a time, so the floats are
         identical.
         """
-        n, before = len(placed), len(self.keys)
-        added = (np.array(session[before:], dtype=np.int64) << 40) + np.array(position[before:], dtype=np.int64)
+        m = len(self.keys)  # the matched candidates, `placed`
+        added = (np.array(session, dtype=np.int64) << 40) + np.array(position, dtype=np.int64)
         keys = np.concatenate((self.keys, added))
-        fused = np.concatenate((self.fused, [c.fused for c in placed[before:]]))
+        fused = np.concatenate((self.fused, np.zeros(len(added), dtype=np.float64)))
+        n = len(keys)
         lift = np.zeros(n, dtype=np.float64)
         source = np.full(n, -1, dtype=np.int64)
         if len(self.lender_keys) and weights:
@@ -513,10 +544,13 @@ class _Lenders:
                 lift = np.where(has, lift + w * best, lift)
                 first = has & (source < 0)
                 source[first] = np.where(take_after, after_at, before_at)[first]
-        for c, final in zip(placed, (fused + lift).tolist(), strict=True):
+        finals = (fused + lift).tolist()
+        for c, final in zip(placed, finals[:m], strict=True):
             c.final = final
-        for i in np.flatnonzero((lift > 0) & (fused < lift)).tolist():
+        lifted = (lift > 0) & (fused < lift)
+        for i in np.flatnonzero(lifted[:m]).tolist():
             placed[i].neighbor = placed[int(source[i])].doc.ref
+        return finals[m:], np.where(lifted[m:], source[m:], -1).tolist()
 
 
 def speaker_names(docs: Iterable[Document]) -> set[str]:
@@ -542,11 +576,16 @@ def without_speakers(query: str, names: Iterable[str]) -> str:
     return out if query_terms(out) else query
 
 
-def _boost_named_speaker(cands: dict[int, _Candidate], query: str, boost: float) -> None:
+def _boost_named_speaker(
+    cands: dict[int, _Candidate], query: str, boost: float,
+    left_out: Sequence[tuple[DocFacts, float]] = (),
+) -> None:
     """Messages by the one speaker the query names score × (1 + boost) ("What did Caroline
-    paint?" is most likely answered by Caroline). Several named speakers → no boost."""
+    paint?" is most likely answered by Caroline). Several named speakers → no boost. The
+    speakers of `left_out` (candidates not built, see :func:`_cannot_reach`) count too."""
     words = set(query_terms(query, drop_stop_words=False))
     infos = [c.info for c in cands.values()]  # speakers lowered once per document (DocFacts)
+    infos += [info for info, _ in left_out]
     named = {i.speaker for i in infos if i.named} & words
     if len(named) != 1:
         return
@@ -599,22 +638,62 @@ def _time_key(c: _Candidate) -> tuple[str, int]:
 
 
 def _boost_named_dates(
-    cands: dict[int, _Candidate], query: str, boost: float, slack_days: float
-) -> None:
+    cands: dict[int, _Candidate], query: str, boost: float, slack_days: float,
+    left_out: Sequence[tuple[DocFacts, float]] = (),
+) -> bool:
     """Documents dated in a period the query names score × (1 + boost); "last month" etc. are
-    resolved against the newest candidate's timestamp (the conversation's "now")."""
+    resolved against the newest candidate's timestamp (the conversation's "now"), `left_out`'s
+    included (candidates not built, see :func:`_cannot_reach`). Returns whether one of
+    `left_out` would have been boosted (its final > 0: the speaker boost keeps the sign)."""
     dated = [(c, c.info.stamp) for c in cands.values()]  # parsed once per document
     stamps = [w for _, w in dated if w is not None]
+    stamps += [info.stamp for info, _ in left_out if info.stamp is not None]
     if not stamps:
-        return
+        return False
     periods = query_periods(query, max(stamps))
     if not periods:
-        return
+        return False
     slack = timedelta(days=slack_days)
     for c, when in dated:
         if when is not None and c.final > 0 and any(p.contains(when, slack) for p in periods):
             c.final *= 1.0 + boost
             c.date = True
+    return any(
+        info.stamp is not None and final > 0 and any(p.contains(info.stamp, slack) for p in periods)
+        for info, final in left_out
+    )
+
+
+def _cannot_reach(
+    matched: Iterable[_Candidate], finals: Sequence[float], n: int, settings: FactSettings
+) -> list[bool] | None:
+    """Which fetched neighbours (their `finals` before the boosts) cannot rank among the best
+    `n`: an exact bound, None when none can be left out.
+
+    The boosts multiply by (1 + boost) ≥ 1 (``speaker_boost``, ``date_boost`` ≥ 0), so a
+    matched candidate with final ≥ 0 never loses score and a neighbour gains at most
+    × (1 + speaker_boost) × (1 + date_boost), rounded as the boosts round it (rounding is
+    monotone). With T the `n`-th best final of the `matched` candidates, T > 0, a neighbour
+    whose bound is below T has `n` candidates strictly above it after the boosts, whatever
+    their ids: it is never read (supersession and the hits read the best `n` only). NaN
+    anywhere orders nowhere: then nothing is left out.
+    """
+    scores = np.array([c.final for c in matched], dtype=np.float64)
+    if len(scores) < n or n <= 0 or np.isnan(scores).any():
+        return None
+    cutoff = float(np.partition(scores, len(scores) - n)[len(scores) - n])  # n-th best
+    if not cutoff > 0:
+        return None
+    own = np.array(finals, dtype=np.float64)
+    if np.isnan(own).any():
+        return None
+    speaker = 1.0 + settings.speaker_boost if settings.speaker_boost else 1.0
+    date = 1.0 + settings.date_boost if settings.date_boost else 1.0
+    if speaker < 1.0 or date < 1.0:  # (settings forbid it) a boost that lowers: no bound
+        return None
+    bound = np.maximum(own, (own * speaker) * date)
+    out = bound < cutoff
+    return out.tolist() if out.any() else None
 
 
 def _best_first(cands: Iterable[_Candidate], n: int) -> list[_Candidate]:
