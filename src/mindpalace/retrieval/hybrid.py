@@ -202,7 +202,11 @@ class HybridRetriever:
         """:meth:`sync_embeddings`, plus the store's ``search_generation()`` read after it
         (before any document the query reads next, so a cache tagged with it holds nothing
         older than it): the one generation read of a query. Without an embedder nothing is
-        read (None: the neighbour cache reads it if it is used)."""
+        read (None: the neighbour cache reads it if it is used). A subclass that overrides
+        :meth:`sync_embeddings` (e.g. one that must not write) has its override run, and the
+        caches read the generation themselves."""
+        if type(self).sync_embeddings is not HybridRetriever.sync_embeddings:
+            return self.sync_embeddings(), None
         if self.embedder is None:
             return 0, None
         with self._sync_lock:
