@@ -384,6 +384,21 @@ class TestContextRule:
         assert got == {i: (c.final, c.neighbor) for i, c in ref.items()}
 
 
+    @settings(max_examples=150, deadline=None)
+    @given(st.dictionaries(st.tuples(st.integers(0, 2), st.integers(1, 15)),
+                           st.sampled_from([0.0, 0.5, 1.0]), min_size=1, max_size=30),
+           st.integers(1, 4))
+    def test_missing_positions_are_the_unheld_ones_near_a_lender(
+        self, fused: dict[tuple[int, int], float], reach: int
+    ) -> None:
+        now = datetime(2024, 1, 1, tzinfo=UTC)
+        placed = [_Candidate(Document(i, Scope("t", "u", "a", f"s{sid}"), MESSAGE_KIND, str(j), "x", {}, now),
+                             fused=score) for i, ((sid, j), score) in enumerate(fused.items())]
+        lenders = hybrid._Lenders(placed, [sid for sid, _ in fused], [j for _, j in fused], False)
+        want = sorted({(sid, j + o) for (sid, j), score in fused.items() if score > 0
+                       for d in range(1, reach + 1) for o in (-d, d) if j + o >= 1} - set(fused))
+        assert lenders.missing(reach) == want
+
 
 class TestDocFacts:
     NOW = datetime(2024, 1, 1, tzinfo=UTC)
