@@ -255,3 +255,19 @@ class TestBenchIngest:
         assert whole["chars"] == chunked["chars"] >= 6000 and whole["messages"] == chunked["messages"]
         assert whole["vectors"] == whole["messages"] < chunked["vectors"]  # long replies split
         assert whole["ratio_wall"] == 1.0 and chunked["total_wall_s"] > 0 and 0 < chunked["embed_share"] <= 1
+
+
+class TestRankingsLocomo:
+    def test_a_second_run_is_identical_and_a_changed_dump_is_not(self, tmp_path: Path, shared_data: Path) -> None:
+        rankings = load("rankings_locomo")
+        args = ["--data", str(shared_data / "locomo" / "locomo10.json"), "--conversations", "1",
+                "--max-turns", "40", "--max-questions", "4", "--embed", "hashing"]
+        first, second = tmp_path / "a.json", tmp_path / "b.json"
+        assert rankings.main([*args, "--out", str(first)]) == 0
+        dump = json.loads(first.read_text())
+        (rows,) = dump.values()
+        assert len(rows) == 4 and all(0 < len(r["hits"]) <= 10 for r in rows)
+        assert rankings.main([*args, "--out", str(second), "--against", str(first)]) == 0
+        rows[0]["hits"][0]["score"] = repr(float(rows[0]["hits"][0]["score"]) + 1e-12)
+        first.write_text(json.dumps(dump))
+        assert rankings.main([*args, "--out", str(second), "--against", str(first)]) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final
 
 # Han, Hiragana, Katakana, Hangul, CJK punctuation-free ranges: runs of these carry no spaces,
@@ -38,15 +39,34 @@ def segment_for_index(text: str) -> str:
     return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group())) + " ", text)
 
 
+# A recall splits its query ~7 times (keyword search, vector query without speakers, speaker
+# and date boosts, the explanations, facts, recalled notes); the last few texts are remembered.
+_MEMO_TEXTS: Final = 256
+_MEMO_MAX_CHARS: Final = 4096
+
+
 def query_terms(text: str, *, drop_stop_words: bool = True) -> list[str]:
-    """Lower-cased search terms of `text`: words (stop words dropped) and CJK bigrams."""
+    """Lower-cased search terms of `text`: words (stop words dropped) and CJK bigrams,
+    distinct, in first-occurrence order. A new list on every call; the split of the last
+    256 texts (up to 4096 characters each) is remembered, as it depends on nothing else."""
+    if len(text) > _MEMO_MAX_CHARS:
+        return list(_split_terms(text, drop_stop_words))
+    return list(_remembered_terms(text, drop_stop_words))
+
+
+@lru_cache(maxsize=_MEMO_TEXTS)
+def _remembered_terms(text: str, drop_stop_words: bool) -> tuple[str, ...]:
+    return _split_terms(text, drop_stop_words)
+
+
+def _split_terms(text: str, drop_stop_words: bool) -> tuple[str, ...]:
     terms: list[str] = []
     for tok in _TOKEN.findall(text.lower()):
         if _CJK_RUN.fullmatch(tok):
             terms.extend(cjk_bigrams(tok))
         elif not (drop_stop_words and tok in STOP_WORDS):
             terms.append(tok)
-    return list(dict.fromkeys(terms))  # de-duplicated, first occurrence order
+    return tuple(dict.fromkeys(terms))  # de-duplicated, first occurrence order
 
 
 def quote_fts(term: str) -> str:
