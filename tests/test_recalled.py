@@ -292,7 +292,7 @@ def test_the_prompt_with_recalled_memory_never_exceeds_its_budget_and_keeps_pair
         for item in built.report.recalled:  # no record shows more than its share of the block
             assert item.tokens <= max(12, min(ctx.recall_item_max_tokens, int(share * budget) // min_items)) + 40
     finally:
-        ctx.memory_role, ctx.recall_share, ctx.recall_min_items = "tool", 0.85, 8
+        ctx.memory_role, ctx.recall_share, ctx.recall_min_items = "tool", 0.85, 4
 
 
 def test_a_recalled_statement_corrected_later_names_its_correction(mem: Memory) -> None:

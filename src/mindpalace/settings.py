@@ -308,7 +308,7 @@ class ContextSettings(_Section):
         "excerpt and its reference to read it whole.",
     )
     recall_min_items: int = Field(
-        8, ge=1, description="A recalled item shows at most 1/N of the block's room (tokens; and at "
+        4, ge=1, description="A recalled item shows at most 1/N of the block's room (tokens; and at "
         "most recall_item_max_tokens), so a small block holds N records: a longer one shows its "
         "best-matching excerpt and its reference to read it whole.",
     )
