@@ -255,3 +255,17 @@ class TestBenchIngest:
         assert whole["chars"] == chunked["chars"] >= 6000 and whole["messages"] == chunked["messages"]
         assert whole["vectors"] == whole["messages"] < chunked["vectors"]  # long replies split
         assert whole["ratio_wall"] == 1.0 and chunked["total_wall_s"] > 0 and 0 < chunked["embed_share"] <= 1
+
+
+class TestBenchKnowledgeUpdate:
+    def test_tiny_run_reports_every_seed_and_method_of_the_varied_set(self, tmp_path: Path) -> None:
+        out = tmp_path / "ku.json"
+        args = ["--conversations", "2", "--embedder", "hashing", "--generator", "varied", "--seeds", "1,2",
+                "--chars", "3000", "--json", str(out)]
+        assert load("bench_knowledge_update").main(args) == 0
+        data = json.loads(out.read_text())
+        assert data["generator"] == "varied" and set(data["seeds"]) == {"1", "2"}
+        for rep in data["seeds"].values():
+            assert rep["cases"] == 8 and [m["name"].split(" (")[0] for m in rep["methods"]] == [
+                "mindpalace recall", "dense only", "BM25 only"]
+            assert all(0 <= m["correction_first"] <= 100 for m in rep["methods"])
