@@ -12,6 +12,12 @@
 
     python benchmarks/bench_knowledge_update.py --fast     # 10 conversations (40 cases)
     python benchmarks/bench_knowledge_update.py            # 40 conversations (160 cases)
+    python benchmarks/bench_knowledge_update.py --fast --generator varied --seeds 7,11,23
+
+``--generator classic`` (default) keeps the original templates (every seed reproduces earlier
+reports); ``varied`` is the LongMemEval-style set of ``mindpalace.eval.knowledge_update_varied``
+(counts, places, jobs, chains of updates, updates inside long messages, paraphrased questions,
+subject-drift distractors). Each seed is one table row per method.
 """
 
 from __future__ import annotations
@@ -84,24 +90,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=40)
     parser.add_argument("--embedder", default=None, help="use | e5 | wordllama | hashing (default: workspace default)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seeds", default=None, help="Comma-separated seeds (overrides --seed).")
+    parser.add_argument("--generator", choices=("classic", "varied"), default="classic")
     parser.add_argument("--chars", type=int, default=100_000, help="Characters for the embedding-cost table.")
     parser.add_argument("--json", type=Path, default=None, help="Write the rows here.")
     args = parser.parse_args(argv)
     if args.fast:
         args.conversations, args.chars = 10, 40_000
     console = Console()
-    report = run_knowledge_update(seed=args.seed, conversations=args.conversations, embedder=args.embedder)
-    table = Table(title=f"knowledge updates — {report.cases} cases, {report.conversations} conversations, "
-                  f"{report.messages} messages, embedder {report.embedder}, seed {args.seed}")
-    for col in ("method", "correction above original", *[f"R@{k} correction" for k in report.ks]):
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
+    reports = {
+        seed: run_knowledge_update(seed=seed, conversations=args.conversations, embedder=args.embedder,
+                                   generator=args.generator)
+        for seed in seeds
+    }
+    report = reports[seeds[0]]
+    table = Table(title=f"knowledge updates ({args.generator} generator) — {report.conversations} conversations "
+                  f"per seed, embedder {report.embedder}")
+    for col in ("seed", "cases", "method", "correction above older values",
+                *[f"R@{k} correction" for k in report.ks]):
         table.add_column(col, justify="right")
-    for m in report.methods:
-        table.add_row(m.name, f"{m.rate:.1f}%", *[f"{m.recall_rate(k):.1f}" for k in report.ks])
+    for seed, rep in reports.items():
+        for m in rep.methods:
+            table.add_row(str(seed), str(rep.cases), m.name, f"{m.rate:.1f}%",
+                          *[f"{m.recall_rate(k):.1f}" for k in rep.ks])
     console.print(table)
-    product = report.methods[0]
-    console.print(f"ingest + embed {report.ingest_seconds:.1f} s; superseded hits marked: {report.marked}; "
-                  f"target correction above original >= {TARGET_CORRECTION_FIRST}%: "
-                  f"{'met' if product.rate >= TARGET_CORRECTION_FIRST else 'NOT met'}")
+    for seed, rep in reports.items():
+        product = rep.methods[0]
+        console.print(f"seed {seed}: ingest + embed {rep.ingest_seconds:.1f} s; superseded hits marked: "
+                      f"{rep.marked}; target correction above original >= {TARGET_CORRECTION_FIRST}%: "
+                      f"{'met' if product.rate >= TARGET_CORRECTION_FIRST else 'NOT met'}")
     source, texts = long_texts(args.chars)
     provider = args.embedder or EmbedSettings().provider
     cost = embed_cost(provider, texts, [256, 512, 1024], 32) if provider != "none" else []
@@ -115,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
                        f"{r['ratio']:.2f}")
         console.print(ct)
     if args.json:
-        args.json.write_text(json.dumps({"knowledge_update": report.to_json(), "embedding_cost": cost}, indent=2))
+        args.json.write_text(json.dumps({
+            "generator": args.generator,
+            "knowledge_update": report.to_json(),
+            "seeds": {str(seed): rep.to_json() for seed, rep in reports.items()},
+            "embedding_cost": cost,
+        }, indent=2))
     return 0
 
 

@@ -271,3 +271,17 @@ class TestRankingsLocomo:
         rows[0]["hits"][0]["score"] = repr(float(rows[0]["hits"][0]["score"]) + 1e-12)
         first.write_text(json.dumps(dump))
         assert rankings.main([*args, "--out", str(second), "--against", str(first)]) == 1
+
+
+class TestBenchKnowledgeUpdate:
+    def test_tiny_run_reports_every_seed_and_method_of_the_varied_set(self, tmp_path: Path) -> None:
+        out = tmp_path / "ku.json"
+        args = ["--conversations", "2", "--embedder", "hashing", "--generator", "varied", "--seeds", "1,2",
+                "--chars", "3000", "--json", str(out)]
+        assert load("bench_knowledge_update").main(args) == 0
+        data = json.loads(out.read_text())
+        assert data["generator"] == "varied" and set(data["seeds"]) == {"1", "2"}
+        for rep in data["seeds"].values():
+            assert rep["cases"] == 8 and [m["name"].split(" (")[0] for m in rep["methods"]] == [
+                "mindpalace recall", "dense only", "BM25 only"]
+            assert all(0 <= m["correction_first"] <= 100 for m in rep["methods"])

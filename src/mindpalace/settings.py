@@ -279,6 +279,9 @@ class FactSettings(_Section):
     supersede_answers: int = Field(3, ge=0, description="A speaker's statements closest to the query (by cosine) that are compared with the lower supersede_answer_similarity: two of a user's best answers to one question are the same subject at a lower cosine; 0 = off.")
     supersede_answer_similarity: float = Field(0.3, gt=0, le=1, description="Cosine at or above which two of a speaker's best answers to the query (supersede_answers) are the same subject.")
     supersede_window: int = Field(30, ge=1, description="Candidates (best first) checked for supersession.")
+    supersede_followups: int = Field(0, ge=0, description="Follow-ups (off by default: on the fusion fixture of short statements sharing a predicate, 'my violin lessons start next week' / 'my garden tomatoes start next week', a statement on another subject is taken as the update; measured gain on the varied knowledge-update set in the kupd10c notes): the best this many retrieved statements (messages that match the query themselves and do not ask) look for the speaker's later statements on the same subject that the query did not reach — a keyword search for the statement's subject terms in the searched scopes, then sentence-level cosine ≥ supersede_followup_similarity; the closest (or a later update of it) ranks directly above the statement as its current value. 0 = off; 5 was measured.")
+    supersede_followup_similarity: float = Field(0.4, gt=0, le=1, description="Cosine between a retrieved statement's sentence and a later statement's sentence sharing a subject term with it, at or above which the later one is a follow-up on the same subject.")
+    supersede_followup_candidates: int = Field(10, ge=1, description="Later statements read per retrieved statement when looking for follow-ups (keyword search on its subject terms).")
 
 
 class TaskSettings(_Section):

@@ -184,3 +184,50 @@ class TestFusionNeverWorse:
         kw = recall_at(FactSettings(vector_weight=0.0, neighbor_weights=[]))
         vec = recall_at(FactSettings(keyword_weight=0.0, neighbor_weights=[]))
         assert fused >= max(kw, vec)
+
+
+class TestFollowups:
+    """A correction that shares no word with the question (issue 10, failure class 1) is found
+    from the statement it corrects (``facts.supersede_followups``), within the query's scope."""
+
+    def _conversation(self, memory: Memory, uid: str, texts: list[str]) -> None:
+        start = datetime(2025, 3, 1, tzinfo=UTC)
+        for n, text in enumerate(texts):
+            s = memory.session(f"s{n // 4}", user=uid, agent="a")
+            s.add_message({"role": "user", "content": text}, timestamp=start + timedelta(days=n))
+            s.add_message({"role": "assistant", "content": "Noted about your manager and your team at work. " + FILLER * 2},
+                          timestamp=start + timedelta(days=n, minutes=1))
+
+    def _texts(self, drift: bool = False) -> list[str]:
+        texts = ["My manager is Olumide.", "I like hiking on weekends.", "The printer is broken again.",
+                 "Lunch was great today.", "I bought new running shoes.", "My flat needs painting."]
+        texts.append("My boss is Priya since Olumide left the company.")
+        if drift:  # newer than the correction, same person, another attribute
+            texts.append("Olumide is running a marathon in May.")
+        return [*texts, "The garden looks lovely."]
+
+    def test_a_correction_without_the_questions_words_ranks_above_the_statement(self, memory: Memory, uid: str) -> None:
+        self._conversation(memory, uid, self._texts(drift=False))
+        off = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=0))
+        before = [h.text for h in off.search(user_scope(memory, uid), "Who is my manager?", k=4)]
+        assert any(t.endswith("My manager is Olumide.") for t in before)
+        assert not any("Priya" in t for t in before)
+        on = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=5))
+        hits = on.search(user_scope(memory, uid), "Who is my manager?", k=4)
+        texts = [h.text for h in hits]
+        new = next(i for i, t in enumerate(texts) if "Priya" in t)
+        old = next(i for i, t in enumerate(texts) if t.endswith("My manager is Olumide."))
+        assert new == old - 1  # directly above what it corrects
+        assert hits[old].meta["superseded_by"] == f"{hits[new].scope.session}/{hits[new].ref}"
+        assert hits[new].meta["supersedes"] == f"{hits[old].scope.session}/{hits[old].ref}"
+        assert "superseded by" in str(hits[old].why)
+
+    def test_the_question_scope_bounds_the_search(self, memory: Memory, uid: str) -> None:
+        self._conversation(memory, uid, self._texts(drift=False)[:-2])
+        other = memory.session("s9", user=uid + "x", agent="a")
+        other.add_message({"role": "user", "content": "My boss is Priya since Olumide left the company."},
+                          timestamp=datetime(2026, 1, 1, tzinfo=UTC))
+        on = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=5))
+        hits = on.search(user_scope(memory, uid), "Who is my manager?", k=4)
+        assert all(h.scope.user == uid for h in hits)
+        assert all("superseded_by" not in h.meta for h in hits)

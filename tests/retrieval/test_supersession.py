@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
+import zlib
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from mindpalace.retrieval.supersession import choose_corrections
+from mindpalace.retrieval.supersession import (
+    choose_corrections,
+    choose_followup,
+    followup_similarity,
+    sentences,
+    subject_terms,
+)
 
 INF = float("-inf")
 
@@ -58,3 +69,65 @@ class TestChooseCorrections:
             _choose([[1, 0.5], [0.5, 1]], [0.1], [1.0, 1.0])
         with pytest.raises(ValueError, match="min_score_ratio"):
             _choose([[1.0]], [0.1], [1.0], min_score_ratio=-1)
+
+
+class TestFollowups:
+    """Later statements the query does not reach (issue 10, failure classes 1 and 2)."""
+
+    def test_the_closest_later_statement_wins_not_a_later_one_on_another_attribute(self) -> None:
+        # anchor "My sister lives in Denver"; 0 = "My sister moved to Austin", 1 = "My sister's
+        # birthday is next Friday" (newer, shares "sister", but another attribute)
+        assert choose_followup([0.62, 0.5], np.array([[1, 0.3], [0.3, 1]]), similarity=0.4) == 0
+
+    def test_an_update_of_the_update_is_the_current_value(self) -> None:
+        assert choose_followup([0.6, 0.5], np.array([[1, 0.7], [0.7, 1]]), similarity=0.4) == 1
+
+    def test_nothing_close_enough_is_no_followup(self) -> None:
+        assert choose_followup([0.2, 0.39], np.eye(2), similarity=0.4) is None
+        assert choose_followup([], np.zeros((0, 0)), similarity=0.4) is None
+
+    def test_bad_input_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="mutual"):
+            choose_followup([0.5], np.eye(2), similarity=0.4)
+        with pytest.raises(ValueError, match="similarity"):
+            choose_followup([0.5], np.eye(1), similarity=0.0)
+
+    def test_sentences_and_subject_terms(self) -> None:
+        assert sentences("Can you help? I need a plan.  Oh, one more thing: my sister moved.") == [
+            "Can you help?", "I need a plan.", "Oh, one more thing: my sister moved."]
+        assert sentences("no punctuation here") == ["no punctuation here"]
+        assert subject_terms("My sister moved to Austin.") & subject_terms("my sisters live in Denver")
+
+    def test_an_update_inside_a_long_message_is_compared_on_its_own_sentence(self) -> None:
+        embed = _bag_of_words
+        anchor = "My sister lives in Denver."
+        long = ("Can you help me plan a dinner for Saturday? I am thinking of six guests, a big lasagna, "
+                "a green salad and a lemon tart. Oh, one more thing: my sister lives in Austin now.")
+        whole = float(embed([long])[0] @ embed([anchor])[0])
+        assert followup_similarity(anchor, embed([anchor])[0], long, embed) > whole + 0.2
+        assert followup_similarity(anchor, embed([anchor])[0], "I burned the rice.", embed) == float("-inf")
+
+    @settings(max_examples=40, deadline=None)
+    @given(n=st.integers(1, 6), drift=st.lists(st.floats(0.0, 0.39), max_size=4), seed=st.integers(0, 10_000))
+    def test_any_chain_of_updates_ends_at_the_newest(self, n: int, drift: list[float], seed: int) -> None:
+        # a chain of n updates (each alike to the anchor and to each other), with unrelated later
+        # statements (below the threshold) shuffled in: the newest update is the current value
+        rng = np.random.default_rng(seed)
+        kinds = ["u"] * n + ["d"] * len(drift)
+        rng.shuffle(kinds)
+        to_anchor = [float(rng.uniform(0.45, 0.9)) if k == "u" else drift.pop() for k in kinds]
+        m = len(kinds)
+        mutual = np.array([[1.0 if i == j else (0.6 if kinds[i] == kinds[j] == "u" else 0.1) for j in range(m)]
+                           for i in range(m)])
+        newest = max(i for i, k in enumerate(kinds) if k == "u")
+        assert choose_followup(to_anchor, mutual, similarity=0.4) == newest
+
+
+def _bag_of_words(texts: list[str]) -> np.ndarray:
+    """A deterministic stand-in embedder: unit vectors of hashed lower-cased word counts."""
+    out = np.zeros((len(texts), 256), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for w in re.findall(r"\w+", text.lower()):
+            out[row, zlib.crc32(w.encode()) % 256] += 1.0
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms > 0, norms, 1.0)

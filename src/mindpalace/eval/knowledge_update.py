@@ -139,6 +139,9 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     cases: list[tuple[str, str, int, int, bool]] = field(default_factory=list)
     # (subject, question, original position, correction position, same session)
+    stale: list[tuple[int, ...]] = field(default_factory=list)
+    # per case (when given): positions of every older value the correction must outrank
+    # (the original and intermediate updates of a chain); empty = the original only
 
 
 def _reply(rng: random.Random, subject: str) -> str:
@@ -151,8 +154,27 @@ def _reply(rng: random.Random, subject: str) -> str:
     return f"{opener}{extra} {body}"
 
 
-def generate(seed: int = 7, conversations: int = 40, subjects_per_conversation: int = 4) -> list[Conversation]:
-    """Deterministic conversations (same seed → same text)."""
+GENERATORS = ("classic", "varied")
+
+
+def generate(
+    seed: int = 7, conversations: int = 40, subjects_per_conversation: int = 4, *, generator: str = "classic"
+) -> list[Conversation]:
+    """Deterministic conversations (same seed and generator → same text).
+
+    `generator`: ``classic`` (the templates above, unchanged so every seed reproduces earlier
+    reports) or ``varied`` (:mod:`mindpalace.eval.knowledge_update_varied`: LongMemEval-style
+    counts, places, jobs, chains, updates inside long messages, paraphrased questions).
+
+    Raises:
+        ValueError: an unknown `generator`.
+    """
+    if generator not in GENERATORS:
+        raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
+    if generator == "varied":
+        from mindpalace.eval.knowledge_update_varied import generate_varied
+
+        return generate_varied(seed, conversations, subjects_per_conversation)
     rng = random.Random(seed)
     start = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
     out = []
@@ -271,9 +293,12 @@ def run_knowledge_update(
     embedder: str | None = None,
     ks: tuple[int, ...] = (1, 5, 10),
     fact_overrides: dict[str, Any] | None = None,
+    generator: str = "classic",
 ) -> KnowledgeUpdateReport:
-    """Generate, ingest (one scope per user, messages with timestamps) and score the set."""
-    convs = generate(seed, conversations)
+    """Generate (`generator`: see :func:`generate`), ingest (one scope per user, messages with
+    timestamps) and score the set. A case passes a method when the correction is in its list
+    above every older value (absent older values count as below)."""
+    convs = generate(seed, conversations, generator=generator)
     overrides: dict[str, Any] = {}
     if embedder is not None:
         overrides["embed"] = {"provider": embedder}
@@ -306,8 +331,9 @@ def run_knowledge_update(
         marked = 0
         for conv in convs:
             refs = where[conv.user]
-            for _subject, question, o, c, _same in conv.cases:
-                original, correction = refs[o], refs[c]
+            for n_case, (_subject, question, o, c, _same) in enumerate(conv.cases):
+                olds = [refs[p] for p in (conv.stale[n_case] if conv.stale else (o,))]
+                correction = refs[c]
                 product, n_marked = _product(memory, conv.user, question, limit)
                 marked += n_marked
                 lists = [product]
@@ -317,8 +343,7 @@ def run_knowledge_update(
                 for score, ranked in zip(methods, lists, strict=True):
                     score.cases += 1
                     pc = ranked.index(correction) if correction in ranked else None
-                    po = ranked.index(original) if original in ranked else None
-                    if pc is not None and (po is None or pc < po):
+                    if pc is not None and all(old not in ranked[:pc] for old in olds):
                         score.correction_first += 1
                     for k in ks:
                         if pc is not None and pc < k:

@@ -43,7 +43,7 @@ from mindpalace.retrieval.fetch import (
     matched_terms_of,
     searchable_scopes,
 )
-from mindpalace.retrieval.supersession import choose_corrections
+from mindpalace.retrieval.supersession import choose_corrections, find_followups
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -301,6 +301,8 @@ class HybridRetriever:
         ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
         if supersede:
             ranked = self._supersede(ranked, window, generation)
+            if self.settings.supersede_followups:
+                ranked = self._follow_up(ranked, qvec, searchable)
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
@@ -448,6 +450,63 @@ class HybridRetriever:
                 order.pop(j)
                 order.insert(i, newer)
                 newer.final = max(newer.final, older.final)
+        return order
+
+    def _follow_up(self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope]) -> list[_Candidate]:
+        """Later statements on the same subject that the query did not reach rank directly
+        above the retrieved statement they update (:func:`~mindpalace.retrieval.supersession.
+        find_followups`): the best ``supersede_followups`` messages that match the query
+        themselves, state something (no question; not an assistant reply, tool output or
+        system text — those talk about the speakers' facts, they do not update them) and are
+        not already superseded are the anchors; the
+        search reads only `scopes` (I10). The anchor is marked ``superseded_by``."""
+        assert self.embedder is not None
+        s = self.settings
+        anchors = [
+            c for c in ranked
+            if c.doc.kind == MESSAGE_KIND and c.superseded_by is None and _matches_directly(c)
+            and c.doc.meta.get("role") not in _NOT_STATING and not asks(c.doc.text)
+        ][: s.supersede_followups]
+        if not anchors:
+            return ranked
+        embedder = self.embedder
+
+        def search(anchor: Document, terms: str) -> list[Document]:
+            a = anchor.scope
+            docs: list[Document] = []
+            for scope in scopes:
+                for h in self.store.keyword_search(scope, terms, k=s.supersede_followup_candidates, kinds=[anchor.kind]):
+                    d = h.doc.scope
+                    if (d.tenant, d.user, d.agent) == (a.tenant, a.user, a.agent):
+                        docs.append(h.doc)
+            return docs
+
+        found = find_followups(
+            [c.doc for c in anchors], qvec, search=search,
+            same_speaker=lambda a, b: _speaker_key(a) == _speaker_key(b),
+            later=lambda a, b: _doc_time_key(a) < _doc_time_key(b),
+            states=lambda d: not asks(d.text), embed=embedder.embed,
+            similarity=s.supersede_followup_similarity,
+        )
+        if not found:
+            return ranked
+        order = list(ranked)
+        by_id = {c.doc.id: c for c in order}
+        for anchor in anchors:
+            doc = found.get(anchor.doc.id)
+            if doc is None:
+                continue
+            newer = by_id.get(doc.id)
+            if newer is None:
+                newer = by_id[doc.id] = _Candidate(doc)
+                order.insert(order.index(anchor), newer)
+            elif order.index(newer) > order.index(anchor):
+                order.remove(newer)
+                order.insert(order.index(anchor), newer)
+            newer.final = max(newer.final, anchor.final)
+            anchor.superseded_by = _label(doc)
+            if newer.supersedes is None:
+                newer.supersedes = _label(anchor.doc)
         return order
 
     def _hit(self, c: _Candidate, terms: dict[str, str]) -> RetrievalHit:
@@ -605,6 +664,7 @@ def _boost_named_speaker(
             c.final *= 1.0 + boost
 
 
+_NOT_STATING = frozenset(["assistant", "tool", "system"])
 _PAST = frozenset(["did", "was", "were", "had", "used", "previously", "before", "originally",
                    "first", "earlier", "old", "former"])
 
@@ -643,8 +703,12 @@ def _speaker_key(doc: Document) -> tuple[object, ...]:
 
 
 def _time_key(c: _Candidate) -> tuple[str, int]:
-    stamp = c.doc.meta.get("timestamp")
-    return (str(stamp) if stamp else c.doc.created_at.isoformat(), c.doc.id)
+    return _doc_time_key(c.doc)
+
+
+def _doc_time_key(doc: Document) -> tuple[str, int]:
+    stamp = doc.meta.get("timestamp")
+    return (str(stamp) if stamp else doc.created_at.isoformat(), doc.id)
 
 
 def _boost_named_dates(

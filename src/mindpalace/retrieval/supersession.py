@@ -21,9 +21,17 @@ A later statement B corrects an earlier A when
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from mindpalace.store.textindex import query_terms
+
+if TYPE_CHECKING:
+    from mindpalace.store.base import Document
 
 
 def same_subject(
@@ -108,4 +116,140 @@ def choose_corrections(
         # happens to pass the threshold)
         chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= similarity]
         out[i] = chain[-1] if chain else closest
+    return out
+
+
+# -- follow-ups: later statements that the query does not reach ----------------------------------
+#
+# A correction often shares no word with the question ("Who do I report to?" → "My boss changed
+# from Olumide to Priya") and sits far down both lists, or inside a long message about
+# something else ("Can you help me plan a dinner … Oh, one more thing: my sister moved to
+# Austin"). Starting from a statement the query did retrieve, the speaker's later statements
+# that share a subject term with it are read back (keyword search on those terms), compared
+# sentence by sentence with it, and the closest one above ``pull_similarity`` — or a later
+# update of that one — is the current value.
+
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """`text` split after sentence-ending punctuation (whitespace-stripped, empties dropped);
+    a text without any is one sentence."""
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+@lru_cache(maxsize=65_536)
+def subject_terms(text: str) -> frozenset[str]:
+    """The stemmed content words of `text` (stop words dropped, English stemmed, CJK bigrams):
+    two statements about one subject share at least one (the entity or the old value)."""
+    from mindpalace.retrieval.hybrid import stems
+
+    return frozenset(stems(query_terms(text)))
+
+
+def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarity: float) -> int | None:
+    """Which of an anchor statement's later statements (oldest first) is its current value.
+
+    The closest one to the anchor (cosine at least `similarity`), or a later one alike at
+    least `similarity` to both the anchor and that closest one (an update of the update: the
+    newest such). A later statement alike only to the anchor does not take over: "I bought a
+    new yoga mat" is near "I do yoga on Thursdays" but it is not the studio's new day.
+
+    Args:
+        to_anchor: length n, each later statement's cosine to the anchor.
+        mutual: (n, n) cosines among the later statements.
+        similarity: the threshold (0 < similarity ≤ 1).
+    Returns:
+        The index of the current value in `to_anchor`, or None when none is close enough.
+    Raises:
+        ValueError: the shapes disagree or `similarity` is outside (0, 1].
+    """
+    n = len(to_anchor)
+    if mutual.shape != (n, n):
+        raise ValueError(f"mutual must be ({n}, {n}), got {mutual.shape}")
+    if not 0 < similarity <= 1:
+        raise ValueError(f"similarity must be in (0, 1], got {similarity}")
+    close = [j for j in range(n) if to_anchor[j] >= similarity]
+    if not close:
+        return None
+    closest = max(close, key=lambda j: (float(to_anchor[j]), j))
+    chain = [j for j in close if j > closest and mutual[closest, j] >= similarity]
+    return chain[-1] if chain else closest
+
+
+def best_sentence(text: str, query_vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> str:
+    """The sentence of `text` closest to the query (the whole text when it is one sentence):
+    the part of a long message that the query retrieved it for."""
+    parts = sentences(text)
+    if len(parts) <= 1:
+        return text
+    vectors = embed(parts)
+    return parts[int(np.argmax(vectors @ query_vector))]
+
+
+def followup_similarity(
+    anchor: str, anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray]
+) -> float:
+    """Cosine between the anchor sentence and the closest sentence of `later` that shares a
+    subject term with it (-inf when none does): an update inside a long message is compared
+    on its own sentence, not on the message's average."""
+    terms = subject_terms(anchor)
+    parts = [s for s in sentences(later) if subject_terms(s) & terms]
+    if not parts:
+        return float("-inf")
+    return float(np.max(embed(parts) @ anchor_vector))
+
+
+def find_followups(
+    anchors: Sequence[Document],
+    query_vector: np.ndarray,
+    *,
+    search: Callable[[Document, str], list[Document]],
+    same_speaker: Callable[[Document, Document], bool],
+    later: Callable[[Document, Document], bool],
+    states: Callable[[Document], bool],
+    embed: Callable[[list[str]], np.ndarray],
+    similarity: float,
+) -> dict[int, Document]:
+    """For each anchor (a statement the query retrieved), its current value among the
+    speaker's later statements, if one is about the same subject.
+
+    For anchor A: the sentence of A closest to the query; ``search(A, words)`` (a keyword
+    search for that sentence's content words, in the scopes the query may read) gives the
+    candidates; those by the same speaker, later, and stating something, are compared with
+    :func:`followup_similarity`; :func:`choose_followup` picks the current value.
+
+    Args:
+        anchors: documents, best first.
+        query_vector: the query's unit vector (dim,).
+        search / same_speaker / later / states: the store search and the speaker, order and
+            statement tests (the caller's, so scopes and speakers mean what they mean there).
+        embed: texts → (n, dim) unit vectors.
+        similarity: the cosine threshold of :func:`choose_followup`.
+    Returns:
+        ``{anchor document id: the later document that is its current value}``.
+    """
+    out: dict[int, Document] = {}
+    for anchor in anchors:
+        sentence = best_sentence(anchor.text, query_vector, embed)
+        words = query_terms(sentence)
+        if not words:
+            continue
+        found = [
+            d for d in search(anchor, " ".join(words))
+            if d.id != anchor.id and same_speaker(anchor, d) and later(anchor, d) and states(d)
+        ]
+        if not found:
+            continue
+        found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
+        anchor_vector = embed([sentence])[0]
+        to_anchor = [followup_similarity(sentence, anchor_vector, d.text, embed) for d in found]
+        keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
+        if not keep:
+            continue
+        kept = [found[i] for i in keep]
+        own = embed([best_sentence(d.text, anchor_vector, embed) for d in kept])
+        chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
+        if chosen is not None:
+            out[anchor.id] = kept[chosen]
     return out
