@@ -79,9 +79,7 @@ class EventsMixin(SQLiteBase):
             return self._append_statement(scope, stream, events, payloads, now, now_iso,
                                           expected_version)
         with self.transaction():
-            current = self.stream_version(scope, stream)
-            if expected_version is not None and current != expected_version:
-                raise ConcurrencyError(stream, expected_version, current)
+            current = self._checked_version(scope, stream, expected_version)
             conn = self._conn()
             out: list[StoredEvent] = []
             for i, (etype, data) in enumerate(payloads, start=1):
@@ -95,6 +93,14 @@ class EventsMixin(SQLiteBase):
                 ))
             return out
 
+    def _checked_version(self, scope: Scope, stream: str, expected_version: int | None) -> int:
+        """The stream's current version, inside the caller's transaction; ConcurrencyError when
+        `expected_version` is given and differs (optimistic concurrency)."""
+        current = self.stream_version(scope, stream)
+        if expected_version is not None and current != expected_version:
+            raise ConcurrencyError(stream, expected_version, current)
+        return current
+
     def _append_with_blobs(
         self, scope: Scope, stream: str, events: Sequence[NewEvent],
         payloads: Sequence[tuple[str, str]], splits: Sequence[SplitJson | None], now: datetime,
@@ -104,9 +110,7 @@ class EventsMixin(SQLiteBase):
         ``data`` column holds its JSON without the string's literals, ``blob_at`` where they
         were)."""
         with self.transaction():
-            current = self.stream_version(scope, stream)
-            if expected_version is not None and current != expected_version:
-                raise ConcurrencyError(stream, expected_version, current)
+            current = self._checked_version(scope, stream, expected_version)
             conn = self._conn()
             out: list[StoredEvent] = []
             for i, ((etype, data), split) in enumerate(zip(payloads, splits, strict=True), 1):
