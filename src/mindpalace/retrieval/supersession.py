@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mindpalace.retrieval.fetch import stem_words
 from mindpalace.store.textindex import query_terms
 
 if TYPE_CHECKING:
@@ -142,9 +143,7 @@ def sentences(text: str) -> list[str]:
 def subject_terms(text: str) -> frozenset[str]:
     """The stemmed content words of `text` (stop words dropped, English stemmed, CJK bigrams):
     two statements about one subject share at least one (the entity or the old value)."""
-    from mindpalace.retrieval.hybrid import stems
-
-    return frozenset(stems(query_terms(text)))
+    return frozenset(stem_words(query_terms(text)))
 
 
 def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarity: float) -> int | None:
