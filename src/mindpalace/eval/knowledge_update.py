@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from mindpalace.eval.knowledge_update_cases import Conversation, Message
 from mindpalace.memory import Memory
 from mindpalace.scope import ANY
 
@@ -123,25 +124,6 @@ class Case:
     original: tuple[str, str]  # (session id, message index)
     correction: tuple[str, str]
     same_session: bool
-
-
-@dataclass(slots=True)
-class Message:
-    session: str
-    role: str
-    text: str
-    when: datetime
-
-
-@dataclass(slots=True)
-class Conversation:
-    user: str
-    messages: list[Message] = field(default_factory=list)
-    cases: list[tuple[str, str, int, int, bool]] = field(default_factory=list)
-    # (subject, question, original position, correction position, same session)
-    stale: list[tuple[int, ...]] = field(default_factory=list)
-    # per case (when given): positions of every older value the correction must outrank
-    # (the original and intermediate updates of a chain); empty = the original only
 
 
 def _reply(rng: random.Random, subject: str) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from mindpalace.eval.knowledge_update import Conversation, Message
+from mindpalace.eval.knowledge_update_cases import Conversation, Message
 
 Pick = Callable[[random.Random], list[str]]
 
