@@ -27,9 +27,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import cache
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +41,7 @@ from mindpalace.retrieval.fetch import (
     doc_facts,
     matched_terms_of,
     searchable_scopes,
+    stem_words,
 )
 from mindpalace.retrieval.supersession import choose_corrections, find_followups
 from mindpalace.retrieval.temporal import query_periods
@@ -821,18 +821,7 @@ def _standout(hits: list[SearchHit], top: int = 3) -> float:
     return max(0.0, float(scores[:top].mean() - scores.mean()) / std)
 
 
-@cache
-def _stemmer() -> Any:
-    import Stemmer  # PyStemmer: the porter stemmer FTS5's porter tokenizer uses
-
-    return Stemmer.Stemmer("english")
-
-
-_stem_lock = threading.Lock()  # a Stemmer object is not thread-safe
-
-
 def stems(terms: list[str]) -> dict[str, str]:
-    """{stem: term} for English words (PyStemmer, like FTS5's porter tokenizer); others as-is."""
-    with _stem_lock:
-        stemmed = _stemmer().stemWords(terms)
-    return {s: t for s, t in zip(stemmed, terms, strict=True)}
+    """{stem: term} for English words (PyStemmer, like FTS5's porter tokenizer); others as-is.
+    Stemmed through :func:`~mindpalace.retrieval.fetch.stem_words` (one stemmer, memoised)."""
+    return {s: t for s, t in zip(stem_words(terms), terms, strict=True)}
