@@ -396,6 +396,23 @@ class ContextBuilder:
         memory, which takes its share from the conversation's room. Read-only; raises what :meth:`build` raises for
         these arguments, so ``Session.prepare`` refuses a bad request before it writes
         anything."""
+        first, _ = self.sources.message_range()
+        return self.fixed_tokens_from(budget_tokens, system_prompt=system_prompt, tools=tools)(first)
+
+    def fixed_tokens_from(
+        self,
+        budget_tokens: int,
+        *,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSchema] | None = None,
+    ) -> Callable[[int], int]:
+        """:meth:`fixed_tokens` as a function of where the live messages start: ``f(first)`` =
+        the fixed part's tokens when the messages ``first``…last are the ones in the prompt.
+        The message-dates note covers only those, so it shrinks as consolidation archives
+        (the consolidator re-measures its fixed part after a cut with it, instead of counting
+        the dates of messages it just archived); ``first`` past the last message = no note.
+        The blocks are assembled once here; each call only counts. Raises what :meth:`build`
+        raises for these arguments."""
         budget = require_int("budget_tokens", budget_tokens)
         tool_list = _check_request(system_prompt, tools)
         if system_prompt is None:
@@ -405,12 +422,17 @@ class ContextBuilder:
         fixed = [p for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
             fixed.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
-        first, last = self.sources.message_range()
-        if self.recaller is not None and first <= last:
-            dates = self.recaller.message_dates(range(first, last + 1))
-            if dates:
-                fixed.append(_Part(Block.MESSAGE_DATES, dates))
-        return sum(self.counter.count_message(m) for m in self._flat(fixed))
+
+        def tokens(first: int) -> int:
+            _, last = self.sources.message_range()
+            parts = list(fixed)
+            if self.recaller is not None and first <= last:
+                dates = self.recaller.message_dates(range(first, last + 1))
+                if dates:
+                    parts.append(_Part(Block.MESSAGE_DATES, dates))
+            return sum(self.counter.count_message(m) for m in self._flat(parts))
+
+        return tokens
 
     def _flat(self, parts: Sequence[_Part]) -> list[Message]:
         return [m for msgs in _render(parts, self.settings.memory_role) for m in msgs]

@@ -723,12 +723,12 @@ class Session:
         """
         budget = self._budget(budget_tokens)
         check_queries(query)
-        fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
+        fixed = self.context_builder.fixed_tokens_from(budget, system_prompt=system_prompt, tools=tools)
         noticed = self._sync_knowledge()  # after the request is known good: it may commit
         if any("committed" in line or "finished" in line for line in noticed):  # the block changed
-            fixed = self.context_builder.fixed_tokens(budget, system_prompt=system_prompt, tools=tools)
+            fixed = self.context_builder.fixed_tokens_from(budget, system_prompt=system_prompt, tools=tools)
         result = self.consolidator.maybe_consolidate(
-            system_tokens=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
+            system_tokens_from=fixed, tools=None if tools is None else list(tools), budget_tokens=budget)
         if self.memory.settings.context.recall_share > 0:
             self.memory.retriever.sync_embeddings()
         built = self.context_builder.build(budget, system_prompt=system_prompt, tools=tools, query=query)

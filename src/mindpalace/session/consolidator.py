@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -370,12 +370,19 @@ class Consolidator:
         system_tokens: int = 0,
         tools: list[ToolSchema] | None = None,
         budget_tokens: int | None = None,
+        system_tokens_from: Callable[[int], int] | None = None,
     ) -> ConsolidationResult:
         """Archive old messages when the full prompt is over the input budget.
 
         Args:
             system_tokens: tokens of the prompt's fixed messages (system prompt, injected
                 memory …) as counted by ``counter.count_message`` per message.
+            system_tokens_from: instead of `system_tokens`, the fixed messages' tokens as a
+                function of the first live message's index, for a fixed part that follows the
+                live messages (the message-dates note): the fixed part is re-measured after a
+                cut, so the dates of messages just archived never make the target look
+                unreachable; an index past the last message gives the part with no such note
+                (what the back-off compares).
             tools: the tool schemas sent with the request (counted with their overhead).
             budget_tokens: the prompt budget of this call (tokens); None = the input budget
                 (window − max completion − safety buffer). The target is
@@ -398,21 +405,25 @@ class Consolidator:
         require_int("system_tokens", system_tokens, minimum=0)
         budget = self.budget_tokens if budget_tokens is None else require_int("budget_tokens", budget_tokens)
         target = int(self.settings.consolidation_ratio * budget)
+        if system_tokens_from is None:
+            def system_tokens_from(_: int) -> int:
+                return system_tokens
         with self.locked():
             self._run_target = target
             try:
-                return self._consolidate(system_tokens, tools, budget, target)
+                return self._consolidate(system_tokens_from, tools, budget, target)
             finally:
                 self._run_target = None
 
     def _consolidate(
-        self, system_tokens: int, tools: list[ToolSchema] | None, budget: int, target: int
+        self, system_from: Callable[[int], int], tools: list[ToolSchema] | None, budget: int, target: int
     ) -> ConsolidationResult:
         """maybe_consolidate's body; the caller holds the session lock."""
         self.recover()
         state = self.state()
         live = self._messages_after(state.last_consolidated)
         costs = self._group_costs(live)
+        system_tokens = system_from(state.last_consolidated + 1)
         fixed = self._fixed_tokens(system_tokens, tools, self._block(state))
         before = fixed + sum(costs)
         result = ConsolidationResult(
@@ -421,7 +432,9 @@ class Consolidator:
             last_consolidated=state.last_consolidated, fixed_tokens=fixed)
         if before <= budget:
             return result
-        key = {"system_tokens": system_tokens, "budget": budget,
+        # the back-off compares the part that does not follow the live messages
+        past_last = live[-1].index + 1 if live else state.last_consolidated + 1
+        key = {"system_tokens": system_from(past_last), "budget": budget,
                "tools_tokens": self.counter.count_messages([], tools) - self.counter.count_messages([])}
         backed_off = _still_unreachable(state.backoff, key)
         if backed_off:
@@ -432,13 +445,28 @@ class Consolidator:
                       "%d tokens); archiving raw down to the budget", self.scope, target, fixed)
         # Bound the block by its cap so the prompt still fits once it grows.
         empty = sum(self.counter.count_message(m) for m in block_messages(Block.ARCHIVED_SUMMARY, ""))
-        bound = self._fixed_tokens(system_tokens, tools, None) + empty + self.summary_cap_tokens
-        cut = choose_boundary([m.message for m in live], costs, fixed_tokens=bound,
-                              target_tokens=budget if backed_off else target)
+        goal = budget if backed_off else target
+
+        def cut_for(system: int) -> int | None:
+            bound = self._fixed_tokens(system, tools, None) + empty + self.summary_cap_tokens
+            return choose_boundary([m.message for m in live], costs, fixed_tokens=bound, target_tokens=goal)
+
+        cut = cut_for(system_tokens)
+        if cut is not None and cut < len(live):
+            # The first cut counted the dates of every live message; once they leave, the note
+            # is shorter, so a smaller cut may do — taken only when, counted with its own note,
+            # it is still sufficient (the chooser asks for no more than it).
+            kept = system_from(live[cut].index)
+            smaller = cut_for(kept) if kept < system_tokens else None
+            if smaller is not None and smaller < cut:
+                check = cut_for(system_from(live[smaller].index))
+                if check is not None and check <= smaller:
+                    cut = smaller
         if cut is not None:
             self._archive(live[:cut], result, BACKED_OFF if backed_off else "")
         after = self.state()
         rest = self._messages_after(after.last_consolidated)
+        system_tokens = system_from(after.last_consolidated + 1)  # the dates of what is left
         result.fixed_tokens = self._fixed_tokens(system_tokens, tools, self._block(after))
         result.prompt_tokens_after = result.fixed_tokens + sum(self._group_costs(rest))
         result.over_budget = result.prompt_tokens_after > budget
