@@ -8,11 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from mindpalace import Memory
 from mindpalace.testing import postgres
 
 REPO = Path(__file__).resolve().parents[1]
+
+# No per-example deadline anywhere: a property test must not fail because the machine is
+# loaded (tests never depend on timing); tests that set their own settings inherit this.
+settings.register_profile("mindpalace", deadline=None)
+settings.load_profile("mindpalace")
 
 
 def shared_data_dir() -> Path:

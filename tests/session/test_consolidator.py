@@ -554,3 +554,22 @@ def test_an_oversized_group_is_summarized_in_requests_under_the_input_cap(mem: M
     assert r.consolidated and c.last_consolidated == 3 and r.raw_fallbacks == 0 and r.entries == 1
     assert r.summary_calls == len(sizes)
     assert c.history.read(session=s.scope)[-1].kind == "summary"
+
+
+def test_the_dates_of_archived_messages_do_not_make_the_target_unreachable(tmp_path) -> None:
+    """The message-dates note follows the live messages: a first prepare over a long dated
+    conversation must not count the dates of the messages it archives as a fixed part (it
+    found the target 'unreachable', archived all but the newest message and backed off)."""
+    from datetime import UTC, datetime, timedelta
+
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as m:
+        s = m.session("dated", user="u")
+        start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text(12, i)} for i in range(240)]
+        s.messages.add_many(msgs, timestamps=[start + timedelta(days=i // 2, minutes=i) for i in range(240)])
+        s.add_message({"role": "user", "content": "what did we say first?"}, timestamp=start + timedelta(days=200))
+        result = s.prepare(4_000).report.consolidation  # the dates of all 241: ~3,400 tokens
+        assert result is not None and result.consolidated
+        assert not result.target_unreachable and s.consolidator.state().backoff is None
+        assert result.prompt_tokens_after <= result.target_tokens
+        assert s.messages.count() - s.consolidator.last_consolidated > 2  # recent turns stay verbatim

@@ -452,16 +452,8 @@ class Consolidator:
             return choose_boundary([m.message for m in live], costs, fixed_tokens=bound, target_tokens=goal)
 
         cut = cut_for(system_tokens)
-        if cut is not None and cut < len(live):
-            # The first cut counted the dates of every live message; once they leave, the note
-            # is shorter, so a smaller cut may do — taken only when, counted with its own note,
-            # it is still sufficient (the chooser asks for no more than it).
-            kept = system_from(live[cut].index)
-            smaller = cut_for(kept) if kept < system_tokens else None
-            if smaller is not None and smaller < cut:
-                check = cut_for(system_from(live[smaller].index))
-                if check is not None and check <= smaller:
-                    cut = smaller
+        if cut is not None and key["system_tokens"] < system_tokens:  # the note shrinks with a cut
+            cut = _smallest_dated_cut(live, cut, lambda c: cut_for(system_from(live[c].index)))
         if cut is not None:
             self._archive(live[:cut], result, BACKED_OFF if backed_off else "")
         after = self.state()
@@ -775,6 +767,33 @@ def _content(message: dict[str, Any]) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else ""
+
+
+def _smallest_dated_cut(
+    live: Sequence[StoredMessage], first_cut: int, needed: Callable[[int], int | None]
+) -> int:
+    """The smallest group start c ≤ `first_cut` that is still sufficient once the fixed part is
+    counted with the message-dates note of the messages c… only (`needed(c)` = the cut the
+    chooser asks for with that note; sufficient when ≤ c). `first_cut` counted the dates of
+    every live message; archiving shortens the note, so a smaller cut may do. `needed` is
+    non-increasing in c (a later start leaves a shorter note), so the predicate is monotone and
+    a binary search over the group starts finds it."""
+    starts = [g[0] for g in tool_groups([m.message for m in live]) if 0 < g[0] <= first_cut]
+    if not starts or starts[-1] != first_cut:
+        return first_cut
+
+    def sufficient(c: int) -> bool:
+        got = needed(c)
+        return got is not None and got <= c
+
+    lo, hi = 0, len(starts) - 1  # starts[hi] is sufficient (it counted the longest note)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sufficient(starts[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return starts[lo]
 
 
 def _still_unreachable(backoff: dict[str, int] | None, now: dict[str, int]) -> bool:
