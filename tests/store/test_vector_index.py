@@ -151,3 +151,27 @@ def test_building_an_index_holds_no_second_matrix() -> None:
         tracemalloc.stop()
     assert handed_peak < 0.25 * size
     assert copied_peak < 2.25 * size  # the argument's copy + the unit rows, no 16 MB squares
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_release_free_heap_returns_freed_heap_pages_after_large_builds() -> None:
+    import pytest
+
+    from mindpalace.store.heap import TRIM_MIN_ROWS, _malloc_trim, release_free_heap
+
+    assert release_free_heap(TRIM_MIN_ROWS - 1) is False  # small builds: no call at all
+    if _malloc_trim() is None:
+        pytest.skip("no glibc malloc_trim here")
+    # 80 MB of 2 KB blocks from the C heap, every 64th kept: the rest is freed in holes that
+    # free() alone leaves resident
+    blocks = [bytes(2048) for _ in range(40_000)]
+    kept = blocks[::64]
+    del blocks
+    before = _rss_kib()
+    assert release_free_heap(TRIM_MIN_ROWS)
+    assert _rss_kib() < before - 40_000  # most of the 80 MB went back
+    assert len(kept) == 625

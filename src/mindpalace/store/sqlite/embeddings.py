@@ -15,6 +15,7 @@ from mindpalace.errors import DimensionMismatchError, NotFoundError, StoreError,
 from mindpalace.scope import Scope
 from mindpalace.store.annfile import AnnFiles, GraphState
 from mindpalace.store.base import Document, SearchHit
+from mindpalace.store.heap import release_free_heap
 from mindpalace.store.inputs import embedding_rows
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import scope_where
@@ -258,6 +259,7 @@ class EmbeddingsMixin(SQLiteBase):
         )
         cached = CachedVectors(scope, model, kinds, index, extra)
         cached.generation, cached.seen, cached.after = generation, top, top
+        release_free_heap(int(ids.shape[0]))  # the read's temporaries: back to the OS
         return cached
 
     def _graph_saver(self, key: tuple[Any, ...], model: str) -> Any:
