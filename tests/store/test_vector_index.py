@@ -175,3 +175,18 @@ def test_release_free_heap_returns_freed_heap_pages_after_large_builds() -> None
     assert release_free_heap(TRIM_MIN_ROWS)
     assert _rss_kib() < before - 40_000  # most of the 80 MB went back
     assert len(kept) == 625
+
+
+@settings(max_examples=40, deadline=None)
+@given(parts=st.lists(st.binary(min_size=0, max_size=3000).map(lambda b: b[: len(b) // 4 * 4]), max_size=40),
+       capacity=st.sampled_from([1, 4096, 10_000]))
+def test_growing_buffer_holds_exactly_the_bytes_appended(parts: list[bytes], capacity: int) -> None:
+    from mindpalace.store.heap import GrowingBuffer
+
+    buf = GrowingBuffer(capacity)
+    for part in parts:
+        buf.extend(part)
+    assert len(buf) == sum(map(len, parts))
+    got = buf.array(np.float32)
+    want = np.frombuffer(b"".join(parts), np.float32)
+    assert got.tobytes() == want.tobytes() and got.flags.writeable

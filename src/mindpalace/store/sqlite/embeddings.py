@@ -15,7 +15,7 @@ from mindpalace.errors import DimensionMismatchError, NotFoundError, StoreError,
 from mindpalace.scope import Scope
 from mindpalace.store.annfile import AnnFiles, GraphState
 from mindpalace.store.base import Document, SearchHit
-from mindpalace.store.heap import release_free_heap
+from mindpalace.store.heap import GrowingBuffer, release_free_heap
 from mindpalace.store.inputs import embedding_rows
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import scope_where
@@ -314,10 +314,11 @@ class EmbeddingsMixin(SQLiteBase):
             sql += f" AND d.kind IN ({','.join('?' * len(kinds))})"
             params += list(kinds)
         # Streamed into one growing buffer: holding every row (fetchall) and then joining
-        # their blobs cost ~3× the matrix in peak memory (~65 MB more at 100k × 64).
+        # their blobs cost ~3× the matrix in peak memory (~65 MB more at 100k × 64); a
+        # memory map, as a bytearray's regrowth copies stayed resident (see GrowingBuffer).
         # Ids and counts in typed arrays: a list of 100k int objects left ~4 MB of freed
         # small-object memory the process kept.
-        vectors = bytearray()
+        vectors = GrowingBuffer()
         doc_ids = array("q")
         per_doc = array("q")
         dim = 0
@@ -325,12 +326,12 @@ class EmbeddingsMixin(SQLiteBase):
             dim = int(width)
             doc_ids.append(doc_id)
             per_doc.append(len(blob) // (4 * dim))
-            vectors += blob
+            vectors.extend(blob)
         if not doc_ids:
             return np.empty(0, np.int64), np.empty((0, 0), np.float32), 0
         counts = np.frombuffer(per_doc, np.int64)
         ids = np.repeat(np.frombuffer(doc_ids, np.int64), counts)
-        matrix = np.frombuffer(vectors, dtype=np.float32)
+        matrix = vectors.array(np.float32)
         return ids, matrix.reshape(int(counts.sum()), dim), len(doc_ids)
 
     def documents_missing_embeddings(
