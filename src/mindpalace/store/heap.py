@@ -1,4 +1,6 @@
-"""Hand the heap memory a large in-process index build freed back to the operating system.
+"""Resident memory of large in-process index builds: hand the heap memory a build freed back to
+the operating system (:func:`release_free_heap`), and read rows into a buffer whose growth
+copies nothing (:class:`GrowingBuffer`).
 
 Building the BM25 posting cache or a vector index from 100k+ rows allocates tens of MB of
 temporaries (row tuples, token lists, occurrence arrays) that are freed when the build ends.
