@@ -110,3 +110,83 @@ def test_a_store_above_the_size_answers_while_its_graph_builds(tmp_path: Path) -
     index = next(iter(store._vec_cache.values())).index
     assert isinstance(index, AdaptiveIndex) and index.wait_built(timeout=60)
     assert store.vector_search(scope, matrix[3], "m8", k=3)[0].doc.id == doc_ids[3]
+
+
+def test_a_handed_over_matrix_is_normalised_in_place_and_ranks_as_a_copied_one() -> None:
+    rng = np.random.default_rng(3)
+    matrix = (rng.standard_normal((5000, 16)) * 3).astype(np.float32)
+    ids = np.arange(5000, dtype=np.int64) * 3
+    copied = ExactCosineIndex(ids, matrix)  # copy=True never changes its input
+    assert np.array_equal(copied.matrix, matrix / np.linalg.norm(matrix, axis=1, keepdims=True))
+    owned = matrix.copy()
+    handed = AdaptiveIndex(ids, owned, min_ann_rows=0, copy=False)
+    assert isinstance(handed.inner, ExactCosineIndex)
+    assert np.array_equal(owned, copied.matrix)  # normalised in place: the copy's values, bit for bit
+    for q in rng.standard_normal((20, 16)).astype(np.float32):
+        got, want = handed.search(q, 10), copied.search(q, 10)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    handed.add(ids[:3] + 1, matrix[:3])  # grows past the handed-over buffer
+    assert len(handed) == 5003 and handed.search(matrix[1], 2)[0].tolist() == [3, 4]
+
+
+def test_building_an_index_holds_no_second_matrix() -> None:
+    """Peak memory of the build (numpy reports its buffers to tracemalloc): a handed-over
+    matrix adds no copy of itself; normalising a copied one adds one matrix, not two (the
+    norms are computed a bounded block of rows at a time)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(4)
+    matrix = rng.standard_normal((100_000, 64)).astype(np.float32)  # 25.6 MB
+    ids = np.arange(100_000, dtype=np.int64)
+    size = matrix.nbytes
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        ExactCosineIndex(ids, matrix, copy=False)
+        handed_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        ExactCosineIndex(ids, matrix.copy())
+        copied_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert handed_peak < 0.25 * size
+    assert copied_peak < 2.25 * size  # the argument's copy + the unit rows, no 16 MB squares
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_release_free_heap_returns_freed_heap_pages_after_large_builds() -> None:
+    import pytest
+
+    from mindpalace.store.heap import TRIM_MIN_ROWS, _malloc_trim, release_free_heap
+
+    assert release_free_heap(TRIM_MIN_ROWS - 1) is False  # small builds: no call at all
+    if _malloc_trim() is None:
+        pytest.skip("no glibc malloc_trim here")
+    # 80 MB of 2 KB blocks from the C heap, every 64th kept: the rest is freed in holes that
+    # free() alone leaves resident
+    blocks = [bytes(2048) for _ in range(40_000)]
+    kept = blocks[::64]
+    del blocks
+    before = _rss_kib()
+    assert release_free_heap(TRIM_MIN_ROWS)
+    assert _rss_kib() < before - 40_000  # most of the 80 MB went back
+    assert len(kept) == 625
+
+
+@settings(max_examples=40, deadline=None)
+@given(parts=st.lists(st.binary(min_size=0, max_size=3000).map(lambda b: b[: len(b) // 4 * 4]), max_size=40),
+       capacity=st.sampled_from([1, 4096, 10_000]))
+def test_growing_buffer_holds_exactly_the_bytes_appended(parts: list[bytes], capacity: int) -> None:
+    from mindpalace.store.heap import GrowingBuffer
+
+    buf = GrowingBuffer(capacity)
+    for part in parts:
+        buf.extend(part)
+    assert len(buf) == sum(map(len, parts))
+    got = buf.array(np.float32)
+    want = np.frombuffer(b"".join(parts), np.float32)
+    assert got.tobytes() == want.tobytes() and got.flags.writeable

@@ -31,9 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from dulwich.objects import Blob, ObjectID
 from filelock import FileLock
 from filelock import Timeout as LockTimeout
 
@@ -66,6 +65,9 @@ from mindpalace.store import Store
 from mindpalace.textsafe import require_text
 from mindpalace.timeutil import utcnow
 from mindpalace.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from dulwich.objects import ObjectID
 
 HAND_EDIT_AUTHOR: Final = "hand-edit"
 FaultHook = Callable[[str], None]
@@ -532,7 +534,7 @@ class KnowledgeBase:
                         continue
                     on_disk.add(rel)
                     data = path.read_bytes()
-                    blob = Blob.from_string(data).id.decode()
+                    blob = _blob_id(data)
                     if committed.get(rel) != blob:
                         seen[rel] = ("modified" if rel in committed else "added", data, "")
         for rel in committed:
@@ -686,3 +688,10 @@ def _quoted(lines: list[str], limit: int = 5) -> str:
     more = f" (and {len(lines) - limit} more)" if len(lines) > limit else ""
     return "; removed: " + ", ".join(repr(ln[:80]) for ln in shown) + more
 
+
+
+def _blob_id(data: bytes) -> str:
+    """The git blob id of `data` (hex); dulwich is imported on first use (see gitstore)."""
+    from dulwich.objects import Blob
+
+    return Blob.from_string(data).id.decode()

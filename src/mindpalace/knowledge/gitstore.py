@@ -17,21 +17,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
-
-from dulwich.index import commit_tree
-from dulwich.object_store import tree_lookup_path
-from dulwich.objects import Blob, ObjectID, Tree
-from dulwich.objects import Commit as GitCommit
-from dulwich.objectspec import parse_commit
-from dulwich.patch import write_tree_diff
-from dulwich.refs import Ref
-from dulwich.repo import Repo
+from typing import TYPE_CHECKING, Final, cast
 
 from mindpalace.errors import KnowledgeError, MindPalaceError, StoreError
 
+# dulwich is imported where git is used: opening a memory and recalling never touch git, and
+# importing it cost ~1 MB of every process.
+if TYPE_CHECKING:
+    from dulwich.objects import Commit as GitCommit
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+    from dulwich.repo import Repo
+
 FILE_MODE: Final = 0o100644
-HEAD: Final = Ref(b"HEAD")
+HEAD: Final = cast("Ref", b"HEAD")  # dulwich's Ref is a NewType of bytes
 COMMITTER: Final = b"mindpalace <mindpalace@localhost>"
 README: Final = """# knowledge
 
@@ -112,6 +111,8 @@ class GitStore:
 
     @contextmanager
     def _repo(self) -> Iterator[Repo]:
+        from dulwich.repo import Repo
+
         try:
             repo = Repo(str(self.root))
         except Exception as exc:  # NotGitRepository, OSError
@@ -131,6 +132,10 @@ class GitStore:
     def init(cls, root: Path) -> GitStore:
         """Create the repository with a first commit (README.md) unless it has one; idempotent
         (an init interrupted before its commit is completed)."""
+        from dulwich.index import commit_tree
+        from dulwich.objects import Blob
+        from dulwich.repo import Repo
+
         root.mkdir(parents=True, exist_ok=True)
         if not (root / ".git").exists():
             Repo.init(str(root), mkdir=False).close()
@@ -170,6 +175,8 @@ class GitStore:
             KnowledgeError: unknown or ambiguous revision (names it)."""
         if not isinstance(rev, str) or not rev.strip() or "\x00" in rev:
             raise KnowledgeError(f"revision {rev!r}: give a commit id, HEAD or HEAD~N")
+        from dulwich.objectspec import parse_commit
+
         with self._repo() as repo:
             m = _HEAD_N.match(rev.strip())
             try:
@@ -275,6 +282,8 @@ class GitStore:
     def diff(self, rev: ObjectID, folder: str | None = None) -> str:
         """The unified diff `rev` made against its first parent (only the files under
         `folder` when given), paths as the repository names them."""
+        from dulwich.patch import write_tree_diff
+
         with self._repo() as repo:
             commit = repo[rev]
             parents = commit.parents  # type: ignore[attr-defined]
@@ -296,6 +305,9 @@ class GitStore:
         """Write the objects of a commit that sets `files` (path relative to `folder` → new
         content, None = delete) on top of HEAD; the branch does not move yet (see
         :meth:`publish`). None when nothing would change. Call under the repository lock."""
+        from dulwich.index import commit_tree
+        from dulwich.objects import Blob
+
         with self._repo() as repo:
             parent = _head(repo)
             old_tree = _subtree(repo, parent, folder)
@@ -367,6 +379,8 @@ def _info(commit: GitCommit, files: tuple[str, ...]) -> Commit:
 
 def _commit(repo: Repo, tree: ObjectID, parent: ObjectID | None, author: bytes, message: str,
             when: datetime) -> ObjectID:
+    from dulwich.objects import Commit as GitCommit
+
     c = GitCommit()
     c.tree = tree
     c.parents = [parent] if parent is not None else []
@@ -389,6 +403,9 @@ def _subtree(repo: Repo, rev: ObjectID | None, folder: str) -> ObjectID | None:
 
 
 def _subtree_of(repo: Repo, tree: ObjectID, folder: str) -> ObjectID | None:
+    from dulwich.object_store import tree_lookup_path
+    from dulwich.objects import Tree
+
     try:
         _mode, sha = tree_lookup_path(repo.__getitem__, tree, folder.encode())
     except KeyError:

@@ -39,9 +39,13 @@ from mindpalace.store.base import Document, Store
 from mindpalace.store.textindex import query_terms
 
 MAX_STEM_MEMO = 200_000  # distinct words remembered (~20 MB at worst); cleared when full
-MAX_DOC_FACTS = 20_000  # documents whose facts are remembered (like the store's DocumentCache)
+# The memos below are bounded to a few thousand documents: a LoCoMo conversation's whole
+# working set (~600 turns, ~430 neighbours and ~200 candidates per query) fits, and a long run
+# of recalls over 100k facts no longer holds ~2.5 KB of resident memory for each of 20,000
+# documents (50 MB, a third of the process at 100k facts).
+MAX_DOC_FACTS = 5_000  # documents whose facts are remembered (like the store's DocumentCache)
 MAX_DOC_FACTS_CHARS = 16_384  # longer texts are derived each time (never pinned by the memo)
-MAX_DOC_FACTS_TOTAL_CHARS = 4_000_000  # text the memo's documents may pin in all (~4-16 MB)
+MAX_DOC_FACTS_TOTAL_CHARS = 1_000_000  # text the memo's documents may pin in all (~1-4 MB)
 MESSAGE_KIND = "message"
 MAX_INDEX_DIGITS = 12  # message indexes past this are not positions (keys are int64)
 
@@ -69,7 +73,7 @@ class NeighbourCache:
     cache starts over when full.
     """
 
-    def __init__(self, max_entries: int = 20_000) -> None:
+    def __init__(self, max_entries: int = 5_000) -> None:
         self.max_entries = max_entries
         self._generation: object = None
         self._size = 0
@@ -130,7 +134,7 @@ class VectorCache:
     changed or a document deleted, by any process, moves it). At most `max_entries` are
     kept; the cache starts over when full."""
 
-    def __init__(self, max_entries: int = 10_000) -> None:
+    def __init__(self, max_entries: int = 5_000) -> None:
         self.max_entries = max_entries
         self._key: object = None
         self._vectors: dict[int, np.ndarray] = {}

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import yaml
-
 from mindpalace.errors import InvalidNameError, ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store import Record, Store
@@ -89,6 +87,8 @@ def render_record(record: Record) -> str:
     }
     for key, value in record.meta.items():
         head.setdefault(key, value)
+    import yaml  # on first use: reading a memory renders and parses no record (~1 MB)
+
     front = yaml.safe_dump(head, allow_unicode=True, sort_keys=False, width=10_000).strip()
     return f"---\n{front}\n---\n{record.body}"
 
@@ -100,6 +100,8 @@ def parse_front_matter(text: str) -> tuple[dict[str, Any], str]:
     end = text.find("\n---\n", 4)
     if end < 0:
         return {}, text
+    import yaml
+
     head = yaml.safe_load(text[4:end]) or {}
     return (head if isinstance(head, dict) else {}), text[end + 5 :]
 

@@ -54,19 +54,29 @@ class VectorIndexFactory(Protocol):
     def __call__(self, ids: np.ndarray, matrix: np.ndarray) -> VectorIndex: ...
 
 
-_NORM_ROWS = 1 << 16  # rows whose norms are computed at a time
+_NORM_BYTES = 1 << 20  # the squares np.linalg.norm holds for one block of rows
 
 
-def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+def _unit_rows(matrix: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """`matrix` (n, dim) with every row L2-normalised, float32. `in_place`: divide the rows of
+    `matrix` itself when it is a writable C-contiguous float32 array (else a new array, as
+    without it) — the same values, without a second matrix held beside the first."""
     m = np.asarray(matrix, dtype=np.float32)
     if m.size == 0:
         return m.reshape(m.shape[0], -1)
     # Norms a block of rows at a time: np.linalg.norm squares its whole input first (a
-    # temporary the size of the matrix); each row's norm is the same computed either way.
+    # temporary the size of its input: 16 MB per 65,536 rows at 64-d, 400 MB at 1536-d);
+    # each row's norm is the same computed either way.
+    block = max(1, _NORM_BYTES // (4 * max(int(m.shape[1]), 1)))
     norms = np.empty((m.shape[0], 1), np.float32)
-    for at in range(0, m.shape[0], _NORM_ROWS):
-        norms[at : at + _NORM_ROWS] = np.linalg.norm(m[at : at + _NORM_ROWS], axis=1, keepdims=True)
-    return m / np.maximum(norms, 1e-12)
+    for at in range(0, m.shape[0], block):
+        norms[at : at + block] = np.linalg.norm(m[at : at + block], axis=1, keepdims=True)
+    np.maximum(norms, 1e-12, out=norms)
+    if not (in_place and m.flags.writeable and m.flags.c_contiguous):
+        return m / norms
+    for at in range(0, m.shape[0], block):  # the same division, a block of rows at a time
+        m[at : at + block] /= norms[at : at + block]
+    return m
 
 
 def _unit_query(query: np.ndarray, dim: int) -> np.ndarray:
@@ -97,9 +107,20 @@ class ExactCosineIndex:
     :class:`AdaptiveIndex` switches to HNSW. Rows live in a buffer that grows by a quarter, so
     appending n rows costs O(n) amortised; dropped rows are masked and compacted away once they
     are half the buffer. Ties rank by smaller id, then earlier row.
+
+    Args:
+        ids: int64 (n,), the id of each row.
+        matrix: float32 (n, dim), the rows (any norm).
+        copy: False = `matrix` is handed over: when it is a writable C-contiguous float32
+            array its rows are normalised in place and it becomes the index's buffer (one
+            matrix in memory instead of two while the index is built; the caller must not use
+            it afterwards). True (default) never changes `matrix`.
+
+    Raises:
+        DimensionMismatchError: `matrix` is not 2-D.
     """
 
-    def __init__(self, ids: np.ndarray, matrix: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, matrix: np.ndarray, *, copy: bool = True) -> None:
         m = np.asarray(matrix, dtype=np.float32)
         self.dim = int(m.shape[1]) if m.ndim == 2 and m.shape[0] else 0
         self._n = 0
@@ -107,7 +128,7 @@ class ExactCosineIndex:
         self._ids = np.empty(0, np.int64)
         self._alive = np.empty(0, bool)
         self._buf = np.empty((0, self.dim), np.float32)
-        self.add(np.asarray(ids, dtype=np.int64), m)
+        self._add(np.asarray(ids, dtype=np.int64), m, owned=not copy)
 
     @property
     def ids(self) -> np.ndarray:
@@ -123,18 +144,24 @@ class ExactCosineIndex:
         return self._n - self._dead
 
     def add(self, ids: np.ndarray, matrix: np.ndarray) -> None:
+        self._add(ids, matrix, owned=False)
+
+    def _add(self, ids: np.ndarray, matrix: np.ndarray, *, owned: bool) -> None:
+        """:meth:`add`; `owned`: `matrix` may be normalised in place and kept (see ``copy``)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.shape[0] == 0:
             return
-        m = _unit_rows(matrix)
+        m = _unit_rows(matrix, in_place=owned)
         if not self.dim:
             self.dim = int(m.shape[1])
             self._buf = np.empty((0, self.dim), np.float32)
         if m.ndim != 2 or m.shape[1] != self.dim:
             raise DimensionMismatchError(self.dim, int(m.shape[-1]), "vectors")
         end = self._n + ids.shape[0]
-        if self._n == 0 and m.base is None and m.flags.c_contiguous:  # first rows: adopt the
-            self._buf = m  # fresh unit-row array instead of copying it (one matrix, not two)
+        # First rows: adopt a fresh unit-row array (or the caller's, handed over) instead of
+        # copying it — one matrix, not two.
+        if self._n == 0 and (owned or m.base is None) and m.flags.c_contiguous:
+            self._buf = m
             self._ids = ids.copy()
             self._alive = np.ones(end, bool)
             self._n = end
@@ -361,6 +388,8 @@ class AdaptiveIndex:
         on_built: called as ``on_built(graph, tag)`` once a graph is built from a snapshot of
             the rows, before it is taken into use — in the build thread when `background`
             (the store saves it to disk there, off the query path). Its exceptions are logged.
+        copy: False = `matrix` is handed over (normalised in place and kept, see
+            :class:`ExactCosineIndex`).
 
     Not thread-safe by itself: the caller serialises calls (the store holds a lock per index).
     """
@@ -368,14 +397,14 @@ class AdaptiveIndex:
     def __init__(
         self, ids: np.ndarray, matrix: np.ndarray, *, min_ann_rows: int, ef_search: int = 100,
         background: bool = False, tag: object = None,
-        on_built: Callable[[HnswIndex, object], None] | None = None,
+        on_built: Callable[[HnswIndex, object], None] | None = None, copy: bool = True,
     ) -> None:
         self.min_ann_rows = min_ann_rows
         self.ef_search = ef_search
         self.background = background
         self.tag = tag
         self.on_built = on_built
-        self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(ids, matrix)
+        self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(ids, matrix, copy=copy)
         self._build: _GraphBuild | None = None
         self._ann_failed = False
         self._maybe_switch()

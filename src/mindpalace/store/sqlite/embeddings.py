@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from mindpalace.errors import DimensionMismatchError, NotFoundError, StoreError,
 from mindpalace.scope import Scope
 from mindpalace.store.annfile import AnnFiles, GraphState
 from mindpalace.store.base import Document, SearchHit
+from mindpalace.store.heap import GrowingBuffer, release_free_heap
 from mindpalace.store.inputs import embedding_rows
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import scope_where
@@ -253,9 +255,11 @@ class EmbeddingsMixin(SQLiteBase):
             ids, matrix, min_ann_rows=self.settings.ann_min_vectors,
             ef_search=self.settings.hnsw_ef_search, background=True,
             tag=GraphState(generation, top, extra), on_built=self._graph_saver(key, model),
+            copy=False,  # the rows were read for it: normalised in place, not copied
         )
         cached = CachedVectors(scope, model, kinds, index, extra)
         cached.generation, cached.seen, cached.after = generation, top, top
+        release_free_heap(int(ids.shape[0]))  # the read's temporaries: back to the OS
         return cached
 
     def _graph_saver(self, key: tuple[Any, ...], model: str) -> Any:
@@ -310,21 +314,24 @@ class EmbeddingsMixin(SQLiteBase):
             sql += f" AND d.kind IN ({','.join('?' * len(kinds))})"
             params += list(kinds)
         # Streamed into one growing buffer: holding every row (fetchall) and then joining
-        # their blobs cost ~3× the matrix in peak memory (~65 MB more at 100k × 64).
-        vectors = bytearray()
-        doc_ids: list[int] = []
-        per_doc: list[int] = []
+        # their blobs cost ~3× the matrix in peak memory (~65 MB more at 100k × 64); a
+        # memory map, as a bytearray's regrowth copies stayed resident (see GrowingBuffer).
+        # Ids and counts in typed arrays: a list of 100k int objects left ~4 MB of freed
+        # small-object memory the process kept.
+        vectors = GrowingBuffer()
+        doc_ids = array("q")
+        per_doc = array("q")
         dim = 0
         for doc_id, width, blob in self._execute(sql + " ORDER BY e.rowid", params):
             dim = int(width)
             doc_ids.append(doc_id)
             per_doc.append(len(blob) // (4 * dim))
-            vectors += blob
+            vectors.extend(blob)
         if not doc_ids:
             return np.empty(0, np.int64), np.empty((0, 0), np.float32), 0
-        counts = np.asarray(per_doc, np.int64)
-        ids = np.repeat(np.asarray(doc_ids, np.int64), counts)
-        matrix = np.frombuffer(vectors, dtype=np.float32)
+        counts = np.frombuffer(per_doc, np.int64)
+        ids = np.repeat(np.frombuffer(doc_ids, np.int64), counts)
+        matrix = vectors.array(np.float32)
         return ids, matrix.reshape(int(counts.sum()), dim), len(doc_ids)
 
     def documents_missing_embeddings(

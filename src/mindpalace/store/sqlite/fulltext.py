@@ -15,6 +15,7 @@ from mindpalace.errors import StoreError
 from mindpalace.scope import Scope
 from mindpalace.store.base import SearchHit
 from mindpalace.store.bm25 import PostingIndex, score_postings, top_k
+from mindpalace.store.heap import release_free_heap
 from mindpalace.store.sqlite.blobstore import row_text
 from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import scope_where
@@ -184,6 +185,7 @@ class KeywordSearchMixin(SQLiteBase):
                     return None
                 with self._bm25_lock:
                     self._bm25 = index
+                release_free_heap(index.n_docs)  # the build's temporaries: back to the OS
             index.generation = generation
             key = (scope.values(), tuple(sorted(kinds)) if kinds else None)
             view = index.views.get(key)
