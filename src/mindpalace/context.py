@@ -86,6 +86,7 @@ TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 MESSAGE_CUT_NOTE: Final = "…[{tokens} tokens cut from the middle to fit the context budget{where}]…"
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
 _DATES_ROUNDS: Final = 4  # the dates note is re-made while fitting drops more messages
+_MIN_TOP_UP: Final = 12  # unused tokens worth a re-pack of the recalled block (the smallest item)
 
 
 @dataclass
@@ -402,6 +403,8 @@ class ContextBuilder:
             if text:
                 recalled.text, recalled.items, recalled.exclude = text, items, kept
         self._add_dates(fitter, index_of, degradations)
+        whole = not unloaded and not fitter.cut_messages and fitter.messages() == len(convo)
+        self._top_up(fitter, recalled, whole)
         final, check = repair_pairing(fitter.flat())
         if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
             pairing.closed_calls += check.closed_calls
@@ -560,6 +563,28 @@ class ContextBuilder:
         if packed:
             recalled.text, recalled.items, recalled.cap = packed, items, recalled.cap + freed
 
+    def _top_up(self, fitter: _Fitter, recalled: _Part | None, whole: bool) -> None:
+        """Give the recalled block the tokens fitting left unused (a whole message dropped for
+        a few tokens' excess, a re-pack that came out short): re-packed under its size plus
+        that slack — above its ``recall_share`` cap only when the conversation after the
+        cursor is shown `whole` (nothing else wants the room) — and kept only when the prompt
+        still fits (exact count). A larger cap keeps every item the smaller one took (greedy
+        by rank), so this only adds the next-ranked items."""
+        if recalled is None or recalled.repack is None or recalled not in fitter.blocks:
+            return
+        slack = fitter.budget - fitter.total()
+        size = self.counter.count(recalled.text)
+        room = size + slack if whole else min(size + slack, recalled.cap)
+        if slack < _MIN_TOP_UP or room <= size:
+            return
+        before = recalled.text, recalled.items
+        text, items = recalled.repack(room, recalled.exclude)
+        if not text or len(items) <= len(before[1]):
+            return
+        recalled.text, recalled.items = text, items
+        if fitter.total() > fitter.budget:  # estimates are per item; the count is exact
+            recalled.text, recalled.items = before
+
     def _added_tokens(self, others: Sequence[_Part], block: Block) -> int:
         """Tokens an empty `block` adds to the prompt beside `others` (in prompt order): the
         memory exchange around it when it would be the only memory block, else the line
@@ -636,6 +661,11 @@ class _Fitter:
         self.role = memory_role
         self.refs = refs or {}  # id(message) → message:<N>, for stored messages
         self.dropped_messages = 0
+        self.cut_messages = False  # a conversation message was cut to fit
+
+    def messages(self) -> int:
+        """How many conversation messages are still in the prompt."""
+        return sum(len(g) for g in self.groups)
 
     def flat(self) -> list[Message]:
         return _render(self.blocks, self.role) + [m for g in self.groups for m in g]
@@ -742,6 +772,7 @@ class _Fitter:
                 degradations.append(f"dropped block {name} ({tokens} tokens)")
             return
         if not isinstance(target, _Part):
+            self.cut_messages = True
             ref = self.refs.get(id(target))
             where = f"; in full as {ref}, read it with read_files" if ref else ""
             note = MESSAGE_CUT_NOTE.format(tokens=tokens - keep, where=where)

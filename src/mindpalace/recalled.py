@@ -69,7 +69,7 @@ from mindpalace.tokens import TokenCounter
 
 HISTORY_KIND = "history"
 MESSAGE_STREAM = "messages"
-RECALLED_HEADER = "Recalled memory (quoted records, oldest first, UTC; … = left out; read_files(ref) reads one whole):"
+RECALLED_HEADER = "Recalled memory (quoted, oldest first, UTC; read_files(ref) reads one whole):"
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 _RRF_K = 60.0  # merging the ranked lists of several queries
