@@ -569,7 +569,7 @@ class ContextBuilder:
         that slack — above its ``recall_share`` cap only when the conversation after the
         cursor is shown `whole` (nothing else wants the room) — and kept only when the prompt
         still fits (exact count). A larger cap keeps every item the smaller one took (greedy
-        by rank), so this only adds the next-ranked items."""
+        by rank), so this mostly adds the next-ranked items."""
         if recalled is None or recalled.repack is None or recalled not in fitter.blocks:
             return
         slack = fitter.budget - fitter.total()
@@ -578,11 +578,13 @@ class ContextBuilder:
         if slack < _MIN_TOP_UP or room <= size:
             return
         before = recalled.text, recalled.items
-        text, items = recalled.repack(room, recalled.exclude)
-        if not text or len(items) <= len(before[1]):
-            return
-        recalled.text, recalled.items = text, items
-        if fitter.total() > fitter.budget:  # estimates are per item; the count is exact
+        for cap in (room, room - slack // 3, room - 2 * slack // 3):  # packing is greedy, not monotone
+            text, items = recalled.repack(cap, recalled.exclude)
+            if not text or self.counter.count(text) <= size:
+                continue
+            recalled.text, recalled.items = text, items
+            if fitter.total() <= fitter.budget:  # estimates are per item; the count is exact
+                return
             recalled.text, recalled.items = before
 
     def _added_tokens(self, others: Sequence[_Part], block: Block) -> int:

@@ -327,17 +327,46 @@ class MemoryRecaller:
         it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). Returns ``("", [])``
         when nothing fits.
         """
-        header = self.counter.count(RECALLED_HEADER) + 1
-        if cap_tokens <= header:
+        if cap_tokens <= self.counter.count(RECALLED_HEADER) + 1:
             return "", []
-        used, seen = header, set()
+        item_cap = self.settings.recall_item_max_tokens if item_cap is None else max(_MIN_ITEM_TOKENS, item_cap)
+        chosen, used = self._choose(items, cap_tokens, cap_tokens, exclude_messages, item_cap)
+        text, shown = self._fit(chosen, cap_tokens)
+        if text and used > (exact := self.counter.count(text)):
+            # the per-item estimates (a date line, a gap mark, a reference each) came out above
+            # the exact count: one more pass with that difference added fills the room they
+            # held; kept when it shows more
+            more, _ = self._choose(items, cap_tokens + used - exact, cap_tokens, exclude_messages, item_cap)
+            fuller, fuller_shown = self._fit(more, cap_tokens)
+            if self.counter.count(fuller) > exact:
+                return fuller, fuller_shown
+        return text, shown
+
+    def _fit(self, chosen: list[tuple[RecalledItem, str]], cap_tokens: int) -> tuple[str, list[RecalledItem]]:
+        """The rendered block of `chosen` under `cap_tokens` (exact count), the last-chosen
+        items left out until it fits; ``("", [])`` when nothing does."""
+        chosen = list(chosen)
+        while chosen:
+            text = self._render(chosen)
+            if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
+                return text, [i for i, _ in chosen]
+            chosen.pop()
+        return "", []
+
+    def _choose(
+        self, items: Sequence[RecalledItem], limit: int, cap_tokens: int, exclude_messages: frozenset[int],
+        item_cap: int,
+    ) -> tuple[list[tuple[RecalledItem, str]], int]:
+        """The greedy pass of :meth:`pack`: (items taken best first with their shown text,
+        their estimated tokens) under `limit` estimated tokens; `cap_tokens` is the block's
+        cap (``recall_excerpt_after`` is a share of it)."""
+        used, seen = self.counter.count(RECALLED_HEADER) + 1, set()
         chosen: list[tuple[RecalledItem, str]] = []
         days: set[tuple[str, object]] = set()  # (session, day) of the messages taken
         speakers: set[tuple[str, str, str]] = set()  # (session, name, role) in the envelope legend
         taken: set[tuple[str, int]] = set()  # (session, index) of the statements taken
         waiting: dict[tuple[str, int], RecalledItem] = {}  # questions waiting for a neighbour
         session = str(self.scope.session)
-        item_cap = self.settings.recall_item_max_tokens if item_cap is None else max(_MIN_ITEM_TOKENS, item_cap)
 
         def take(item: RecalledItem) -> bool:
             nonlocal used
@@ -359,7 +388,7 @@ class MemoryRecaller:
                 if item.speaker and (item.session, item.speaker, item.source) not in speakers:
                     # the envelope's legend names it once: speakers="Caroline (user), …"
                     tokens += self.counter.count(f' {item.speaker} ({item.source}),') + (0 if speakers else 3)
-            if not body or used + tokens > cap_tokens:
+            if not body or used + tokens > limit:
                 return False
             seen.add(norm)
             used += tokens
@@ -376,7 +405,7 @@ class MemoryRecaller:
             return True
 
         for item in items:
-            if cap_tokens - used < _MIN_ITEM_TOKENS:
+            if limit - used < _MIN_ITEM_TOKENS:
                 break
             if item.tier == MESSAGE_KIND and item.session == session and item.index in exclude_messages:
                 continue
@@ -388,12 +417,7 @@ class MemoryRecaller:
                     waiting[(item.session, item.index)] = item
                     continue
             take(item)
-        while chosen:
-            text = self._render(chosen)
-            if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
-                return text, [i for i, _ in chosen]
-            chosen.pop()
-        return "", []
+        return chosen, used
 
     def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
         """Oldest first; consecutive messages of one session in one envelope, a date line
