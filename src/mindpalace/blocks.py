@@ -11,7 +11,9 @@ block — checkpoint, knowledge files, memory index, step tiers, summary lines, 
 message dates — is delivered as quoted, attributed content: by default a synthetic read-only
 tool exchange (an ``assistant`` message calling the ``memory`` tool, id ``mp-memory-<n>``,
 followed by the ``tool`` result holding the block), or with ``[context] memory_role = "user"``
-a ``user`` message marked as a quoted memory record. Inside, text sits in
+a ``user`` message marked as a quoted memory record. The context builder sends all the memory
+blocks of a prompt in ONE such exchange (:func:`memory_exchange`), each block still in its own
+envelopes. Inside, text sits in
 ``<memory source=".." …>…</memory>`` envelopes whose markup cannot be closed from within
 (:func:`escape_memory`).
 """

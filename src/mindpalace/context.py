@@ -25,16 +25,21 @@ Order of the prompt (roles from :mod:`mindpalace.blocks`, then the conversation)
     exchange) before the user turn that opened the current window of that many turns
     (seed 003: L1 re-injected every 10 turns once it has scrolled far up)
 
-Only the authority blocks speak as ``system``; memory blocks are quoted, attributed data: by
-default each is a synthetic read-only ``memory`` tool exchange (assistant call ``mp-memory-<n>``
-+ tool result, one unit that is kept or dropped whole), or a marked ``user`` message with
-``[context] memory_role = "user"``.
+Only the authority blocks speak as ``system``; memory blocks are quoted, attributed data, and
+they travel together (:func:`~mindpalace.blocks.memory_exchange`): by default ONE synthetic
+read-only ``memory`` tool exchange (assistant call ``mp-memory-1`` + tool result, one unit, I1)
+whose result holds every memory block in its own ``<memory source=…>`` envelopes, or one marked
+``user`` message with ``[context] memory_role = "user"`` — the exchange's shell is paid once,
+not once per block. Report rows stay per block: each row is what its block adds to the prompt
+(the first block's row carries the shell), and the rows sum exactly to the total.
 
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
 schemas and reply priming included). The recalled-memory block may fill up to
 ``context.recall_share`` of the budget (one record at most ``1 / context.recall_min_items`` of
 that room: a longer one shows its best-matching excerpt and its reference, so a small prompt
-still holds several records); it is not a fixed part (consolidation does not archive
+still holds several records; tokens fitting leaves unused — a whole message dropped for a few
+tokens' excess — go to it as well, and above its share only when the conversation after the
+cursor is shown whole); it is not a fixed part (consolidation does not archive
 to make room for it): the oldest conversation messages give way to it, and they stay stored and
 recallable. When recall has more records for the query than that room, the archived summary
 (9) gives way too: it is shown under ``context.summary_share_beside_recall`` of the budget (the

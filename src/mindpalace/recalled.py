@@ -315,7 +315,10 @@ class MemoryRecaller:
         and the items shown (with their ``tokens``: what each added), best first.
 
         Items are taken best first; one that does not fit is skipped and smaller ones after it
-        may still fill the room. Messages of this session whose index is in `exclude_messages`
+        may still fill the room. What each item adds is estimated (its line, and a date line,
+        a gap mark or a reference number); when the exact count of the block comes out below
+        the estimate, one more pass with the difference added fills that room (kept when it
+        shows more), and the exact count always has the last word. Messages of this session whose index is in `exclude_messages`
         (shown verbatim in the prompt) and items with the same text as one already taken are
         left out; a message that only asks waits until a neighbouring message is taken (the
         answer it got) and is left out otherwise. Consecutive messages of one session share one
