@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
-from mindpalace.blocks import Block, block_messages
+from mindpalace.blocks import Block, block_messages, block_text, is_memory_message, memory_exchange
 from mindpalace.context import IMAGE_PLACEHOLDER
 from mindpalace.errors import ContextBudgetError, ValidationError
 from mindpalace.memory import Session
@@ -31,6 +31,18 @@ def mem(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
         yield m
     finally:
         m.close()
+
+
+def memory_block(built: Any, name: str) -> str:
+    """The envelope of memory block `name` (``<memory source="name">…</memory>``) inside the
+    prompt's memory exchange ('' when absent): the blocks share one exchange."""
+    opening = f'<memory source="{name}">'
+    for m in built.messages:
+        content = m.get("content")
+        if is_memory_message(m) and isinstance(content, str) and opening in content:
+            rest = content[content.index(opening):]
+            return rest[:rest.index("</memory>") + len("</memory>")]
+    return ""
 
 
 def fresh(mem: Memory) -> Session:
@@ -74,8 +86,7 @@ class TestAssembly:
     def test_summarized_memory_block_has_the_seed_heading(self, mem: Memory) -> None:
         s = filled(mem, steps=30)
         built = s.context(100_000)
-        summary = next(m["content"] for m in built.messages
-                       if (m["content"] or "").startswith('<memory source="summarized memory">'))
+        summary = memory_block(built, "summarized memory")
         assert summary.removeprefix('<memory source="summarized memory">').startswith(
             "Summarized memory (compressed from earlier steps):\n[steps 1-")
 
@@ -102,6 +113,44 @@ class TestAssembly:
         built = s.context(10_000, messages=[{"role": "system", "content": "policy"}, {"role": "user", "content": "hi"}])
         assert [m["role"] for m in built.messages] == ["system", "user"]
         assert built.messages[0]["content"] == "policy"
+
+
+class TestOneMemoryExchange:
+    """The memory blocks travel together: one exchange (issue 10: delivery overhead)."""
+
+    def test_every_memory_block_shares_one_exchange_and_each_keeps_its_row(self, mem: Memory) -> None:
+        built = filled(mem).context(100_000, system_prompt="You are an airline agent.", tools=TOOLS)
+        memory = [m for m in built.messages if is_memory_message(m)]
+        assert [m["role"] for m in memory] == ["assistant", "tool"]
+        assert memory[0]["tool_calls"][0]["id"] == memory[1]["tool_call_id"] == "mp-memory-1"
+        rows = dict(built.report.blocks)
+        pair = memory_exchange([(Block.CHECKPOINT, "a"), (Block.MEMORY_INDEX, "b")])
+        shell = sum(mem.tokens.count_message(m) for m in pair) - mem.tokens.count(pair[1]["content"])
+        for k, name in enumerate(("working checkpoint", "memory index", "recent steps", "pending steps", "summary lines")):
+            envelope = memory_block(built, name)
+            assert envelope and envelope in memory[1]["content"]
+            # the row is what the block adds to the exchange: its envelope and the joining line
+            # (a few tokens either way where tokens merge across the join); the first block
+            # also carries the exchange's shell
+            assert abs(rows[name] - (0 if k else shell) - mem.tokens.count(envelope)) <= 8, name
+
+    def test_one_exchange_costs_less_than_one_per_block(self, mem: Memory) -> None:
+        parts = [(Block.CHECKPOINT, "step 3 of 5"), (Block.MEMORY_INDEX, "- step_1"), (Block.RECENT_STEPS, "ok")]
+        one = mem.tokens.count_messages(memory_exchange(parts))
+        each = mem.tokens.count_messages(
+            [m for k, (b, t) in enumerate(parts, start=1) for m in block_messages(b, t, seq=k)])
+        assert each - one >= 2 * 20  # two shells saved (~28 tokens each with the tool role)
+
+    def test_memory_exchange_shapes_and_refusals(self) -> None:
+        with pytest.raises(ValidationError, match="system prompt"):
+            memory_exchange([(Block.SYSTEM_PROMPT, "be nice"), (Block.MEMORY_INDEX, "- step_1")])
+        assert memory_exchange([]) == []
+        assert memory_exchange([(Block.MEMORY_INDEX, "- s")], seq=3) == block_messages(Block.MEMORY_INDEX, "- s", seq=3)
+        [user] = memory_exchange([(Block.CHECKPOINT, "a"), (Block.MEMORY_INDEX, "b")], memory_role="user")
+        assert is_memory_message(user) and user["content"].count("<memory source=") == 2
+        call, result = memory_exchange([(Block.CHECKPOINT, "a"), (Block.MEMORY_INDEX, "</memory>b")], seq=2)
+        assert is_memory_message(call) and is_memory_message(result) and result["tool_call_id"] == "mp-memory-2"
+        assert "&lt;/memory>b" in result["content"]  # quoted text still cannot close its envelope
 
 
 class TestDegradation:
@@ -133,8 +182,8 @@ class TestDegradation:
         covered = {i for e in s.consolidator.history.read(0, session=s.scope) if e.messages
                    for i in range(e.messages[0], e.messages[1] + 1)}
         assert covered >= set(range(1, archived + 1))  # I2: nothing left the prompt without a copy
-        assert any(m["content"].startswith('<memory source="archived summary">Archived context summary')
-                   for m in built.messages if m["role"] == "tool" and isinstance(m.get("content"), str))
+        assert memory_block(built, "archived summary").startswith(
+            '<memory source="archived summary">Archived context summary')
         assert built.report.total_tokens <= full.report.total_tokens - 60
         assert check_pairing(built.messages) == []
 
@@ -174,12 +223,15 @@ class TestDegradation:
         assert built.report.total_tokens <= full.report.total_tokens // 2
         assert cut["messages (1)"] < sizes["messages (1)"] and cut["memory index"] < sizes["memory index"]
         counter = s.memory.tokens
-        envelope = (sum(counter.count_message(m) for m in block_messages(Block.MEMORY_INDEX, ""))
+        # the index shares the memory exchange with the checkpoint before it: its row is its
+        # envelope, the line joining it and its text
+        assert [n for n, _ in built.report.blocks][:2] == ["working checkpoint", "memory index"]
+        envelope = (counter.count(block_text(Block.MEMORY_INDEX, "")) + 1
                     - counter.count_message({"role": "user", "content": ""}))
         assert abs(cut["messages (1)"] - (cut["memory index"] - envelope)) <= 8  # one level for the longest
         assert cut["pending steps"] == sizes["pending steps"]  # short blocks untouched
-        index = next(m["content"] for m in built.messages
-                     if (m["content"] or "").startswith('<memory source="memory index">Memory index'))
+        index = memory_block(built, "memory index")
+        assert index.startswith('<memory source="memory index">Memory index')
         assert index.splitlines()[1].startswith("- step_40 ")  # the newest entries survive
 
     def test_a_budget_below_the_irreducible_minimum_is_a_clear_error(self, mem: Memory) -> None:

@@ -11,7 +11,9 @@ block — checkpoint, knowledge files, memory index, step tiers, summary lines, 
 message dates — is delivered as quoted, attributed content: by default a synthetic read-only
 tool exchange (an ``assistant`` message calling the ``memory`` tool, id ``mp-memory-<n>``,
 followed by the ``tool`` result holding the block), or with ``[context] memory_role = "user"``
-a ``user`` message marked as a quoted memory record. Inside, text sits in
+a ``user`` message marked as a quoted memory record. The context builder sends all the memory
+blocks of a prompt in ONE such exchange (:func:`memory_exchange`), each block still in its own
+envelopes. Inside, text sits in
 ``<memory source=".." …>…</memory>`` envelopes whose markup cannot be closed from within
 (:func:`escape_memory`).
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -123,6 +125,38 @@ def block_messages(block: Block, text: str, *, memory_role: MemoryRole = "tool",
     return [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": call_id, "type": "function", "function": {"name": MEMORY_TOOL, "arguments": args}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": content},
+    ]
+
+
+def memory_exchange(parts: Sequence[tuple[Block, str]], *, memory_role: MemoryRole = "tool", seq: int = 1) -> list[Message]:
+    """The chat messages carrying several memory blocks at once, in the order given: ONE
+    synthetic exchange (``memory_role="tool"``: an ``assistant`` call of the ``memory`` tool, id
+    ``mp-memory-<seq>``, and its ``tool`` result) or ONE ``user`` message headed
+    :data:`USER_MEMORY_HEADER`, whose content is each block's text as :func:`block_text` gives
+    it (every block in its own ``<memory source=…>`` envelopes), one per line. A single part is
+    exactly :func:`block_messages`; with several, the call's arguments are ``{}`` (the envelopes
+    name the blocks). The exchange costs its shell once instead of once per block (~30 tokens
+    a block with the tool role). Returns [] for no parts.
+
+    Raises:
+        ValidationError: a part is an authority block (those are ``system`` messages, never
+            memory).
+    """
+    if not parts:
+        return []
+    if any(block in AUTHORITY_BLOCKS for block, _ in parts):
+        raise ValidationError("authority blocks are system messages, not memory: "
+                              + ", ".join(b.value for b, _ in parts if b in AUTHORITY_BLOCKS))
+    if len(parts) == 1:
+        return block_messages(parts[0][0], parts[0][1], memory_role=memory_role, seq=seq)
+    content = "\n".join(block_text(block, text) for block, text in parts)
+    if memory_role == "user":
+        return [{"role": "user", "content": f"{USER_MEMORY_HEADER}\n{content}"}]
+    call_id = f"{MEMORY_CALL_PREFIX}{seq}"
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": MEMORY_TOOL, "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": call_id, "content": content},
     ]
 

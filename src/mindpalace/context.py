@@ -25,16 +25,21 @@ Order of the prompt (roles from :mod:`mindpalace.blocks`, then the conversation)
     exchange) before the user turn that opened the current window of that many turns
     (seed 003: L1 re-injected every 10 turns once it has scrolled far up)
 
-Only the authority blocks speak as ``system``; memory blocks are quoted, attributed data: by
-default each is a synthetic read-only ``memory`` tool exchange (assistant call ``mp-memory-<n>``
-+ tool result, one unit that is kept or dropped whole), or a marked ``user`` message with
-``[context] memory_role = "user"``.
+Only the authority blocks speak as ``system``; memory blocks are quoted, attributed data, and
+they travel together (:func:`~mindpalace.blocks.memory_exchange`): by default ONE synthetic
+read-only ``memory`` tool exchange (assistant call ``mp-memory-1`` + tool result, one unit, I1)
+whose result holds every memory block in its own ``<memory source=…>`` envelopes, or one marked
+``user`` message with ``[context] memory_role = "user"`` — the exchange's shell is paid once,
+not once per block. Report rows stay per block: each row is what its block adds to the prompt
+(the first block's row carries the shell), and the rows sum exactly to the total.
 
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
 schemas and reply priming included). The recalled-memory block may fill up to
 ``context.recall_share`` of the budget (one record at most ``1 / context.recall_min_items`` of
 that room: a longer one shows its best-matching excerpt and its reference, so a small prompt
-still holds several records); it is not a fixed part (consolidation does not archive
+still holds several records; tokens fitting leaves unused — a whole message dropped for a few
+tokens' excess — go to it as well, and above its share only when the conversation after the
+cursor is shown whole); it is not a fixed part (consolidation does not archive
 to make room for it): the oldest conversation messages give way to it, and they stay stored and
 recallable. When recall has more records for the query than that room, the archived summary
 (9) gives way too: it is shown under ``context.summary_share_beside_recall`` of the budget (the
@@ -53,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from mindpalace.blocks import (
+    AUTHORITY_BLOCKS,
     BLOCK_ORDER,
     PROTECTED_BLOCKS,
     Block,
@@ -62,6 +68,7 @@ from mindpalace.blocks import (
     block_messages,
     check_tools,
     is_memory_message,
+    memory_exchange,
 )
 from mindpalace.checks import require_int
 from mindpalace.errors import ContextBudgetError, ValidationError
@@ -84,6 +91,7 @@ TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 MESSAGE_CUT_NOTE: Final = "…[{tokens} tokens cut from the middle to fit the context budget{where}]…"
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
 _DATES_ROUNDS: Final = 4  # the dates note is re-made while fitting drops more messages
+_MIN_TOP_UP: Final = 12  # unused tokens worth a re-pack of the recalled block (the smallest item)
 
 
 @dataclass
@@ -230,14 +238,41 @@ class _Part:
     cap: int = 0  # tokens its text may have (recalled block)
 
 
-def _render(parts: Sequence[_Part], role: MemoryRole) -> list[list[Message]]:
-    """The messages of each part in order; memory exchanges numbered ``mp-memory-1`` …"""
-    out, seq = [], 0
-    for p in parts:
-        msgs = block_messages(p.name, p.text, memory_role=role, seq=seq + 1)
-        if msgs[0]["role"] == "assistant":
+def _render(parts: Sequence[_Part], role: MemoryRole) -> list[Message]:
+    """The messages of `parts` in order: an authority block is its ``system`` message; each run
+    of consecutive memory blocks is ONE exchange (:func:`~mindpalace.blocks.memory_exchange`,
+    numbered ``mp-memory-1`` …), so the exchange's shell is paid once, not once per block."""
+    out: list[Message] = []
+    run: list[tuple[Block, str]] = []
+    seq = 0
+
+    def flush() -> None:
+        nonlocal seq
+        if run:
             seq += 1
-        out.append(msgs)
+            out.extend(memory_exchange(run, memory_role=role, seq=seq))
+            run.clear()
+
+    for p in parts:
+        if p.name in AUTHORITY_BLOCKS:
+            flush()
+            out.extend(block_messages(p.name, p.text))
+        else:
+            run.append((p.name, p.text))
+    flush()
+    return out
+
+
+def _part_tokens(parts: Sequence[_Part], role: MemoryRole, counter: TokenCounter) -> list[int]:
+    """Tokens each part adds to the prompt (its report row): the count of the rendered parts
+    up to it minus the count up to the one before, so the rows sum exactly to the rendered
+    messages' tokens (a shared exchange's shell is in the row of its first block)."""
+    out: list[int] = []
+    before = 0
+    for k in range(1, len(parts) + 1):
+        now = sum(counter.count_message(m) for m in _render(parts[:k], role))
+        out.append(now - before)
+        before = now
     return out
 
 
@@ -351,7 +386,7 @@ class ContextBuilder:
             newest = next((m for m in reversed(convo) if m.get("role") == "user"), None)
             queries = [q] if newest is not None and (q := _text(newest.get("content")).strip()) else []
         loaded = frozenset(index_of.values())
-        recalled = self._recalled_part(queries, budget, loaded)
+        recalled = self._recalled_part(queries, budget, loaded, blocks)
         if recalled is not None:
             self._summary_beside_recall(blocks, recalled, budget)
             blocks.append(recalled)
@@ -361,7 +396,7 @@ class ContextBuilder:
         fitter.fit(degradations)
         if recalled is None and _kept(fitter, index_of) != loaded:
             # every candidate was loaded, but fitting dropped some: those may be recalled now
-            recalled = self._recalled_part(queries, budget, _kept(fitter, index_of))
+            recalled = self._recalled_part(queries, budget, _kept(fitter, index_of), fitter.blocks)
             if recalled is not None:
                 fitter.blocks.append(recalled)
                 fitter.fit(degradations)
@@ -373,6 +408,8 @@ class ContextBuilder:
             if text:
                 recalled.text, recalled.items, recalled.exclude = text, items, kept
         self._add_dates(fitter, index_of, degradations)
+        whole = not unloaded and not fitter.cut_messages and fitter.messages() == len(convo)
+        self._top_up(fitter, recalled, whole)
         final, check = repair_pairing(fitter.flat())
         if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
             pairing.closed_calls += check.closed_calls
@@ -435,7 +472,7 @@ class ContextBuilder:
         return tokens
 
     def _flat(self, parts: Sequence[_Part]) -> list[Message]:
-        return [m for msgs in _render(parts, self.settings.memory_role) for m in msgs]
+        return _render(parts, self.settings.memory_role)
 
     def _stored_system_prompt(self) -> str | None:
         # The session's system message, even when it was archived long ago (seed 002: the
@@ -504,15 +541,19 @@ class ContextBuilder:
         reminder = block_messages(Block.KNOWLEDGE, text, memory_role=self.settings.memory_role, seq=0)
         return [*convo[:at], *reminder, *convo[at:]]
 
-    def _recalled_part(self, queries: list[str], budget: int, in_prompt: frozenset[int]) -> _Part | None:
+    def _recalled_part(
+        self, queries: list[str], budget: int, in_prompt: frozenset[int], others: Sequence[_Part]
+    ) -> _Part | None:
         """The recalled-memory block for `queries`, packed under ``recall_share × budget``
-        (its whole exchange), leaving out the messages loaded for the conversation."""
+        (what it adds to the prompt beside the blocks `others`: its text, and the memory
+        exchange's shell when no other memory block carries one), leaving out the messages
+        loaded for the conversation."""
         if self.recaller is None or not queries or self.settings.recall_share <= 0:
             return None
         items = self.recaller.candidates(queries)
         if not items:
             return None
-        cap = int(self.settings.recall_share * budget) - self._shell_tokens(Block.RECALLED)
+        cap = int(self.settings.recall_share * budget) - self._added_tokens(others, Block.RECALLED)
         recaller = self.recaller
         item_cap = recaller.item_cap(cap)  # fixed per build: re-packing under a smaller cap keeps the items' form
 
@@ -543,14 +584,45 @@ class ContextBuilder:
             blocks[at] = _Part(Block.ARCHIVED_SUMMARY, text)
         else:
             del blocks[at]
-        freed = now - (self.counter.count(text) if text else -self._shell_tokens(Block.ARCHIVED_SUMMARY))
+        freed = now - self.counter.count(text) if text else now + self._added_tokens(
+            [*blocks, recalled], Block.ARCHIVED_SUMMARY)
         packed, items = recalled.repack(recalled.cap + freed, recalled.exclude)
         if packed:
             recalled.text, recalled.items, recalled.cap = packed, items, recalled.cap + freed
 
-    def _shell_tokens(self, block: Block) -> int:
-        """Tokens of `block`'s messages around its text (the memory exchange or the marked message)."""
-        return sum(self.counter.count_message(m) for m in self._flat([_Part(block, "")]))
+    def _top_up(self, fitter: _Fitter, recalled: _Part | None, whole: bool) -> None:
+        """Give the recalled block the tokens fitting left unused (a whole message dropped for
+        a few tokens' excess, a re-pack that came out short): re-packed under its size plus
+        that slack — above its ``recall_share`` cap only when the conversation after the
+        cursor is shown `whole` (nothing else wants the room) — and kept only when the prompt
+        still fits (exact count). A larger cap keeps every item the smaller one took (greedy
+        by rank), so this mostly adds the next-ranked items."""
+        if recalled is None or recalled.repack is None or recalled not in fitter.blocks:
+            return
+        slack = fitter.budget - fitter.total()
+        size = self.counter.count(recalled.text)
+        room = size + slack if whole else min(size + slack, recalled.cap)
+        if slack < _MIN_TOP_UP or room <= size:
+            return
+        before = recalled.text, recalled.items
+        for cap in (room, room - slack // 3, room - 2 * slack // 3):  # packing is greedy, not monotone
+            text, items = recalled.repack(cap, recalled.exclude)
+            if not text or self.counter.count(text) <= size:
+                continue
+            recalled.text, recalled.items = text, items
+            if fitter.total() <= fitter.budget:  # estimates are per item; the count is exact
+                return
+            recalled.text, recalled.items = before
+
+    def _added_tokens(self, others: Sequence[_Part], block: Block) -> int:
+        """Tokens an empty `block` adds to the prompt beside `others` (in prompt order): the
+        memory exchange around it when it would be the only memory block, else the line
+        joining it to the exchange it shares."""
+        order = {b: i for i, b in enumerate(BLOCK_ORDER)}
+        without = [p for p in others if p.name is not block]
+        with_it = sorted([*without, _Part(block, "")], key=lambda p: order[p.name])
+        return (sum(self.counter.count_message(m) for m in self._flat(with_it))
+                - sum(self.counter.count_message(m) for m in self._flat(without)))
 
     def _add_dates(self, fitter: _Fitter, index_of: dict[int, int], degradations: list[str]) -> None:
         """The note of when the conversation messages shown were written; re-made while
@@ -618,10 +690,14 @@ class _Fitter:
         self.role = memory_role
         self.refs = refs or {}  # id(message) → message:<N>, for stored messages
         self.dropped_messages = 0
+        self.cut_messages = False  # a conversation message was cut to fit
+
+    def messages(self) -> int:
+        """How many conversation messages are still in the prompt."""
+        return sum(len(g) for g in self.groups)
 
     def flat(self) -> list[Message]:
-        parts = [m for msgs in _render(self.blocks, self.role) for m in msgs]
-        return parts + [m for g in self.groups for m in g]
+        return _render(self.blocks, self.role) + [m for g in self.groups for m in g]
 
     def total(self) -> int:
         return self.counter.count_messages(self.flat(), self.tools)
@@ -725,6 +801,7 @@ class _Fitter:
                 degradations.append(f"dropped block {name} ({tokens} tokens)")
             return
         if not isinstance(target, _Part):
+            self.cut_messages = True
             ref = self.refs.get(id(target))
             where = f"; in full as {ref}, read it with read_files" if ref else ""
             note = MESSAGE_CUT_NOTE.format(tokens=tokens - keep, where=where)
@@ -767,10 +844,9 @@ class _Fitter:
     def report(
         self, final: list[Message], degradations: list[str], pairing: PairingReport
     ) -> ContextReport:
-        rendered = _render(self.blocks, self.role)
-        rows = [(p.name.value, sum(self.counter.count_message(m) for m in msgs))
-                for p, msgs in zip(self.blocks, rendered, strict=True)]
-        convo = final[sum(len(msgs) for msgs in rendered):]
+        rows = [(p.name.value, tokens) for p, tokens in
+                zip(self.blocks, _part_tokens(self.blocks, self.role, self.counter), strict=True)]
+        convo = final[len(_render(self.blocks, self.role)):]
         if convo:
             rows.append((f"messages ({len(convo)})", sum(self.counter.count_message(m) for m in convo)))
         tools = self.counter.count_messages([], self.tools) - self.counter.count_messages([])

@@ -69,7 +69,7 @@ from mindpalace.tokens import TokenCounter
 
 HISTORY_KIND = "history"
 MESSAGE_STREAM = "messages"
-RECALLED_HEADER = "Recalled memory (quoted records, oldest first, UTC; … = left out; read_files(ref) reads one whole):"
+RECALLED_HEADER = "Recalled memory (quoted, oldest first, UTC; read_files(ref) reads one whole):"
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 _RRF_K = 60.0  # merging the ranked lists of several queries
@@ -315,7 +315,10 @@ class MemoryRecaller:
         and the items shown (with their ``tokens``: what each added), best first.
 
         Items are taken best first; one that does not fit is skipped and smaller ones after it
-        may still fill the room. Messages of this session whose index is in `exclude_messages`
+        may still fill the room. What each item adds is estimated (its line, and a date line,
+        a gap mark or a reference number); when the exact count of the block comes out below
+        the estimate, one more pass with the difference added fills that room (kept when it
+        shows more), and the exact count always has the last word. Messages of this session whose index is in `exclude_messages`
         (shown verbatim in the prompt) and items with the same text as one already taken are
         left out; a message that only asks waits until a neighbouring message is taken (the
         answer it got) and is left out otherwise. Consecutive messages of one session share one
@@ -327,17 +330,46 @@ class MemoryRecaller:
         it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). Returns ``("", [])``
         when nothing fits.
         """
-        header = self.counter.count(RECALLED_HEADER) + 1
-        if cap_tokens <= header:
+        if cap_tokens <= self.counter.count(RECALLED_HEADER) + 1:
             return "", []
-        used, seen = header, set()
+        item_cap = self.settings.recall_item_max_tokens if item_cap is None else max(_MIN_ITEM_TOKENS, item_cap)
+        chosen, used = self._choose(items, cap_tokens, cap_tokens, exclude_messages, item_cap)
+        text, shown = self._fit(chosen, cap_tokens)
+        if text and used > (exact := self.counter.count(text)):
+            # the per-item estimates (a date line, a gap mark, a reference each) came out above
+            # the exact count: one more pass with that difference added fills the room they
+            # held; kept when it shows more
+            more, _ = self._choose(items, cap_tokens + used - exact, cap_tokens, exclude_messages, item_cap)
+            fuller, fuller_shown = self._fit(more, cap_tokens)
+            if self.counter.count(fuller) > exact:
+                return fuller, fuller_shown
+        return text, shown
+
+    def _fit(self, chosen: list[tuple[RecalledItem, str]], cap_tokens: int) -> tuple[str, list[RecalledItem]]:
+        """The rendered block of `chosen` under `cap_tokens` (exact count), the last-chosen
+        items left out until it fits; ``("", [])`` when nothing does."""
+        chosen = list(chosen)
+        while chosen:
+            text = self._render(chosen)
+            if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
+                return text, [i for i, _ in chosen]
+            chosen.pop()
+        return "", []
+
+    def _choose(
+        self, items: Sequence[RecalledItem], limit: int, cap_tokens: int, exclude_messages: frozenset[int],
+        item_cap: int,
+    ) -> tuple[list[tuple[RecalledItem, str]], int]:
+        """The greedy pass of :meth:`pack`: (items taken best first with their shown text,
+        their estimated tokens) under `limit` estimated tokens; `cap_tokens` is the block's
+        cap (``recall_excerpt_after`` is a share of it)."""
+        used, seen = self.counter.count(RECALLED_HEADER) + 1, set()
         chosen: list[tuple[RecalledItem, str]] = []
         days: set[tuple[str, object]] = set()  # (session, day) of the messages taken
         speakers: set[tuple[str, str, str]] = set()  # (session, name, role) in the envelope legend
         taken: set[tuple[str, int]] = set()  # (session, index) of the statements taken
         waiting: dict[tuple[str, int], RecalledItem] = {}  # questions waiting for a neighbour
         session = str(self.scope.session)
-        item_cap = self.settings.recall_item_max_tokens if item_cap is None else max(_MIN_ITEM_TOKENS, item_cap)
 
         def take(item: RecalledItem) -> bool:
             nonlocal used
@@ -359,7 +391,7 @@ class MemoryRecaller:
                 if item.speaker and (item.session, item.speaker, item.source) not in speakers:
                     # the envelope's legend names it once: speakers="Caroline (user), …"
                     tokens += self.counter.count(f' {item.speaker} ({item.source}),') + (0 if speakers else 3)
-            if not body or used + tokens > cap_tokens:
+            if not body or used + tokens > limit:
                 return False
             seen.add(norm)
             used += tokens
@@ -376,7 +408,7 @@ class MemoryRecaller:
             return True
 
         for item in items:
-            if cap_tokens - used < _MIN_ITEM_TOKENS:
+            if limit - used < _MIN_ITEM_TOKENS:
                 break
             if item.tier == MESSAGE_KIND and item.session == session and item.index in exclude_messages:
                 continue
@@ -388,12 +420,7 @@ class MemoryRecaller:
                     waiting[(item.session, item.index)] = item
                     continue
             take(item)
-        while chosen:
-            text = self._render(chosen)
-            if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
-                return text, [i for i, _ in chosen]
-            chosen.pop()
-        return "", []
+        return chosen, used
 
     def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
         """Oldest first; consecutive messages of one session in one envelope, a date line

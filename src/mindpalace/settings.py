@@ -301,7 +301,9 @@ class ContextSettings(_Section):
     )
     recall_share: float = Field(
         0.85, ge=0, le=1, description="Share of the prompt budget the recalled-memory block may fill "
-        "(tokens = share × budget); older conversation messages give way to it; 0 = no block.",
+        "(tokens = share × budget); older conversation messages give way to it; when the conversation "
+        "after the consolidation cursor is shown whole, the block may also take the room left over; "
+        "0 = no block.",
     )
     recall_candidates: int = Field(
         160, ge=1, description="Hits fetched by hybrid recall for the block before packing (per query); they bound the block at large budgets (~40 tokens a LoCoMo turn; earlier questions of the conversation take slots too, and are shown only beside their answers).",

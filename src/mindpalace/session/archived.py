@@ -26,7 +26,7 @@ from typing import Any, Final
 from mindpalace.tokens import TokenCounter
 
 ARCHIVED_SUMMARY_HEADER: Final = "Archived context summary"
-HIDDEN_HEADER: Final = "Earlier ranges not shown here (read them back with read_files):"
+HIDDEN_HEADER: Final = "Not shown (read them with read_files):"
 RULES_HEADER: Final = "Rules the user stated in those ranges (verbatim):"
 MAX_RULE_CHARS: Final = 300  # a longer "rule" is a paragraph, not a rule
 MAX_RULES_PER_RANGE: Final = 8  # pinned per range; more rules live in the range's summary only
