@@ -15,6 +15,7 @@ and long (≈ 120–260 word) assistant replies; ``swe`` — SWE-agent trajector
 
     python benchmarks/bench_ingest.py                       # chat, 100k chars, use
     python benchmarks/bench_ingest.py --corpus swe --embedder e5 --repeat 2
+    python benchmarks/bench_ingest.py --context-turns 1     # contextual embedding's cost
 """
 
 from __future__ import annotations
@@ -88,10 +89,12 @@ def swe_corpus(chars: int, folder: Path = SHARED_DATA / "swe-agent") -> list[Mes
     return out
 
 
-def ingest_once(messages: list[Message], embedder: str, chunk_tokens: int, batch: int = 50) -> dict[str, Any]:
+def ingest_once(
+    messages: list[Message], embedder: str, chunk_tokens: int, batch: int = 50, context_turns: int = 0
+) -> dict[str, Any]:
     """Write `messages` into a fresh workspace and sync their vectors; returns seconds and counts."""
     chars = sum(len(m.content) for m in messages)
-    embed: dict[str, Any] = {"provider": embedder, "chunk_tokens": chunk_tokens}
+    embed: dict[str, Any] = {"provider": embedder, "chunk_tokens": chunk_tokens, "context_turns": context_turns}
     if chunk_tokens:  # the default overlap (32) must stay below half a small window
         embed["chunk_overlap_tokens"] = min(32, (chunk_tokens - 1) // 2)
     with tempfile.TemporaryDirectory(prefix="mindpalace-bench-ingest-") as tmp, Memory.open(
@@ -127,7 +130,9 @@ def ingest_once(messages: list[Message], embedder: str, chunk_tokens: int, batch
         }
 
 
-def run(corpus: str, chars: int, embedders: list[str], chunk_tokens: int, repeat: int) -> list[dict[str, Any]]:
+def run(
+    corpus: str, chars: int, embedders: list[str], chunk_tokens: int, repeat: int, context_turns: int = 0
+) -> list[dict[str, Any]]:
     """Rows per (embedder, mode): the best of `repeat` alternating runs (least disturbed by load)."""
     messages = chat_corpus(chars) if corpus == "chat" else swe_corpus(chars)
     rows: list[dict[str, Any]] = []
@@ -135,7 +140,7 @@ def run(corpus: str, chars: int, embedders: list[str], chunk_tokens: int, repeat
         best: dict[int, dict[str, Any]] = {}
         for _ in range(repeat):
             for size in (WHOLE, chunk_tokens):
-                r = ingest_once(messages, embedder, size)
+                r = ingest_once(messages, embedder, size, context_turns=context_turns)
                 if size not in best or r["total_wall_s"] < best[size]["total_wall_s"]:
                     best[size] = r
         whole = best[WHOLE]
@@ -156,11 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-tokens", type=int, default=0,
                         help="Window of the chunked mode (0 = the embedder's own).")
     parser.add_argument("--repeat", type=int, default=1, help="Alternating runs per mode (best kept).")
+    parser.add_argument("--context-turns", type=int, default=0,
+                        help="embed.context_turns of both modes (preceding turns embedded with a message).")
     parser.add_argument("--json", type=Path, default=None, help="Write the rows here.")
     args = parser.parse_args(argv)
-    if args.chars <= 0 or args.repeat <= 0 or args.chunk_tokens < 0:
-        parser.error("--chars and --repeat must be positive, --chunk-tokens >= 0")
-    rows = run(args.corpus, args.chars, args.embedder or ["use"], args.chunk_tokens, args.repeat)
+    if args.chars <= 0 or args.repeat <= 0 or args.chunk_tokens < 0 or not 0 <= args.context_turns <= 8:
+        parser.error("--chars and --repeat must be positive, --chunk-tokens >= 0, --context-turns 0 … 8")
+    rows = run(args.corpus, args.chars, args.embedder or ["use"], args.chunk_tokens, args.repeat,
+               args.context_turns)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     table = Table(title=f"ingestion per 100k characters — {args.corpus} corpus, {rows[0]['chars']:,} chars, "
                   f"{rows[0]['messages']} messages, {when} (shared cores: compare ratios)")

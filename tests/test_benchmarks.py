@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -255,6 +257,15 @@ class TestBenchIngest:
         assert whole["chars"] == chunked["chars"] >= 6000 and whole["messages"] == chunked["messages"]
         assert whole["vectors"] == whole["messages"] < chunked["vectors"]  # long replies split
         assert whole["ratio_wall"] == 1.0 and chunked["total_wall_s"] > 0 and 0 < chunked["embed_share"] <= 1
+
+    def test_context_turns_embeds_with_the_preceding_turn(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_ingest").main(["--chars", "3000", "--embedder", "hashing", "--context-turns", "1",
+                                          "--json", str(out)]) == 0
+        rows = json.loads(out.read_text())["rows"]
+        assert {r["embedder"] for r in rows} == {"hashing-256+context1"}
+        with pytest.raises(SystemExit):  # argparse refuses it before anything is ingested
+            load("bench_ingest").main(["--chars", "3000", "--context-turns", "9"])
 
 
 class TestRankingsLocomo:

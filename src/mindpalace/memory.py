@@ -250,6 +250,7 @@ class Memory:
         return HybridRetriever(
             self.store, self.embedder, self.settings.facts,
             chunk_tokens=embed.chunk_tokens, chunk_overlap_tokens=embed.chunk_overlap_tokens,
+            context_turns=embed.context_turns,
         )
 
     @cached_property
@@ -358,6 +359,7 @@ class Memory:
         return sync_embeddings(
             self.store, self.embedder, progress=progress,
             chunk_tokens=embed.chunk_tokens, overlap_tokens=embed.chunk_overlap_tokens,
+            context_turns=embed.context_turns,
         )
 
     def for_tenant(self, tenant: str) -> Memory:

@@ -180,3 +180,10 @@ class TestCliFactOverrides:
             "eval", "locomo", "--data", str(tiny), "--embedder", "hashing", "--facts", '{"nope": 1}',
         ])
         assert isinstance(result.exception, ConfigError) and "facts.nope" in str(result.exception)
+
+    def test_embed_overrides_reach_the_store_and_the_report(self, tiny: Path, tmp_path: Path) -> None:
+        code, _, report = self.run(tiny, tmp_path, "--embed", '{"context_turns": 1}')
+        assert code == 0 and report["embedder"] == "hashing-256+context1"
+        (tmp_path / "report.json").unlink()
+        code, output, report = self.run(tiny, tmp_path, "--embed", "[1]")
+        assert code == 2 and "--embed" in output and report == {}

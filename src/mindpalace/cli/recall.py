@@ -161,6 +161,11 @@ def eval_locomo(
     baselines: bool = typer.Option(
         True, "--baselines/--no-baselines", help="Also run BM25 and dense-only."
     ),
+    embed: str | None = typer.Option(
+        None, "--embed",
+        help='[embed] overrides as a JSON object, e.g. \'{"context_turns": 1}\' (the dense-only row '
+        "uses them too).",
+    ),
     facts: str | None = typer.Option(
         None, "--facts",
         help='[facts] overrides for the product run as a JSON object, e.g. \'{"vector_weight": 0.8}\' '
@@ -171,11 +176,13 @@ def eval_locomo(
     from mindpalace.eval.locomo import run_locomo
 
     fact_overrides = _json_object("--facts", facts)
+    embed_overrides = _json_object("--embed", embed)
     bar, update = _progress()
     with bar:
         report = run_locomo(
             data, ks=k, embedder=embedder, conversations=conversation or None,
-            captions=captions, baselines=baselines, fact_overrides=fact_overrides, progress=update,
+            captions=captions, baselines=baselines, fact_overrides=fact_overrides,
+            embed_overrides=embed_overrides, progress=update,
         )
     _print_locomo(report)
     if json_out:

@@ -374,6 +374,7 @@ def run_locomo(
     captions: bool = True,
     baselines: bool = True,
     fact_overrides: dict[str, Any] | None = None,
+    embed_overrides: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> LocomoReport:
     """Run the evaluation; returns the report (the CLI prints and saves it).
@@ -388,6 +389,8 @@ def run_locomo(
         captions: include the caption of shared photos in a turn's message.
         baselines: also run plain BM25 and dense-only.
         fact_overrides: ``facts`` settings for the product run (e.g. fusion weights).
+        embed_overrides: ``embed`` settings (e.g. ``{"context_turns": 1}``); `embedder`, when
+            given, sets the provider over them.
         progress: callback (phase, done, total).
     Raises:
         ValidationError: bad data path / format, bad ks, unknown conversation id.
@@ -402,8 +405,11 @@ def run_locomo(
             raise ValidationError(f"unknown conversation ids {sorted(unknown)}")
         convs = [c for c in convs if c.sample_id in set(conversations)]
     overrides: dict[str, Any] = {}
+    embed = dict(embed_overrides or {})
     if embedder is not None:
-        overrides["embed"] = {"provider": embedder}
+        embed["provider"] = embedder
+    if embed:
+        overrides["embed"] = embed
     if fact_overrides:
         overrides["facts"] = fact_overrides
     with (

@@ -60,3 +60,21 @@ def chunk_text(
         if start + chunk_tokens >= len(ids):
             break
     return out
+
+
+def tail_tokens(text: str, max_tokens: int) -> str:
+    """The end of `text` holding at most `max_tokens` tokens (o200k_base), `text` itself when
+    it fits (a cut inside a multi-byte character drops that character's partial bytes).
+
+    Raises:
+        ValidationError: `max_tokens` below 1.
+    """
+    if max_tokens < 1:
+        raise ValidationError(f"max_tokens must be >= 1, got {max_tokens}")
+    if len(text) <= max_tokens * _CHARS_PER_TOKEN_MIN:
+        return text
+    counter = _counter()
+    ids = counter.encode(text)
+    if len(ids) <= max_tokens:
+        return text
+    return counter._enc.decode(ids[-max_tokens:], errors="ignore")

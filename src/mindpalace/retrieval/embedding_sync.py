@@ -5,6 +5,15 @@ switching embedders (say ``use`` → ``e5``) is detected by comparing ``embedder
 ``store.embedding_models()``. Searches always filter by one model, so dimensions never mix;
 old vectors are dropped only once every document has a new one, so a crash or an error halfway
 through leaves the old model fully searchable (nothing is silently lost).
+
+Contextual embedding (``embed.context_turns``): a session message can be embedded together
+with the messages just before it in its session (contextual retrieval — a reply such as "Yes,
+it was amazing!" is about what the previous turn asked). Only the embedded text changes; the
+stored and keyword-indexed text is the message's own. The context is capped at
+:data:`CONTEXT_MAX_TOKENS` tokens (its end, nearest the message), and such vectors are stored
+under their own model id (``<model>+context<N>``, see
+:func:`mindpalace.providers.embed.make_embedder`), so switching the setting re-embeds through
+the model switch above and plain and contextual vectors never mix.
 """
 
 from __future__ import annotations
@@ -13,13 +22,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mindpalace.errors import StoreError
+from mindpalace.errors import StoreError, ValidationError
 from mindpalace.providers.embed.base import Embedder
-from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_text
-from mindpalace.store.base import Store
+from mindpalace.retrieval.chunking import (
+    DEFAULT_CHUNK_TOKENS,
+    DEFAULT_OVERLAP_TOKENS,
+    chunk_text,
+    tail_tokens,
+)
+from mindpalace.retrieval.fetch import MESSAGE_KIND
+from mindpalace.store.base import Document, Store
 from mindpalace.store.inputs import embedding_windows
 
 DEFAULT_SYNC_BATCH = 256  # documents read and written per store round trip
+CONTEXT_MAX_TOKENS = 128  # preceding-turn context embedded with a message (its last tokens)
+MAX_CONTEXT_TURNS = 8
 
 Progress = Callable[[int, int], None]
 """progress(done, total): documents embedded so far and the total expected (may grow)."""
@@ -54,6 +71,7 @@ def sync_embeddings(
     progress: Progress | None = None,
     chunk_tokens: int = 0,
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
+    context_turns: int = 0,
 ) -> SyncReport:
     """Embed every document lacking a vector for ``embedder.model_id``; retire other models.
 
@@ -68,6 +86,10 @@ def sync_embeddings(
             embedded as overlapping windows (:mod:`mindpalace.retrieval.chunking`), all stored
             under the document (a vector hit returns the document once, best chunk's score);
             0 = the embedder's own window (``embedder.chunk_tokens``).
+        context_turns: a session message is embedded after the text of up to this many
+            messages before it in its session (at most :data:`CONTEXT_MAX_TOKENS` tokens of
+            them, prepended to its first window); 0 = each text alone. Pass the same value the
+            embedder's model id was built with (``make_embedder``).
     Returns:
         A :class:`SyncReport`.
     Raises:
@@ -75,7 +97,9 @@ def sync_embeddings(
         DimensionMismatchError: the store already holds vectors of this model id with another
             width (an endpoint changed its model without changing its name).
         StoreError: the store kept returning the same documents as missing.
+        ValidationError: `context_turns` outside 0 … :data:`MAX_CONTEXT_TURNS`.
     """
+    _check_context_turns(context_turns)
     start = time.perf_counter()
     model = embedder.model_id
     chunk_tokens = chunk_tokens or embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
@@ -86,7 +110,8 @@ def sync_embeddings(
         progress(0, total)
     while True:
         embedded = _embed_missing(
-            store, embedder, batch, progress, done, total, chunk_tokens, overlap_tokens
+            store, embedder, batch, progress, done, total, chunk_tokens, overlap_tokens,
+            context_turns=context_turns,
         )
         done += embedded
         # Retire the old models only when nothing is missing, checked inside the same write
@@ -109,6 +134,7 @@ def sync_new_embeddings(
     batch: int = DEFAULT_SYNC_BATCH,
     chunk_tokens: int = 0,
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
+    context_turns: int = 0,
 ) -> tuple[int, int]:
     """Embed the documents above id `after_id` that lack a vector for ``embedder.model_id``
     (the incremental step of :func:`sync_embeddings`: no counting, no retiring of models).
@@ -119,8 +145,10 @@ def sync_new_embeddings(
     Returns:
         (documents embedded, the highest document id now known to have a vector, ≥ after_id).
     Raises:
-        ProviderError / DimensionMismatchError / StoreError: as :func:`sync_embeddings`.
+        ProviderError / DimensionMismatchError / StoreError / ValidationError: as
+        :func:`sync_embeddings`.
     """
+    _check_context_turns(context_turns)
     chunk_tokens = chunk_tokens or embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
     overlap_tokens = min(overlap_tokens, max(0, (chunk_tokens - 1) // 2))
     count = 0
@@ -131,13 +159,14 @@ def sync_new_embeddings(
         if not store.documents_missing_embeddings(embedder.model_id, limit=1, after_id=after_id):
             return count, max(after_id, last)
         count += _embed_missing(
-            store, embedder, batch, None, 0, 0, chunk_tokens, overlap_tokens, after_id=after_id
+            store, embedder, batch, None, 0, 0, chunk_tokens, overlap_tokens, after_id=after_id,
+            context_turns=context_turns,
         )
 
 
 def _embed_missing(
     store: Store, embedder: Embedder, batch: int, progress: Progress | None, done: int, total: int,
-    chunk_tokens: int, overlap_tokens: int, *, after_id: int = 0,
+    chunk_tokens: int, overlap_tokens: int, *, after_id: int = 0, context_turns: int = 0,
 ) -> int:
     model, count, last_ids = embedder.model_id, 0, None
     while docs := store.documents_missing_embeddings(model, limit=max(1, batch), after_id=after_id):
@@ -147,12 +176,39 @@ def _embed_missing(
         # a part of a huge text is embedded by its head only (store.inputs.document_parts)
         chunks = [embedding_windows(chunk_text(d.text, chunk_tokens, overlap_tokens), d.meta)
                   for d in docs]
+        if context_turns:
+            contexts = preceding_context(store, docs, context_turns)
+            for d, parts in zip(docs, chunks, strict=True):
+                if d.id in contexts:
+                    parts[0] = f"{contexts[d.id]}\n{parts[0]}"
         vectors = embedder.embed([c for parts in chunks for c in parts])
         store.put_embeddings(ids, vectors, model, rows=[len(parts) for parts in chunks])
         last_ids, count = ids, count + len(ids)
         if progress:
             progress(done + count, max(total, done + count))
     return count
+
+
+def preceding_context(store: Store, docs: list[Document], turns: int) -> dict[int, str]:
+    """{document id: context} for the whole session messages among `docs` that have earlier
+    messages in their session: the text of up to `turns` messages before each (oldest first,
+    one per line; a message stored in parts, or deleted, is skipped), cut to its last
+    :data:`CONTEXT_MAX_TOKENS` tokens. One store read for the whole batch."""
+    wanted = [d for d in docs if d.kind == MESSAGE_KIND and d.ref.isdigit() and "of" not in d.meta]
+    keys = [(d.scope, str(i)) for d in wanted for i in range(max(1, int(d.ref) - turns), int(d.ref))]
+    found = store.get_documents_by_refs(MESSAGE_KIND, keys) if keys else {}
+    out: dict[int, str] = {}
+    for d in wanted:
+        near = (found.get((d.scope, str(i))) for i in range(max(1, int(d.ref) - turns), int(d.ref)))
+        before = [p.text for p in near if p is not None and "of" not in p.meta]  # parts: no
+        if before:
+            out[d.id] = tail_tokens("\n".join(before), CONTEXT_MAX_TOKENS)
+    return out
+
+
+def _check_context_turns(turns: int) -> None:
+    if not 0 <= turns <= MAX_CONTEXT_TURNS:
+        raise ValidationError(f"context_turns must be 0 … {MAX_CONTEXT_TURNS}, got {turns}")
 
 
 def _missing_count(store: Store, model: str) -> int:

@@ -161,6 +161,8 @@ class HybridRetriever:
         settings: ``facts`` settings (candidates, fusion, weights, neighbour weights).
         chunk_tokens / chunk_overlap_tokens: embedding windows of long documents (tokens;
             0 = the embedder's own window), see :mod:`mindpalace.retrieval.chunking`.
+        context_turns: session messages are embedded after up to this many preceding
+            messages (``embed.context_turns``, see :mod:`mindpalace.retrieval.embedding_sync`).
 
     Vectors are kept in sync lazily: before a vector search, when the store's
     ``search_generation()`` moved since the last sync, documents lacking a vector for the
@@ -176,12 +178,14 @@ class HybridRetriever:
         *,
         chunk_tokens: int = 0,
         chunk_overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
+        context_turns: int = 0,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.settings = settings or FactSettings()
         self.chunk_tokens = chunk_tokens
         self.chunk_overlap_tokens = chunk_overlap_tokens
+        self.context_turns = context_turns
         self._synced: object = None
         self._synced_upto: int | None = None  # every document up to this id had a vector
         self._synced_appended_only: object = None  # store.append_only_generation() then
@@ -222,12 +226,14 @@ class HybridRetriever:
                 embedded, self._synced_upto = sync_new_embeddings(
                     self.store, self.embedder, self._synced_upto, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
+                    context_turns=self.context_turns,
                 )
             else:
                 upto = self.store.last_document_id()  # read first: later ids are above it
                 embedded = sync_embeddings(
                     self.store, self.embedder, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
+                    context_turns=self.context_turns,
                 ).embedded
                 self._synced_upto, self._synced_appended_only = upto, appended_only
             self._synced = generation = self.store.search_generation()

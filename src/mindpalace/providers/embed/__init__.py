@@ -18,12 +18,24 @@ __all__ = ["Embedder", "HashingEmbedder", "make_embedder"]
 def make_embedder(settings: EmbedSettings) -> Embedder | None:
     """Build the embedder `settings.provider` names; nothing heavy loads until the first embed.
 
+    With ``embed.context_turns`` > 0 the embedder's ``model_id`` gets the suffix
+    ``+context<N>``: its stored vectors embed a message with its preceding turns
+    (:mod:`mindpalace.retrieval.embedding_sync`), so they are never compared with, or
+    mistaken for, the plain vectors of the same model.
+
     Returns:
         The embedder, or None for ``provider = "none"``.
     Raises:
         ProviderError: ``e5`` / ``wordllama`` without its optional package (``pip install
             'mindpalace[e5]'`` / ``'mindpalace[wordllama]'``).
     """
+    embedder = _build(settings)
+    if embedder is not None and settings.context_turns:
+        embedder.model_id = f"{embedder.model_id}+context{settings.context_turns}"
+    return embedder
+
+
+def _build(settings: EmbedSettings) -> Embedder | None:
     batch = settings.batch_size
     match settings.provider:
         case "none":
