@@ -417,7 +417,7 @@ class HybridRetriever:
         # ranks only through its neighbour does not answer the query itself
         present = [
             c for c in top
-            if c.doc.id in vectors and not asks(c.doc.text) and _matches_directly(c)
+            if c.doc.id in vectors and _states(c.doc) and _matches_directly(c)
         ]
         groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
         for c in present:
@@ -481,12 +481,24 @@ class HybridRetriever:
                         docs.append(h.doc)
             return docs
 
+        def uses(anchor: Document, word: str) -> int:
+            # the speaker's statements containing `word` (keyword hits: BM25 puts the short
+            # statements of a frequent word first, so `reach` hits see past max_uses of them)
+            key = _speaker_key(anchor)
+            reach = 4 * (s.supersede_followup_max_uses + 1)
+            return sum(
+                1 for scope in scopes
+                for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
+                if _speaker_key(h.doc) == key and not asks(h.doc.text)
+            )
+
         found = find_followups(
             [c.doc for c in anchors], qvec, search=search,
             same_speaker=lambda a, b: _speaker_key(a) == _speaker_key(b),
             later=lambda a, b: _doc_time_key(a) < _doc_time_key(b),
             states=lambda d: not asks(d.text), embed=embedder.embed,
             similarity=s.supersede_followup_similarity,
+            uses=uses, max_uses=s.supersede_followup_max_uses,
         )
         if not found:
             return ranked
@@ -679,6 +691,13 @@ def asks(text: str) -> bool:
     """True for text that ends in a question mark (any script's): it asks, it states nothing
     (such a message neither supersedes nor is superseded, and yields in the recalled block)."""
     return text.rstrip().endswith(("?", "？", "؟"))
+
+
+def _states(doc: Document) -> bool:
+    """The document can state a speaker's fact: not a question, and not an assistant reply,
+    tool output or system text (those talk about the speakers' facts, they do not update
+    them: a later reply on the same topic is not a correction of an earlier one)."""
+    return doc.meta.get("role") not in _NOT_STATING and not asks(doc.text)
 
 
 def _matches_directly(c: _Candidate) -> bool:
