@@ -222,6 +222,30 @@ class TestFollowups:
         assert hits[new].meta["supersedes"] == f"{hits[old].scope.session}/{hits[old].ref}"
         assert "superseded by" in str(hits[old].why)
 
+    def test_a_shared_predicate_is_no_subject(self, memory: Memory, uid: str) -> None:
+        """The fusion fixture: every statement ends "start next week". Words the speaker says
+        in more than ``supersede_followup_max_uses`` statements name no subject, so no later
+        statement is taken as the update of the one asked about (with every content word a
+        subject word, one is, and the answer drops out of the top 3)."""
+        rng = np.random.default_rng(3)
+        topics = ["violin lessons", "garden tomatoes", "marathon training", "tax return", "kitchen tiles",
+                  "piano recital", "car insurance", "bird watching"]
+        s = memory.session("s1", user=uid, agent="a")
+        answers = {}
+        for t in topics:
+            answers[t] = s.add_message({"role": "user", "content": f"my {t} start next week"})
+            words = " ".join(rng.choice(["plan", "maybe", "time", "week", "next", "start", t]) for _ in range(150))
+            s.add_message({"role": "assistant", "content": f"About {t}: {words}"})
+        scope = user_scope(memory, uid)
+
+        def found(max_uses: int) -> int:
+            r = HybridRetriever(memory.store, memory.embedder,
+                                FactSettings(supersede_followups=5, supersede_followup_max_uses=max_uses))
+            return sum(str(answers[t]) in [h.ref for h in r.search(scope, f"when do my {t} start", k=3, kinds=["message"])]
+                       for t in topics)
+
+        assert found(0) < found(5) == len(topics)
+
     def test_the_question_scope_bounds_the_search(self, memory: Memory, uid: str) -> None:
         self._conversation(memory, uid, self._texts(drift=False)[:-2])
         other = memory.session("s9", user=uid + "x", agent="a")

@@ -109,7 +109,7 @@ SUBJECTS: tuple[Subject, ...] = (
             _pool("Monday", "Tuesday", "Wednesday", "Thursday", "Friday"),
             ("My yoga class is on {o} evenings.", "I do yoga every {o} after work.",
              "Yoga with Marta is on {o}."),
-            ("The studio shifted yoga to {v} evenings.", "Marta's class is on {v} from this week.",
+            ("The studio shifted yoga to {v} evenings.", "Marta's yoga class is on {v} from this week.",
              "I signed up for the {v} session instead of {o}."),
             ("Which evening is my stretching class?", "On what weekday do I practise?"),
             ("{who} goes to yoga on {v}.", "{who}'s pilates is every {v}."),

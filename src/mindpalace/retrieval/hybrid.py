@@ -54,6 +54,7 @@ from mindpalace.textsafe import require_text
 if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
 
+_SENTENCE_MEMO = 16_384  # sentence vectors a retriever remembers for follow-ups
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
 
@@ -192,6 +193,12 @@ class HybridRetriever:
         self._sync_lock = threading.Lock()
         self._neighbours = NeighbourCache()
         self._vectors = VectorCache()
+        # (speaker key, word) → statements of that speaker containing the word, valid for one
+        # store search generation (follow-ups ask the same words again across queries)
+        self._uses: dict[tuple[tuple[Scope, ...], tuple[object, ...], str], int] = {}
+        self._uses_generation: object = None
+        self._uses_lock = threading.Lock()
+        self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
 
     # -- embedding sync --------------------------------------------------------------------
     def sync_embeddings(self) -> int:
@@ -308,7 +315,7 @@ class HybridRetriever:
         if supersede:
             ranked = self._supersede(ranked, window, generation)
             if self.settings.supersede_followups:
-                ranked = self._follow_up(ranked, qvec, searchable)
+                ranked = self._follow_up(ranked, qvec, searchable, generation)
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
@@ -412,7 +419,8 @@ class HybridRetriever:
         the default ``use``; or both among the speaker's ``supersede_answers`` statements
         closest to the query at ``supersede_answer_similarity``; score at least
         ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
-        A is marked ``superseded_by`` B. Questions take no part: they state nothing.
+        A is marked ``superseded_by`` B. Questions, assistant replies, tool output and system
+        text take no part (:func:`_states`): they state no speaker's fact.
         """
         assert self.embedder is not None
         top = ranked[:window]
@@ -423,7 +431,7 @@ class HybridRetriever:
         # ranks only through its neighbour does not answer the query itself
         present = [
             c for c in top
-            if c.doc.id in vectors and not asks(c.doc.text) and _matches_directly(c)
+            if c.doc.id in vectors and _states(c.doc) and _matches_directly(c)
         ]
         groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
         for c in present:
@@ -458,14 +466,18 @@ class HybridRetriever:
                 newer.final = max(newer.final, older.final)
         return order
 
-    def _follow_up(self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope]) -> list[_Candidate]:
+    def _follow_up(
+        self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope], generation: object = None
+    ) -> list[_Candidate]:
         """Later statements on the same subject that the query did not reach rank directly
         above the retrieved statement they update (:func:`~mindpalace.retrieval.supersession.
         find_followups`): the best ``supersede_followups`` messages that match the query
-        themselves, state something (no question; not an assistant reply, tool output or
-        system text — those talk about the speakers' facts, they do not update them) and are
-        not already superseded are the anchors; the
-        search reads only `scopes` (I10). The anchor is marked ``superseded_by``."""
+        themselves and state something (no question; not an assistant reply, tool output or
+        system text — those talk about the speakers' facts, they do not update them) are the
+        anchors, unless :meth:`_supersede` already marked them; the search reads only
+        `scopes` (I10). The anchor is marked ``superseded_by``. `generation`: the store's
+        search generation of this query (remembers the speaker's word counts while it stays).
+        Sentence vectors are remembered (:meth:`_embed_sentences`)."""
         assert self.embedder is not None
         s = self.settings
         anchors = [
@@ -475,7 +487,6 @@ class HybridRetriever:
         ][: s.supersede_followups]
         if not anchors:
             return ranked
-        embedder = self.embedder
 
         def search(anchor: Document, terms: str) -> list[Document]:
             a = anchor.scope
@@ -487,12 +498,40 @@ class HybridRetriever:
                         docs.append(h.doc)
             return docs
 
+        where = tuple(scopes)
+
+        def uses(anchor: Document, word: str) -> int:
+            # the speaker's statements containing `word` (keyword hits: BM25 puts the short
+            # statements of a frequent word first, so `reach` hits see past max_uses of them);
+            # remembered while the store's search generation stays (None: not remembered)
+            key = _speaker_key(anchor)
+            memo = (where, key, word)
+            if generation is not None:
+                with self._uses_lock:
+                    if self._uses_generation != generation:
+                        self._uses, self._uses_generation = {}, generation
+                    known = self._uses.get(memo)
+                if known is not None:
+                    return known
+            reach = 4 * (s.supersede_followup_max_uses + 1)
+            count = sum(
+                1 for scope in scopes
+                for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
+                if _speaker_key(h.doc) == key and not asks(h.doc.text)
+            )
+            if generation is not None:
+                with self._uses_lock:
+                    if self._uses_generation == generation:
+                        self._uses[memo] = count
+            return count
+
         found = find_followups(
             [c.doc for c in anchors], qvec, search=search,
             same_speaker=lambda a, b: _speaker_key(a) == _speaker_key(b),
             later=lambda a, b: _doc_time_key(a) < _doc_time_key(b),
-            states=lambda d: not asks(d.text), embed=embedder.embed,
+            states=lambda d: not asks(d.text), embed=self._embed_sentences,
             similarity=s.supersede_followup_similarity,
+            uses=uses, max_uses=s.supersede_followup_max_uses,
         )
         if not found:
             return ranked
@@ -514,6 +553,24 @@ class HybridRetriever:
             if newer.supersedes is None:
                 newer.supersedes = _label(anchor.doc)
         return order
+
+    def _embed_sentences(self, texts: list[str]) -> np.ndarray:
+        """The embedder's (len(texts), dim) vectors of `texts`, each text embedded once per
+        retriever (up to ``_SENTENCE_MEMO`` texts, then forgotten at once): follow-ups compare
+        the same statements' sentences query after query, and embedding is the cost of it."""
+        assert self.embedder is not None
+        if not texts:
+            return self.embedder.embed(texts)
+        model = self.embedder.model_id
+        memo = self._sentence_vectors
+        vectors = {t: memo[(model, t)] for t in texts if (model, t) in memo}
+        missing = [t for t in dict.fromkeys(texts) if t not in vectors]
+        if missing:
+            if len(memo) + len(missing) > _SENTENCE_MEMO:
+                memo.clear()
+            for t, v in zip(missing, self.embedder.embed(missing), strict=True):
+                memo[(model, t)] = vectors[t] = v
+        return np.stack([vectors[t] for t in texts])
 
     def _hit(self, c: _Candidate, terms: dict[str, str]) -> RetrievalHit:
         doc = c.doc
@@ -685,6 +742,13 @@ def asks(text: str) -> bool:
     """True for text that ends in a question mark (any script's): it asks, it states nothing
     (such a message neither supersedes nor is superseded, and yields in the recalled block)."""
     return text.rstrip().endswith(("?", "？", "؟"))
+
+
+def _states(doc: Document) -> bool:
+    """The document can state a speaker's fact: not a question, and not an assistant reply,
+    tool output or system text (those talk about the speakers' facts, they do not update
+    them: a later reply on the same topic is not a correction of an earlier one)."""
+    return doc.meta.get("role") not in _NOT_STATING and not asks(doc.text)
 
 
 def _matches_directly(c: _Candidate) -> bool:

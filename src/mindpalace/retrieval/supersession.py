@@ -187,12 +187,12 @@ def best_sentence(text: str, query_vector: np.ndarray, embed: Callable[[list[str
 
 
 def followup_similarity(
-    anchor: str, anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray]
+    terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray]
 ) -> float:
-    """Cosine between the anchor sentence and the closest sentence of `later` that shares a
-    subject term with it (-inf when none does): an update inside a long message is compared
-    on its own sentence, not on the message's average."""
-    terms = subject_terms(anchor)
+    """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
+    `later` that shares one of the anchor's subject `terms` (stemmed, see
+    :func:`subject_terms`) with it (-inf when none does): an update inside a long message is
+    compared on its own sentence, not on the message's average."""
     parts = [s for s in sentences(later) if subject_terms(s) & terms]
     if not parts:
         return float("-inf")
@@ -209,14 +209,20 @@ def find_followups(
     states: Callable[[Document], bool],
     embed: Callable[[list[str]], np.ndarray],
     similarity: float,
+    uses: Callable[[Document, str], int] | None = None,
+    max_uses: int = 0,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
 
-    For anchor A: the sentence of A closest to the query; ``search(A, words)`` (a keyword
-    search for that sentence's content words, in the scopes the query may read) gives the
-    candidates; those by the same speaker, later, and stating something, are compared with
-    :func:`followup_similarity`; :func:`choose_followup` picks the current value.
+    For anchor A: the sentence of A closest to the query; its subject words are its content
+    words that the speaker uses in at most `max_uses` statements (``uses(A, word)``): a word
+    the speaker says all the time ("my violin lessons start next week", "my garden tomatoes
+    start next week": start, next, week) names no subject, so sharing it makes no follow-up.
+    ``search(A, words)`` (a keyword search for the subject words, in the scopes the query may
+    read) gives the candidates; those by the same speaker, later, and stating something, are
+    compared with :func:`followup_similarity` on the subject words; :func:`choose_followup`
+    picks the current value.
 
     Args:
         anchors: documents, best first.
@@ -225,6 +231,9 @@ def find_followups(
             statement tests (the caller's, so scopes and speakers mean what they mean there).
         embed: texts → (n, dim) unit vectors.
         similarity: the cosine threshold of :func:`choose_followup`.
+        uses / max_uses: how many of the anchor speaker's statements contain a word (the
+            caller's count, in the same scopes); None or `max_uses` 0 = every content word is
+            a subject word.
     Returns:
         ``{anchor document id: the later document that is its current value}``.
     """
@@ -232,8 +241,11 @@ def find_followups(
     for anchor in anchors:
         sentence = best_sentence(anchor.text, query_vector, embed)
         words = query_terms(sentence)
+        if uses is not None and max_uses > 0:
+            words = [w for w in words if uses(anchor, w) <= max_uses]
         if not words:
             continue
+        terms = frozenset(stem_words(words))
         found = [
             d for d in search(anchor, " ".join(words))
             if d.id != anchor.id and same_speaker(anchor, d) and later(anchor, d) and states(d)
@@ -242,7 +254,7 @@ def find_followups(
             continue
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
         anchor_vector = embed([sentence])[0]
-        to_anchor = [followup_similarity(sentence, anchor_vector, d.text, embed) for d in found]
+        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed) for d in found]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
             continue
