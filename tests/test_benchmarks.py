@@ -263,7 +263,7 @@ class TestBenchIngest:
         assert load("bench_ingest").main(["--chars", "3000", "--embedder", "hashing", "--context-turns", "1",
                                           "--json", str(out)]) == 0
         rows = json.loads(out.read_text())["rows"]
-        assert {r["embedder"] for r in rows} == {"hashing-256+context1"}
+        assert {r["embedder"] for r in rows} == {"hashing-256+context1q"}
         with pytest.raises(SystemExit):  # argparse refuses it before anything is ingested
             load("bench_ingest").main(["--chars", "3000", "--context-turns", "9"])
 

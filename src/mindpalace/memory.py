@@ -251,6 +251,7 @@ class Memory:
             self.store, self.embedder, self.settings.facts,
             chunk_tokens=embed.chunk_tokens, chunk_overlap_tokens=embed.chunk_overlap_tokens,
             context_turns=embed.context_turns,
+            context_after_question=embed.context_after == "question",
         )
 
     @cached_property
@@ -360,6 +361,7 @@ class Memory:
             self.store, self.embedder, progress=progress,
             chunk_tokens=embed.chunk_tokens, overlap_tokens=embed.chunk_overlap_tokens,
             context_turns=embed.context_turns,
+            context_after_question=embed.context_after == "question",
         )
 
     def for_tenant(self, tenant: str) -> Memory:

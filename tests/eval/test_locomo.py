@@ -183,7 +183,7 @@ class TestCliFactOverrides:
 
     def test_embed_overrides_reach_the_store_and_the_report(self, tiny: Path, tmp_path: Path) -> None:
         code, _, report = self.run(tiny, tmp_path, "--embed", '{"context_turns": 1}')
-        assert code == 0 and report["embedder"] == "hashing-256+context1"
+        assert code == 0 and report["embedder"] == "hashing-256+context1q"
         (tmp_path / "report.json").unlink()
         code, output, report = self.run(tiny, tmp_path, "--embed", "[1]")
         assert code == 2 and "--embed" in output and report == {}

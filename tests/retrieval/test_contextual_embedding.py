@@ -69,6 +69,18 @@ class TestEmbeddedText:
         assert "A: one\nB: two\nA: three" in emb.seen
         assert "C: other session" in emb.seen  # first of its session: no context
 
+    def test_after_question_only_an_answer_gets_context(self, store: SQLiteStore) -> None:
+        add_messages(store, SESSION, ["Bob: Did you visit the aquarium?", "Ann: Yes, it was amazing!",
+                                      "Bob: I moved to Lyon last week.", "Ann: Lovely city"])
+        emb = Recording()
+        sync_embeddings(store, emb, context_turns=1, context_after_question=True)
+        assert sorted(emb.seen) == sorted([
+            "Bob: Did you visit the aquarium?",
+            "Bob: Did you visit the aquarium?\nAnn: Yes, it was amazing!",
+            "Bob: I moved to Lyon last week.",  # after a statement: its own text only
+            "Ann: Lovely city",
+        ])
+
     def test_off_embeds_each_text_alone(self, store: SQLiteStore) -> None:
         add_messages(store, SESSION, ["A: one", "B: two"])
         emb = Recording()
@@ -118,8 +130,10 @@ class TestModelId:
     def test_contextual_vectors_have_their_own_model_id(self) -> None:
         plain = make_embedder(EmbedSettings(provider="hashing", dimensions=32))
         ctx = make_embedder(EmbedSettings(provider="hashing", dimensions=32, context_turns=1))
-        assert plain is not None and ctx is not None
-        assert (plain.model_id, ctx.model_id) == ("hashing-32", "hashing-32+context1")
+        every = make_embedder(EmbedSettings(provider="hashing", dimensions=32, context_turns=2, context_after="any"))
+        assert plain is not None and ctx is not None and every is not None
+        assert (plain.model_id, ctx.model_id, every.model_id) == (
+            "hashing-32", "hashing-32+context1q", "hashing-32+context2")
 
     def test_setting_range(self) -> None:
         with pytest.raises(ValueError):
@@ -133,11 +147,11 @@ class TestModelId:
             mem.sync_embeddings()
             assert mem.store.embedding_models() == {"hashing-256": (256, 2)}
         with Memory.open(tmp_path / "ws", embed={"provider": "hashing", "context_turns": 1}) as mem:
-            assert mem.retriever.context_turns == 1
+            assert (mem.retriever.context_turns, mem.retriever.context_after_question) == (1, True)
             report = mem.sync_embeddings()
             assert report is not None and report.embedded == 2
             assert report.retired_models == ["hashing-256"]
-            assert mem.store.embedding_models() == {"hashing-256+context1": (256, 2)}
+            assert mem.store.embedding_models() == {"hashing-256+context1q": (256, 2)}
             hits = mem.session("s", user="u", agent="a").recall("aquarium", k=2)
             assert [h.ref for h in hits][:1] == ["1"]
 

@@ -72,6 +72,7 @@ def sync_embeddings(
     chunk_tokens: int = 0,
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
     context_turns: int = 0,
+    context_after_question: bool = False,
 ) -> SyncReport:
     """Embed every document lacking a vector for ``embedder.model_id``; retire other models.
 
@@ -90,6 +91,8 @@ def sync_embeddings(
             messages before it in its session (at most :data:`CONTEXT_MAX_TOKENS` tokens of
             them, prepended to its first window); 0 = each text alone. Pass the same value the
             embedder's model id was built with (``make_embedder``).
+        context_after_question: give the context only to a message whose previous message
+            asks (see :func:`preceding_context`).
     Returns:
         A :class:`SyncReport`.
     Raises:
@@ -111,7 +114,7 @@ def sync_embeddings(
     while True:
         embedded = _embed_missing(
             store, embedder, batch, progress, done, total, chunk_tokens, overlap_tokens,
-            context_turns=context_turns,
+            context_turns=context_turns, context_after_question=context_after_question,
         )
         done += embedded
         # Retire the old models only when nothing is missing, checked inside the same write
@@ -135,6 +138,7 @@ def sync_new_embeddings(
     chunk_tokens: int = 0,
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
     context_turns: int = 0,
+    context_after_question: bool = False,
 ) -> tuple[int, int]:
     """Embed the documents above id `after_id` that lack a vector for ``embedder.model_id``
     (the incremental step of :func:`sync_embeddings`: no counting, no retiring of models).
@@ -160,13 +164,14 @@ def sync_new_embeddings(
             return count, max(after_id, last)
         count += _embed_missing(
             store, embedder, batch, None, 0, 0, chunk_tokens, overlap_tokens, after_id=after_id,
-            context_turns=context_turns,
+            context_turns=context_turns, context_after_question=context_after_question,
         )
 
 
 def _embed_missing(
     store: Store, embedder: Embedder, batch: int, progress: Progress | None, done: int, total: int,
     chunk_tokens: int, overlap_tokens: int, *, after_id: int = 0, context_turns: int = 0,
+    context_after_question: bool = False,
 ) -> int:
     model, count, last_ids = embedder.model_id, 0, None
     while docs := store.documents_missing_embeddings(model, limit=max(1, batch), after_id=after_id):
@@ -177,7 +182,9 @@ def _embed_missing(
         chunks = [embedding_windows(chunk_text(d.text, chunk_tokens, overlap_tokens), d.meta)
                   for d in docs]
         if context_turns:
-            contexts = preceding_context(store, docs, context_turns)
+            contexts = preceding_context(
+                store, docs, context_turns, after_question=context_after_question
+            )
             for d, parts in zip(docs, chunks, strict=True):
                 if d.id in contexts:
                     parts[0] = f"{contexts[d.id]}\n{parts[0]}"
@@ -189,11 +196,15 @@ def _embed_missing(
     return count
 
 
-def preceding_context(store: Store, docs: list[Document], turns: int) -> dict[int, str]:
+def preceding_context(
+    store: Store, docs: list[Document], turns: int, *, after_question: bool = False
+) -> dict[int, str]:
     """{document id: context} for the whole session messages among `docs` that have earlier
     messages in their session: the text of up to `turns` messages before each (oldest first,
     one per line; a message stored in parts, or deleted, is skipped), cut to its last
-    :data:`CONTEXT_MAX_TOKENS` tokens. One store read for the whole batch."""
+    :data:`CONTEXT_MAX_TOKENS` tokens. With `after_question`, only when the message just
+    before asks (ends in a question mark): the message is then the answer, and a statement
+    after a long reply keeps a vector of its own. One store read for the whole batch."""
     wanted = [d for d in docs if d.kind == MESSAGE_KIND and d.ref.isdigit() and "of" not in d.meta]
     keys = [(d.scope, str(i)) for d in wanted for i in range(max(1, int(d.ref) - turns), int(d.ref))]
     found = store.get_documents_by_refs(MESSAGE_KIND, keys) if keys else {}
@@ -201,9 +212,18 @@ def preceding_context(store: Store, docs: list[Document], turns: int) -> dict[in
     for d in wanted:
         near = (found.get((d.scope, str(i))) for i in range(max(1, int(d.ref) - turns), int(d.ref)))
         before = [p.text for p in near if p is not None and "of" not in p.meta]  # parts: no
+        previous = found.get((d.scope, str(int(d.ref) - 1)))
+        if after_question and (previous is None or not _asks(previous.text)):
+            continue
         if before:
             out[d.id] = tail_tokens("\n".join(before), CONTEXT_MAX_TOKENS)
     return out
+
+
+def _asks(text: str) -> bool:
+    """Ends in a question mark of any script (as ``retrieval.hybrid.asks``; not imported: hybrid
+    imports this module when it syncs)."""
+    return text.rstrip().endswith(("?", "？", "؟"))
 
 
 def _check_context_turns(turns: int) -> None:

@@ -163,7 +163,8 @@ class HybridRetriever:
         chunk_tokens / chunk_overlap_tokens: embedding windows of long documents (tokens;
             0 = the embedder's own window), see :mod:`mindpalace.retrieval.chunking`.
         context_turns: session messages are embedded after up to this many preceding
-            messages (``embed.context_turns``, see :mod:`mindpalace.retrieval.embedding_sync`).
+            messages (``embed.context_turns``, see :mod:`mindpalace.retrieval.embedding_sync`);
+            context_after_question: only when the previous message asks (``embed.context_after``).
 
     Vectors are kept in sync lazily: before a vector search, when the store's
     ``search_generation()`` moved since the last sync, documents lacking a vector for the
@@ -180,6 +181,7 @@ class HybridRetriever:
         chunk_tokens: int = 0,
         chunk_overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
         context_turns: int = 0,
+        context_after_question: bool = False,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -187,6 +189,7 @@ class HybridRetriever:
         self.chunk_tokens = chunk_tokens
         self.chunk_overlap_tokens = chunk_overlap_tokens
         self.context_turns = context_turns
+        self.context_after_question = context_after_question
         self._synced: object = None
         self._synced_upto: int | None = None  # every document up to this id had a vector
         self._synced_appended_only: object = None  # store.append_only_generation() then
@@ -234,6 +237,7 @@ class HybridRetriever:
                     self.store, self.embedder, self._synced_upto, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
+                    context_after_question=self.context_after_question,
                 )
             else:
                 upto = self.store.last_document_id()  # read first: later ids are above it
@@ -241,6 +245,7 @@ class HybridRetriever:
                     self.store, self.embedder, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
+                    context_after_question=self.context_after_question,
                 ).embedded
                 self._synced_upto, self._synced_appended_only = upto, appended_only
             self._synced = generation = self.store.search_generation()

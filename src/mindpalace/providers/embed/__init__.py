@@ -19,7 +19,7 @@ def make_embedder(settings: EmbedSettings) -> Embedder | None:
     """Build the embedder `settings.provider` names; nothing heavy loads until the first embed.
 
     With ``embed.context_turns`` > 0 the embedder's ``model_id`` gets the suffix
-    ``+context<N>``: its stored vectors embed a message with its preceding turns
+    ``+context<N>`` (``+context<N>q`` when only answers to a question get context): its stored vectors embed a message with its preceding turns
     (:mod:`mindpalace.retrieval.embedding_sync`), so they are never compared with, or
     mistaken for, the plain vectors of the same model.
 
@@ -31,7 +31,8 @@ def make_embedder(settings: EmbedSettings) -> Embedder | None:
     """
     embedder = _build(settings)
     if embedder is not None and settings.context_turns:
-        embedder.model_id = f"{embedder.model_id}+context{settings.context_turns}"
+        mode = "q" if settings.context_after == "question" else ""
+        embedder.model_id = f"{embedder.model_id}+context{settings.context_turns}{mode}"
     return embedder
 
 
