@@ -36,7 +36,7 @@ LONG_POSTINGS = 4096
 """A list with at least this many postings is read by impact (:class:`ImpactOrder`); shorter
 ones are read whole (ordering them costs more than it saves)."""
 
-FIRST_READ_POSTINGS = 2048
+FIRST_READ_POSTINGS = 8192
 """Postings of the long lists the first read takes (×8 while fewer than k candidates are in
 the scope)."""
 
@@ -200,16 +200,12 @@ class _Plan:
         return all(g == a.shape[0] - 1 for g, a in zip(read, self.added, strict=True))
 
     def upto_postings(self, budget: int) -> list[int]:
-        """Groups to read of each term for about `budget` postings in all: those adding the
-        most, whichever term they belong to (at least one group when any is held)."""
-        if not self.added:
-            return []
-        value = np.concatenate([a[:-1] for a in self.added])
-        count = np.concatenate([np.diff(r) for r in self.reach])
-        by = np.argsort(-value, kind="stable")
-        at = min(int(np.searchsorted(np.cumsum(count[by]), budget)), by.shape[0] - 1)
-        cut = value[by[at]] if by.size else 0.0
-        return [int(np.count_nonzero(a[:-1] >= cut)) for a in self.added]
+        """Groups to read of each term for about `budget` postings in all, shared evenly: the
+        first groups of every term (at least one each), so documents holding several of the
+        terms — the likely top — are among the read."""
+        share = budget / max(len(self.reach), 1)
+        return [min(int(np.searchsorted(r, share)), r.shape[0] - 1) or min(1, r.shape[0] - 1)
+                for r in self.reach]
 
     def upto_bound(self, kth: float, read: list[int]) -> list[int]:
         """Deeper reads than `read` until no document read nowhere can reach `kth`: each step
