@@ -36,9 +36,11 @@ LONG_POSTINGS = 4096
 """A list with at least this many postings is read by impact (:class:`ImpactOrder`); shorter
 ones are read whole (ordering them costs more than it saves)."""
 
-FIRST_READ_POSTINGS = 8192
-"""Postings of the long lists the first read takes (×8 while fewer than k candidates are in
-the scope)."""
+FIRST_READ_POSTINGS = 1024
+"""Postings of the long lists the first read takes at least (else 1/64 of them; ×8 while fewer
+than k of its candidates are in the scope and score)."""
+
+FIRST_READ_SHARE = 64  # 1/64 of the long lists: ~8k postings for 3 common words at 1M documents
 
 _SLACK = 1e-9  # relative: float sums of the same terms in another order differ by a few ulps
 
@@ -143,7 +145,7 @@ def exact_top_k(
     if whole > max_candidates:
         return None
     plan = _Plan([terms[i] for i in long], scope.avgdl)
-    budget = FIRST_READ_POSTINGS
+    budget = max(FIRST_READ_POSTINGS, plan.postings // FIRST_READ_SHARE)
     while True:  # first read: a k-th score from a small candidate set
         read = plan.upto_postings(budget)
         cand, score, kth = _scored(terms, plan, read, scope, k)
@@ -195,6 +197,7 @@ class _Plan:
             self.added.append(np.concatenate((value[ends - 1], [0.0])))
             self.groups.append(np.concatenate(([0], ends)))
             self.reach.append(np.concatenate(([0], counts[ends - 1])))
+        self.postings = sum(int(r[-1]) for r in self.reach)
 
     def all_read(self, read: list[int]) -> bool:
         return all(g == a.shape[0] - 1 for g, a in zip(read, self.added, strict=True))
