@@ -14,7 +14,8 @@ Two ways to get the postings, same scores:
   to the scope with a boolean mask (fast path, ~ms at 100k documents). It is kept up to date
   in place: new documents (ids only grow) are appended to a small side segment that is folded
   into the main one now and then, deleted documents are masked out; the scores are exactly
-  those of an index built from scratch;
+  those of an index built from scratch. In scopes of 50,000+ documents the long posting lists
+  are read by impact, only as deep as the top k needs (:mod:`mindpalace.store.topk`);
 * :func:`score_postings` over postings read per query term from SQL (used while the cache is
   stale or inside a write transaction).
 
