@@ -296,3 +296,12 @@ class TestBenchKnowledgeUpdate:
             assert rep["cases"] == 8 and [m["name"].split(" (")[0] for m in rep["methods"]] == [
                 "mindpalace recall", "dense only", "BM25 only"]
             assert all(0 <= m["correction_first"] <= 100 for m in rep["methods"])
+
+
+class TestBenchBm25Topk:
+    def test_tiny_run_reads_by_impact_with_the_dense_answers(self, tmp_path: Path) -> None:
+        out = tmp_path / "rows.json"
+        assert load("bench_bm25_topk").main(["--tiny", "--json", str(out)]) == 0
+        (row,) = json.loads(out.read_text())
+        assert row["mismatches"] == 0 and row["fell_back"] < row["queries"]
+        assert 0 < row["scored_p50"] < row["facts"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindpalace.store import bm25
+from mindpalace.store import bm25, topk
 from mindpalace.store.bm25 import PostingIndex, _Starts, _Vocab
 
 VOCAB = [f"w{i}" for i in range(40)]
@@ -84,22 +84,27 @@ def test_bad_external_appends_are_refused() -> None:
         index.append(np.array([3], np.int64), ["a"], np.array([0]), np.array([3]), external={3: 1})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     seed=st.integers(0, 10_000), n=st.integers(5, 400), k=st.integers(1, 30),
     query=st.lists(st.integers(0, 39), min_size=1, max_size=5),
     ratio=st.sampled_from([None, 0.3, 0.8]), scoped=st.booleans(), appended=st.booleans(),
+    long_postings=st.sampled_from([0, 8, 40, 4096]), first_read=st.sampled_from([1, 16, 2048]),
+    long_docs=st.booleans(),
 )
 def test_pruned_top_k_is_the_dense_top_k(
     seed: int, n: int, k: int, query: list[int], ratio: float | None, scoped: bool,
-    appended: bool,
+    appended: bool, long_postings: int, first_read: int, long_docs: bool,
 ) -> None:
-    """MaxScore pruning (large scopes) returns exactly the dense pass's ids, scores and order:
-    Zipf-like words (a few in most documents), repeated query words, a scope of part of the
-    index, removed documents, a side segment of appended documents, the df filter."""
+    """Reading long lists by impact (large scopes) returns exactly the dense pass's ids,
+    scores and order: Zipf-like words (a few in most documents), repeated query and document
+    words (term frequencies above 1, so impact runs of several tiers), some long documents, a
+    scope of part of the index, removed documents, a side segment of appended documents, the
+    df filter; lists read whole or by impact, first reads from 1 posting up."""
     rng = random.Random(seed)
     weights = [1.0 / (i + 1) ** 1.1 for i in range(len(VOCAB))]
-    docs = {d: rng.choices(VOCAB, weights, k=rng.randint(1, 12)) for d in range(1, n + 1)}
+    docs = {d: rng.choices(VOCAB, weights, k=rng.randint(1, 60 if long_docs and d % 7 == 0 else 12))
+            for d in range(1, n + 1)}
     cut = n // 2 if appended else n
     index = _build({d: w for d, w in docs.items() if d <= cut})
     if appended:
@@ -111,11 +116,66 @@ def test_pruned_top_k_is_the_dense_top_k(
     tokens = [VOCAB[q] for q in query]
     dense = index.top(tokens, view, k, max_df_ratio=ratio)
     assert n < bm25.PRUNE_MIN_DOCS
-    with patch.object(bm25, "PRUNE_MIN_DOCS", 0):
+    with (patch.object(bm25, "PRUNE_MIN_DOCS", 0), patch.object(topk, "LONG_POSTINGS", long_postings),
+          patch.object(topk, "FIRST_READ_POSTINGS", first_read)):
         pruned = index.top(tokens, view, k, max_df_ratio=ratio)
         took = index._top_pruned(tokens, view, k, ratio)
     assert pruned == dense
     assert took is None or took == dense
+
+
+def test_common_words_alone_are_read_by_impact() -> None:
+    """A query made only of words found in most documents is answered from the impact read
+    (not the dense fallback), reading a small part of the lists, with the dense answer."""
+    rng = random.Random(7)
+    docs = {d: ["common"] * rng.randint(1, 2) + (["often"] if d % 3 else []) + [f"u{d}"] * rng.randint(0, 9)
+            for d in range(1, 6000)}
+    index = _build(docs)
+    view = index.view("s", np.array(sorted(docs), np.int64))
+    query = ["common", "often"]
+    read: list[int] = []
+    lookup = topk._lookup
+
+    def counted(idx: np.ndarray, tf: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        read.append(int(cand.shape[0]))
+        return lookup(idx, tf, cand)
+
+    with (patch.object(topk, "LONG_POSTINGS", 64), patch.object(topk, "FIRST_READ_POSTINGS", 32),
+          patch.object(topk, "_lookup", counted)):
+        took = index._top_pruned(query, view, 10, None)
+    assert took is not None and took == index.top(query, view, 10)
+    assert max(read) < len(docs) // 4  # the candidates scored: a fraction of the postings
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 300)), max_size=200),
+       avgdl=st.floats(0.5, 400.0))
+def test_impact_order_runs_never_rise_within_a_term_frequency(
+    pairs: list[tuple[int, int]], avgdl: float
+) -> None:
+    """Runs list every posting once, hold one (tf, length) each, go by tf descending then
+    length ascending, so within a tf the impact only falls, whatever the average length."""
+    tf = np.array([p[0] for p in pairs], np.float32)
+    lengths = np.array([p[1] for p in pairs], np.float64)
+    order = topk.ImpactOrder.of(tf, lengths)
+    assert sorted(order.perm.tolist()) == list(range(len(pairs)))
+    for r in range(order.run_tf.shape[0]):
+        inside = order.perm[order.run_start[r] : order.run_start[r + 1]]
+        assert inside.size and np.all(tf[inside] == order.run_tf[r])
+        assert np.all(lengths[inside] == order.run_len[r])
+        assert list(inside) == sorted(inside)
+    keys = list(zip(-order.run_tf, order.run_len, strict=True))
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    unit = order.run_tf * 2.2 / (order.run_tf + bm25.length_norm(order.run_len, avgdl))
+    same_tf = order.run_tf[1:] == order.run_tf[:-1]
+    assert np.all(unit[1:][same_tf] <= unit[:-1][same_tf])
+
+
+def test_impact_order_refuses_unaligned_or_fractional_input() -> None:
+    with pytest.raises(ValueError, match="aligned"):
+        topk.ImpactOrder.of(np.ones(3, np.float32), np.ones(2))
+    with pytest.raises(ValueError, match="whole numbers"):
+        topk.ImpactOrder.of(np.ones(2, np.float32), np.array([1.0, 2.5]))
 
 
 def test_pruning_answers_a_query_with_a_rare_and_a_common_word() -> None:

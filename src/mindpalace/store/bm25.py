@@ -14,7 +14,8 @@ Two ways to get the postings, same scores:
   to the scope with a boolean mask (fast path, ~ms at 100k documents). It is kept up to date
   in place: new documents (ids only grow) are appended to a small side segment that is folded
   into the main one now and then, deleted documents are masked out; the scores are exactly
-  those of an index built from scratch;
+  those of an index built from scratch. In scopes of 50,000+ documents the long posting lists
+  are read by impact, only as deep as the top k needs (:mod:`mindpalace.store.topk`);
 * :func:`score_postings` over postings read per query term from SQL (used while the cache is
   stale or inside a write transaction).
 
@@ -26,7 +27,6 @@ append costs O(1) instead of O(its tokens). Scores are the same as with its post
 
 from __future__ import annotations
 
-import math
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,14 +35,10 @@ from typing import Any, overload
 
 import numpy as np
 
-K1 = 1.2
-B = 0.75
+from mindpalace.store import topk
+from mindpalace.store.okapi import K1, idf, length_norm, top_k
+
 _BLOCK = 1 << 18  # occurrences mapped to positions at a time while building
-
-
-def idf(n_docs: int, n_hit: int) -> float:
-    """ln(1 + (N − n + 0.5)/(n + 0.5)): positive for every n ≤ N (no common-term cliff)."""
-    return math.log(1.0 + (n_docs - n_hit + 0.5) / (n_hit + 0.5))
 
 
 def score_postings(
@@ -88,31 +84,6 @@ def score_postings(
 
 
 _NO_LENGTHS = np.empty(0)
-
-
-def length_norm(doc_len: np.ndarray, avgdl: float) -> np.ndarray:
-    """BM25's per-document length normalisation K1·(1 − B + B·len/avgdl) (float64)."""
-    return K1 * (1.0 - B + B * doc_len / max(avgdl, 1e-9))
-
-
-def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """(doc id, score) of the best `k` positive scores, ties broken by smaller doc id."""
-    cand = np.flatnonzero(score > 0.0)
-    if cand.size == 0 or k <= 0:
-        return []
-    s = score[cand]
-    if cand.size > k:
-        kth = np.partition(s, cand.size - k)[cand.size - k]  # k-th largest
-        greater = np.flatnonzero(s > kth)
-        ties = np.flatnonzero(s == kth)
-        need = k - greater.size
-        if ties.size > need:  # of the k-th score's ties only the smallest ids can make it
-            ties = ties[np.argpartition(ids[cand[ties]], need - 1)[:need]]
-        keep = np.concatenate([greater, ties])
-        cand, s = cand[keep], s[keep]
-    found = ids[cand]
-    order = np.lexsort((found, -s))[:k]
-    return [(int(found[i]), float(s[i])) for i in order]
 
 
 class _Grow:
@@ -307,6 +278,8 @@ class _Segment:
     starts: _Starts
     post_doc: np.ndarray  # document positions, int32
     post_tf: np.ndarray  # term frequencies, float32 (small integers: exact)
+    # token → its postings' impact order (the long lists a query read), built on first use
+    impacts: dict[str, topk.ImpactOrder] = field(default_factory=dict)
 
     @classmethod
     def grouped(
@@ -560,77 +533,71 @@ class PostingIndex:
         return top_k(score, self.doc_ids[scope_pos], k)
 
 
-    def _all_postings(self, token: str) -> tuple[np.ndarray, np.ndarray]:
-        """(index positions ascending int32, term frequencies float32) of `token` over the
-        whole index (every scope, deleted documents included)."""
-        start, end = self.main.starts.get(token, (0, 0))
-        idx, tf = self.main.post_doc[start:end], self.main.post_tf[start:end]
-        side = self.delta.get(token)
-        if side is not None:  # appended later: positions above the main segment's
-            idx = np.concatenate([idx, np.asarray(side[0], np.int32)])
-            tf = np.concatenate([tf, np.asarray(side[1], np.float32)])
-        return idx, tf
-
     def _top_pruned(
         self, tokens: Sequence[str], view: _ScopeView, k: int, max_df_ratio: float | None
     ) -> list[tuple[int, float]] | None:
-        """:meth:`top` without scoring every document that holds a common term (MaxScore).
-
-        A term adds at most idf·(K1 + 1) to a score. The documents holding one of the rarer
-        terms are scored exactly (the common terms' frequencies looked up by binary search in
-        their posting lists, terms added in query order: the same float64 arithmetic as the
-        dense loop); when the k-th best of them scores above the sum of the common terms'
-        bounds, no other document can reach it (a tie would need that score too), so their
-        top k is the top k. Else None: the caller scores densely. Same ids, scores and order.
-        """
-        mask = view.mask.a
+        """:meth:`top` without scoring every document that holds a common term: the long
+        posting lists read by impact, as deep as the answer needs (:func:`topk.exact_top_k`).
+        Same ids, scores and order; None when that would not save work (the caller scores
+        densely)."""
         lists = [self._all_postings(token) for token in tokens]
-        dfs = [self._scope_df(view, token, idx) for token, (idx, _) in zip(tokens, lists, strict=True)]
+        dfs = [self._scope_df(view, token, idx, side)
+               for token, (idx, _, side, _) in zip(tokens, lists, strict=True)]
         terms = list(range(len(lists)))
         if max_df_ratio is not None and len(terms) > 1:  # as score_postings drops terms
             keep = [t for t in terms if dfs[t] <= max_df_ratio * view.n_docs]
             terms = keep or [int(np.argmin(dfs))]
         terms = [t for t in terms if dfs[t] > 0]
-        if len(terms) < 2:
+        if not terms:
             return None
-        weights = {t: idf(view.n_docs, dfs[t]) for t in terms}
-        by_bound = sorted(terms, key=lambda t: (weights[t], t))  # commonest first
-        for common in range(len(terms) - 1, 0, -1):  # fewest candidates first
-            rare = by_bound[common:]
-            if sum(dfs[t] for t in rare) > max(PRUNE_MAX_CANDIDATES, 4 * k):
-                return None
-            bound = sum(weights[t] for t in by_bound[:common]) * (K1 + 1.0)
-            held = [lists[t][0][mask[lists[t][0]]] for t in rare]  # each ascending, distinct
-            cand = held[0] if len(held) == 1 else np.unique(np.concatenate(held))
-            if cand.shape[0] < k:
-                continue
-            norm = length_norm(view.lengths[view.local[cand]], view.avgdl)  # elementwise
-            score = np.zeros(cand.shape[0], dtype=np.float64)
-            for t in terms:  # query order: the dense loop's order of additions
-                idx, tf_all = lists[t]
-                at = np.minimum(np.searchsorted(idx, cand), max(idx.shape[0] - 1, 0))
-                hit = np.flatnonzero(idx[at] == cand)
-                tf = tf_all[at[hit]].astype(np.float64)
-                score[hit] += weights[t] * (tf * (K1 + 1.0)) / (tf + norm[hit])
-            positive = score[score > 0.0]
-            if positive.shape[0] < k:
-                continue
-            kth = float(np.partition(positive, positive.shape[0] - k)[positive.shape[0] - k])
-            if kth > bound * (1.0 + 1e-9) + 1e-12:
-                return top_k(score, self.doc_ids[cand], k)
-        return None
+        postings = [
+            topk.TermPostings(
+                idf(view.n_docs, dfs[t]), *lists[t],
+                self._impact_order(tokens[t]) if lists[t][0].shape[0] >= max(topk.LONG_POSTINGS, 1) else None,
+            )
+            for t in terms  # query order: the dense pass's order of additions
+        ]
+        stats = topk.ScopeStats(view.mask.a, self.lens.a, view.avgdl)
+        return topk.exact_top_k(postings, stats, self.ids.a, k,
+                                max_candidates=max(PRUNE_MAX_CANDIDATES, 4 * k))
 
+    def _all_postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(main positions ascending int32, their term frequencies float32, appended positions
+        ascending and above the main ones, their frequencies) of `token` over the whole index
+        (every scope, deleted documents included)."""
+        start, end = self.main.starts.get(token, (0, 0))
+        idx, tf = self.main.post_doc[start:end], self.main.post_tf[start:end]
+        side = self.delta.get(token)
+        if side is None:
+            return idx, tf, _NO_POSITIONS, _NO_FREQUENCIES
+        return idx, tf, np.asarray(side[0], np.int32), np.asarray(side[1], np.float32)
+
+    def _impact_order(self, token: str) -> topk.ImpactOrder:
+        """The impact order of `token`'s main postings, kept until the next fold (bounded by
+        the bytes held)."""
+        held = self.main.impacts.get(token)
+        if held is None:
+            start, end = self.main.starts[token]
+            docs = self.main.post_doc[start:end]
+            held = topk.ImpactOrder.of(self.main.post_tf[start:end], self.lens.a[docs])
+            if sum(o.nbytes for o in self.main.impacts.values()) > _IMPACT_BYTES:
+                self.main.impacts.clear()
+            self.main.impacts[token] = held
+        return held
 
     @staticmethod
-    def _scope_df(view: _ScopeView, token: str, idx: np.ndarray) -> int:
-        """Documents of `view`'s scope holding `token` (`idx`: its postings, ascending),
-        counted once per scope and then only over the positions appended since."""
+    def _scope_df(view: _ScopeView, token: str, idx: np.ndarray, side: np.ndarray) -> int:
+        """Documents of `view`'s scope holding `token` (`idx`, `side`: its main and appended
+        postings, ascending), counted once per scope and then only over the positions
+        appended since."""
         held = view.dfs.get(token)
+        mask = view.mask.a
         if held is None:
-            df = int(np.count_nonzero(view.mask.a[idx]))
-        else:
-            tail = idx[int(np.searchsorted(idx, held[1])) :]
-            df = held[0] + int(np.count_nonzero(view.mask.a[tail]))
+            df = int(np.count_nonzero(mask[idx])) + int(np.count_nonzero(mask[side]))
+        else:  # positions below held[1] were counted; the main ones all lie below it
+            from_main = idx[int(np.searchsorted(idx, held[1])) :]
+            from_side = side[int(np.searchsorted(side, held[1])) :]
+            df = held[0] + int(np.count_nonzero(mask[from_main])) + int(np.count_nonzero(mask[from_side]))
         if len(view.dfs) > 50_000:  # bounded: every distinct query word of the scope
             view.dfs.clear()
         view.dfs[token] = (df, view.done)
@@ -638,11 +605,15 @@ class PostingIndex:
 
 
 PRUNE_MIN_DOCS = 50_000
-"""Scopes from which :meth:`PostingIndex.top` tries MaxScore pruning (below it the dense
-pass over the scope is cheap)."""
+"""Scopes from which :meth:`PostingIndex.top` reads long posting lists by impact (below it
+the dense pass over the scope is cheap)."""
 
 PRUNE_MAX_CANDIDATES = 200_000
-"""Postings of the rarer terms above which pruning gives up (the dense pass is as cheap)."""
+"""Postings read above which the impact read gives up (the dense pass is as cheap)."""
+
+_IMPACT_BYTES = 64 << 20  # impact orders held per main segment (~16M postings' worth)
+_NO_POSITIONS = np.empty(0, np.int32)
+_NO_FREQUENCIES = np.empty(0, np.float32)
 
 
 def _collapse(
