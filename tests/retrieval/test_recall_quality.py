@@ -157,19 +157,26 @@ class TestDates:
         assert {h.ref for h in plain} == {h.ref for h in dated}
 
 
+def start_next_week(memory: Memory, uid: str) -> tuple[list[str], dict[str, int]]:
+    """Eight short user statements that all end "start next week", each followed by a long
+    assistant reply repeating its topic: (topics, the statement's message id per topic)."""
+    rng = np.random.default_rng(3)
+    topics = ["violin lessons", "garden tomatoes", "marathon training", "tax return", "kitchen tiles",
+              "piano recital", "car insurance", "bird watching"]
+    s = memory.session("s1", user=uid, agent="a")
+    answers = {}
+    for t in topics:
+        answers[t] = s.add_message({"role": "user", "content": f"my {t} start next week"})
+        words = " ".join(rng.choice(["plan", "maybe", "time", "week", "next", "start", t]) for _ in range(150))
+        s.add_message({"role": "assistant", "content": f"About {t}: {words}"})
+    return topics, answers
+
+
 class TestFusionNeverWorse:
     def test_fused_recall_at_least_the_best_single_list(self, memory: Memory, uid: str) -> None:
         """A small fixture of short statements and long replies: recall@3 of the fused list is
         at least that of the keyword-only and the vector-only list."""
-        rng = np.random.default_rng(3)
-        topics = ["violin lessons", "garden tomatoes", "marathon training", "tax return", "kitchen tiles",
-                  "piano recital", "car insurance", "bird watching"]
-        s = memory.session("s1", user=uid, agent="a")
-        answers = {}
-        for t in topics:
-            answers[t] = s.add_message({"role": "user", "content": f"my {t} start next week"})
-            words = " ".join(rng.choice(["plan", "maybe", "time", "week", "next", "start", t]) for _ in range(150))
-            s.add_message({"role": "assistant", "content": f"About {t}: {words}"})
+        topics, answers = start_next_week(memory, uid)
         scope = user_scope(memory, uid)
 
         def recall_at(settings: FactSettings) -> float:
@@ -227,15 +234,7 @@ class TestFollowups:
         in more than ``supersede_followup_max_uses`` statements name no subject, so no later
         statement is taken as the update of the one asked about (with every content word a
         subject word, one is, and the answer drops out of the top 3)."""
-        rng = np.random.default_rng(3)
-        topics = ["violin lessons", "garden tomatoes", "marathon training", "tax return", "kitchen tiles",
-                  "piano recital", "car insurance", "bird watching"]
-        s = memory.session("s1", user=uid, agent="a")
-        answers = {}
-        for t in topics:
-            answers[t] = s.add_message({"role": "user", "content": f"my {t} start next week"})
-            words = " ".join(rng.choice(["plan", "maybe", "time", "week", "next", "start", t]) for _ in range(150))
-            s.add_message({"role": "assistant", "content": f"About {t}: {words}"})
+        topics, answers = start_next_week(memory, uid)
         scope = user_scope(memory, uid)
 
         def found(max_uses: int) -> int:
