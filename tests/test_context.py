@@ -316,10 +316,16 @@ def test_the_prompt_never_exceeds_its_budget(
     assert built.report.total_tokens == exact <= budget
     assert sum(t for _, t in built.report.blocks) == exact
     assert check_pairing(built.messages) == []
-    if exact < s.memory.tokens.count_messages(
-        s.context_builder.build(10**7, system_prompt=system, tools=tools, messages=msgs).messages, tools
-    ):
-        assert built.report.degradations  # anything cut is named
+    # Anything cut is named. The recalled block is a best-first selection under its share of
+    # THIS budget (more room holds more matching records; the pool also grows with the other
+    # examples' sessions in this workspace), so it is compared out of both sides.
+    big = s.context_builder.build(10**7, system_prompt=system, tools=tools, messages=msgs)
+
+    def not_recalled(b: Any) -> int:
+        return b.report.total_tokens - dict(b.report.blocks).get("recalled memory", 0)
+
+    if not_recalled(built) < not_recalled(big):
+        assert built.report.degradations
 
 
 def test_default_budget_is_window_minus_completion_minus_buffer(tmp_path: Path) -> None:
