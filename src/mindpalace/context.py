@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 from mindpalace.blocks import (
@@ -460,14 +461,28 @@ class ContextBuilder:
         if system_prompt is not None:
             fixed.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
 
+        # The consolidator asks for several `first`s over one range (a binary search over its
+        # cut): the timestamps are read once for the widest range asked, each answer counted once.
+        memo: dict[tuple[int, int], int] = {}
+        stamps: dict[int, datetime] = {}
+        read = (0, -1)  # the index range whose stamps `stamps` holds
+
         def tokens(first: int) -> int:
+            nonlocal read, stamps
             _, last = self.sources.message_range()
+            if (first, last) in memo:
+                return memo[first, last]
             parts = list(fixed)
             if self.recaller is not None and first <= last:
-                dates = self.recaller.message_dates(range(first, last + 1))
+                if not read[0] <= first <= last <= read[1]:
+                    lo = first if read[1] < read[0] else min(first, read[0])
+                    stamps = self.recaller.message_stamps(lo, last)
+                    read = (lo, last)
+                dates = self.recaller.message_dates(range(first, last + 1), stamps)
                 if dates:
                     parts.append(_Part(Block.MESSAGE_DATES, dates))
-            return sum(self.counter.count_message(m) for m in self._flat(parts))
+            memo[first, last] = sum(self.counter.count_message(m) for m in self._flat(parts))
+            return memo[first, last]
 
         return tokens
 

@@ -45,7 +45,7 @@ build the context builder asks :class:`MemoryRecaller` for
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import groupby
@@ -555,15 +555,24 @@ class MemoryRecaller:
         return lead + cut + (" …" if cut != body else "")
 
     # -- 3. dates of the verbatim conversation -------------------------------------------------
-    def message_dates(self, indexes: Sequence[int]) -> str | None:
+    def message_stamps(self, lo: int, hi: int) -> dict[int, datetime]:
+        """When the session's messages `lo`…`hi` (inclusive) were written: message index →
+        timestamp (aware), read in one query; messages without a stored event are absent."""
+        return {ev.version: from_iso(ev.data["timestamp"]) for ev in
+                self.store.read_events(self.scope, MESSAGE_STREAM, from_version=lo, to_version=hi)}
+
+    def message_dates(
+        self, indexes: Sequence[int], stamps: Mapping[int, datetime] | None = None
+    ) -> str | None:
         """A note saying when the messages `indexes` (this session, shown in this order as
         the conversation) were written: runs of consecutive messages with the same date,
-        e.g. ``#1–18 (message:601–618): 8 May 2023, 13:56``. None when there are none."""
+        e.g. ``#1–18 (message:601–618): 8 May 2023, 13:56``. None when there are none.
+        `stamps` (from :meth:`message_stamps`, covering `indexes`) saves the read when the
+        caller asks for several notes over one range."""
         if not indexes:
             return None
-        lo, hi = min(indexes), max(indexes)
-        stamps = {ev.version: from_iso(ev.data["timestamp"]) for ev in
-                  self.store.read_events(self.scope, MESSAGE_STREAM, from_version=lo, to_version=hi)}
+        if stamps is None:
+            stamps = self.message_stamps(min(indexes), max(indexes))
         runs: list[list[tuple[int, int, datetime]]] = []  # (position, index, time)
         for pos, index in enumerate(indexes, start=1):
             when = stamps.get(index)

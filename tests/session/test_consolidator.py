@@ -573,3 +573,27 @@ def test_the_dates_of_archived_messages_do_not_make_the_target_unreachable(tmp_p
         assert not result.target_unreachable and s.consolidator.state().backoff is None
         assert result.prompt_tokens_after <= result.target_tokens
         assert s.messages.count() - s.consolidator.last_consolidated > 2  # recent turns stay verbatim
+
+
+def test_the_fixed_part_reads_the_message_dates_once_per_consolidation(tmp_path, monkeypatch) -> None:
+    """The consolidator's binary search over its cut asks the fixed part for many starts; the
+    timestamps are read once for the widest range, and every answer equals a fresh count."""
+    from datetime import UTC, datetime, timedelta
+
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as m:
+        s = m.session("dated", user="u")
+        start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": text(12, i)} for i in range(120)]
+        s.messages.add_many(msgs, timestamps=[start + timedelta(days=i // 3, minutes=i) for i in range(120)])
+        builder = s.context_builder
+        recaller = builder.recaller
+        assert recaller is not None
+        reads: list[tuple[int, int]] = []
+        real = recaller.message_stamps
+        monkeypatch.setattr(recaller, "message_stamps", lambda lo, hi: reads.append((lo, hi)) or real(lo, hi))
+        shared = builder.fixed_tokens_from(2_000)
+        firsts = [1, 60, 30, 90, 45, 119, 121, 60]
+        got = [shared(f) for f in firsts]
+        assert reads == [(1, 120)]  # one read; later starts and repeats are answered from it
+        assert got == [builder.fixed_tokens_from(2_000)(f) for f in firsts]  # fresh, one per start
+        assert got[0] > got[1] > got[3] > got[6]  # the note shrinks with the live messages
