@@ -43,7 +43,7 @@ from mindpalace.retrieval.fetch import (
     searchable_scopes,
     stem_words,
 )
-from mindpalace.retrieval.supersession import choose_corrections, find_followups
+from mindpalace.retrieval.supersession import choose_corrections, find_followups, followup_texts
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
 
 _SENTENCE_MEMO = 16_384  # sentence vectors a retriever remembers for follow-ups
+_WARM_MAX_CHARS = 4_096  # longer statements' sentences are embedded when a query needs them
+_FOLLOWUP_MEMO = 20_000  # follow-up answers (anchor, sentence) kept per search generation
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
 
@@ -202,6 +204,10 @@ class HybridRetriever:
         self._uses_generation: object = None
         self._uses_lock = threading.Lock()
         self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
+        # follow-up answers of one store search generation, per searched scopes:
+        # {(anchor id, anchor sentence): the later statement that is its current value, or None}
+        self._followups: dict[tuple[Scope, ...], dict[tuple[int, str], Document | None]] = {}
+        self._followups_generation: object = None
 
     # -- embedding sync --------------------------------------------------------------------
     def sync_embeddings(self) -> int:
@@ -209,6 +215,10 @@ class HybridRetriever:
 
         Cheap when nothing changed (one O(1) store read). Raises ProviderError if the
         embedder fails (vectors written so far are kept).
+
+        With follow-ups on, the sentences that follow-ups compare of the statements embedded
+        here are embedded too (:meth:`_warm_sentences`): index-time work, so that a recall
+        embeds its query only.
         """
         return self._sync()[0]
 
@@ -230,6 +240,11 @@ class HybridRetriever:
             from mindpalace.retrieval.embedding_sync import sync_embeddings, sync_new_embeddings
 
             batch = max(64, self.embedder.batch_size)
+            s = self.settings
+            warm = (
+                self._warm_sentences
+                if s.supersede_followups and s.supersede_similarity < 1.0 else None
+            )
             appended_only = self.store.append_only_generation()
             if self._synced_upto is not None and appended_only == self._synced_appended_only:
                 # Only documents were added since the last full sync: embed those above it.
@@ -237,7 +252,7 @@ class HybridRetriever:
                     self.store, self.embedder, self._synced_upto, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
-                    context_after_question=self.context_after_question,
+                    context_after_question=self.context_after_question, embedded=warm,
                 )
             else:
                 upto = self.store.last_document_id()  # read first: later ids are above it
@@ -245,7 +260,7 @@ class HybridRetriever:
                     self.store, self.embedder, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
-                    context_after_question=self.context_after_question,
+                    context_after_question=self.context_after_question, embedded=warm,
                 ).embedded
                 self._synced_upto, self._synced_appended_only = upto, appended_only
             self._synced = generation = self.store.search_generation()
@@ -481,8 +496,9 @@ class HybridRetriever:
         system text — those talk about the speakers' facts, they do not update them) are the
         anchors, unless :meth:`_supersede` already marked them; the search reads only
         `scopes` (I10). The anchor is marked ``superseded_by``. `generation`: the store's
-        search generation of this query (remembers the speaker's word counts while it stays).
-        Sentence vectors are remembered (:meth:`_embed_sentences`)."""
+        search generation of this query: the speaker's word counts and each anchor sentence's
+        answer are remembered while it stays (None: not remembered). Sentence vectors are
+        remembered (:meth:`_embed_sentences`)."""
         assert self.embedder is not None
         s = self.settings
         anchors = [
@@ -530,13 +546,21 @@ class HybridRetriever:
                         self._uses[memo] = count
             return count
 
+        known: dict[tuple[int, str], Document | None] | None = None
+        if generation is not None:
+            with self._uses_lock:
+                if self._followups_generation != generation:
+                    self._followups, self._followups_generation = {}, generation
+                if sum(map(len, self._followups.values())) >= _FOLLOWUP_MEMO:
+                    self._followups = {}
+                known = self._followups.setdefault(where, {})
         found = find_followups(
             [c.doc for c in anchors], qvec, search=search,
             same_speaker=lambda a, b: _speaker_key(a) == _speaker_key(b),
             later=lambda a, b: _doc_time_key(a) < _doc_time_key(b),
             states=lambda d: not asks(d.text), embed=self._embed_sentences,
             similarity=s.supersede_followup_similarity,
-            uses=uses, max_uses=s.supersede_followup_max_uses,
+            uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
         )
         if not found:
             return ranked
@@ -558,6 +582,26 @@ class HybridRetriever:
             if newer.supersedes is None:
                 newer.supersedes = _label(anchor.doc)
         return order
+
+    def _warm_sentences(self, docs: list[Document]) -> None:
+        """Embed into the sentence memo the :func:`~mindpalace.retrieval.supersession.
+        followup_texts` of the statements among `docs` (just given vectors by the sync):
+        messages that state something (:func:`_states`) of at most ``_WARM_MAX_CHARS``
+        characters. One embed call per sync batch; nothing when the memo has no room for them
+        (it is never emptied for this: what is not held is embedded when a query needs it)."""
+        assert self.embedder is not None
+        texts = [
+            t for d in docs
+            if d.kind == MESSAGE_KIND and len(d.text) <= _WARM_MAX_CHARS and _states(d)
+            for t in followup_texts(d.text)
+        ]
+        model = self.embedder.model_id
+        memo = self._sentence_vectors
+        missing = [t for t in dict.fromkeys(texts) if (model, t) not in memo]
+        if not missing or len(memo) + len(missing) > _SENTENCE_MEMO:
+            return
+        for t, v in zip(missing, self.embedder.embed(missing), strict=True):
+            memo[(model, t)] = v
 
     def _embed_sentences(self, texts: list[str]) -> np.ndarray:
         """The embedder's (len(texts), dim) vectors of `texts`, each text embedded once per
