@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 _SENTENCE_MEMO = 16_384  # sentence vectors a retriever remembers for follow-ups
 _WARM_MAX_CHARS = 4_096  # longer statements' sentences are embedded when a query needs them
 _FOLLOWUP_MEMO = 20_000  # follow-up answers (anchor, sentence) kept per search generation
+_USES_MEMO = 50_000  # words whose top keyword hits follow-ups keep per search generation
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
 
@@ -200,7 +201,9 @@ class HybridRetriever:
         self._vectors = VectorCache()
         # (speaker key, word) → statements of that speaker containing the word, valid for one
         # store search generation (follow-ups ask the same words again across queries)
-        self._uses: dict[tuple[tuple[Scope, ...], tuple[object, ...], str], int] = {}
+        # (scopes, kind, word) → the speaker key and whether it asks, of each of the word's top
+        # keyword hits (any speaker: the count of each speaker is read off the same hits)
+        self._uses: dict[tuple[tuple[Scope, ...], str, str], list[tuple[tuple[object, ...], bool]]] = {}
         self._uses_generation: object = None
         self._uses_lock = threading.Lock()
         self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
@@ -524,27 +527,29 @@ class HybridRetriever:
         def uses(anchor: Document, word: str) -> int:
             # the speaker's statements containing `word` (keyword hits: BM25 puts the short
             # statements of a frequent word first, so `reach` hits see past max_uses of them);
-            # remembered while the store's search generation stays (None: not remembered)
+            # the hits are remembered while the store's search generation stays (None: not
+            # remembered), for every speaker at once
             key = _speaker_key(anchor)
-            memo = (where, key, word)
+            memo = (where, anchor.kind, word)
+            hits: list[tuple[tuple[object, ...], bool]] | None = None
             if generation is not None:
                 with self._uses_lock:
                     if self._uses_generation != generation:
                         self._uses, self._uses_generation = {}, generation
-                    known = self._uses.get(memo)
-                if known is not None:
-                    return known
-            reach = 4 * (s.supersede_followup_max_uses + 1)
-            count = sum(
-                1 for scope in scopes
-                for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
-                if _speaker_key(h.doc) == key and not asks(h.doc.text)
-            )
-            if generation is not None:
-                with self._uses_lock:
-                    if self._uses_generation == generation:
-                        self._uses[memo] = count
-            return count
+                    hits = self._uses.get(memo)
+            if hits is None:
+                reach = 4 * (s.supersede_followup_max_uses + 1)
+                hits = [
+                    (_speaker_key(h.doc), asks(h.doc.text)) for scope in scopes
+                    for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
+                ]
+                if generation is not None:
+                    with self._uses_lock:
+                        if self._uses_generation == generation:
+                            if len(self._uses) >= _USES_MEMO:
+                                self._uses = {}
+                            self._uses[memo] = hits
+            return sum(1 for who, asking in hits if who == key and not asking)
 
         known: dict[tuple[int, str], Document | None] | None = None
         if generation is not None:
