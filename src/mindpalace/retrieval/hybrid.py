@@ -403,26 +403,26 @@ class HybridRetriever:
         lenders = _Lenders(placed, sids, index, self.settings.neighbor_from == "questions")
         # Neighbours that matched nothing themselves are fetched so they can be lifted too
         # (fused 0: they lend nothing, so the lenders stay those found above).
-        by_session: dict[int, list[str]] = defaultdict(list)
-        for sid, j in lenders.missing(len(weights)):  # ascending, each once
-            by_session[sid].append(str(j))
-        wanted = {scopes[sid]: refs for sid, refs in by_session.items()}
-        docs = self._neighbours.documents(self.store, MESSAGE_KIND, wanted, generation=generation)
-        infos = [doc_facts(doc) for doc in docs]
+        wanted = {scopes[sid]: refs for sid, refs in lenders.missing_refs(len(weights))}
+        infos = self._neighbours.facts(self.store, MESSAGE_KIND, wanted, generation=generation)
         finals, source = lenders.credit(
             placed, [session_of[i.scope_key] for i in infos], [i.position for i in infos], weights
         )
-        left_out: list[tuple[DocFacts, float]] = []
         out = (
             _cannot_reach(cands.values(), finals, keep, self.settings)
             if keep is not None and finals else None
         )
-        for j, (doc, info, final) in enumerate(zip(docs, infos, finals, strict=True)):
-            if out is not None and out[j]:
-                left_out.append((info, final))
-                continue
+        if out is None:
+            left_out: list[tuple[DocFacts, float]] = []
+            reach: Iterable[int] = range(len(infos))
+        else:  # most neighbours: their facts and finals only, no candidate built
+            left = np.array(out, dtype=bool)
+            left_out = [(infos[j], finals[j]) for j in np.flatnonzero(left).tolist()]
+            reach = np.flatnonzero(~left).tolist()
+        for j in reach:
+            doc = infos[j].doc
             cand = cands[doc.id] = _Candidate(doc)  # its facts: the memo's, as `info`
-            cand.final = final
+            cand.final = finals[j]
             if source[j] >= 0:  # fused 0: any lift exceeds it
                 cand.neighbor = placed[source[j]].doc.ref
         return left_out
@@ -676,6 +676,27 @@ class _Lenders:
     def missing(self, reach: int) -> list[tuple[int, int]]:
         """(session number, message index ≥ 1) of every position within `reach` turns of a
         lender that holds no candidate yet, each once, ascending."""
+        keys = self._missing_keys(reach)
+        mask = (1 << 40) - 1
+        return list(zip((keys >> 40).tolist(), (keys & mask).tolist(), strict=True))
+
+    def missing_refs(self, reach: int) -> list[tuple[int, list[str]]]:
+        """:meth:`missing` by session: (session number, the refs of its missing positions,
+        ascending), sessions ascending — without a Python step per position."""
+        keys = self._missing_keys(reach)
+        if not len(keys):
+            return []
+        sessions = keys >> 40
+        bounds = np.flatnonzero(np.diff(sessions)) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), len(keys)]
+        index = (keys & ((1 << 40) - 1)).tolist()
+        return [
+            (int(sessions[a]), list(map(str, index[a:b]))) for a, b in zip(starts, ends, strict=True)
+        ]
+
+    def _missing_keys(self, reach: int) -> np.ndarray:
+        """The position keys of :meth:`missing`, ascending."""
         offsets = np.array([o for d in range(1, reach + 1) for o in (-d, d)], dtype=np.int64)
         near = (self.lender_keys[:, None] + offsets[None, :]).ravel()
         near_index = (self.index[self.at][:, None] + offsets[None, :]).ravel()
@@ -687,8 +708,7 @@ class _Lenders:
             held = np.sort(self.keys)
             at = np.minimum(np.searchsorted(held, keys), len(held) - 1)
             keys = keys[held[at] != keys]
-        mask = (1 << 40) - 1
-        return list(zip((keys >> 40).tolist(), (keys & mask).tolist(), strict=True))
+        return keys
 
     def credit(
         self, placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],
