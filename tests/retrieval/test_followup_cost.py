@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -215,9 +216,15 @@ class TestSentencesAtSync:
         assert after == answers(fresh.search(scope, q, k=4))  # nothing remembered was reused
         assert after != before and any(by == "s1/4" for _, by, _ in after)
 
-    def test_off_follow_ups_embed_no_sentences_at_sync(self, memory: Memory, uid: str) -> None:
+    @pytest.mark.parametrize("settings", [
+        FactSettings(supersede_followups=0),
+        FactSettings(supersede_followups=5, supersede_followup_sentences_at_sync=False),
+    ], ids=["follow-ups off", "sentences at sync off"])
+    def test_off_no_sentences_are_embedded_at_sync(
+        self, memory: Memory, uid: str, settings: FactSettings
+    ) -> None:
         _statements(memory, uid, self.TEXTS)
-        r = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=0))
+        r = HybridRetriever(memory.store, memory.embedder, settings)
         count = _Counting(r)
         r.sync_embeddings()
         assert count.texts  # the documents were embedded

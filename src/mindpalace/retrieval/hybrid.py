@@ -219,9 +219,9 @@ class HybridRetriever:
         Cheap when nothing changed (one O(1) store read). Raises ProviderError if the
         embedder fails (vectors written so far are kept).
 
-        With follow-ups on, the sentences that follow-ups compare of the statements embedded
-        here are embedded too (:meth:`_warm_sentences`): index-time work, so that a recall
-        embeds its query only.
+        With follow-ups on (and ``supersede_followup_sentences_at_sync``), the sentences that
+        follow-ups compare of the statements embedded here are embedded too
+        (:meth:`_warm_sentences`): index-time work, so that a recall embeds its query only.
         """
         return self._sync()[0]
 
@@ -246,7 +246,8 @@ class HybridRetriever:
             s = self.settings
             warm = (
                 self._warm_sentences
-                if s.supersede_followups and s.supersede_similarity < 1.0 else None
+                if s.supersede_followups and s.supersede_similarity < 1.0
+                and s.supersede_followup_sentences_at_sync else None
             )
             appended_only = self.store.append_only_generation()
             if self._synced_upto is not None and appended_only == self._synced_appended_only:
