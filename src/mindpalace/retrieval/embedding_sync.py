@@ -40,6 +40,8 @@ MAX_CONTEXT_TURNS = 8
 
 Progress = Callable[[int, int], None]
 """progress(done, total): documents embedded so far and the total expected (may grow)."""
+Embedded = Callable[[list[Document]], None]
+"""embedded(documents): called with each batch of documents once their vectors are stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,7 @@ def sync_embeddings(
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
     context_turns: int = 0,
     context_after_question: bool = False,
+    embedded: Embedded | None = None,
 ) -> SyncReport:
     """Embed every document lacking a vector for ``embedder.model_id``; retire other models.
 
@@ -93,6 +96,9 @@ def sync_embeddings(
             embedder's model id was built with (``make_embedder``).
         context_after_question: give the context only to a message whose previous message
             asks (see :func:`preceding_context`).
+        embedded: called with each batch of documents after their vectors are stored (the
+            retriever embeds the sentences follow-ups compare there, see
+            :meth:`~mindpalace.retrieval.hybrid.HybridRetriever.sync_embeddings`).
     Returns:
         A :class:`SyncReport`.
     Raises:
@@ -112,11 +118,12 @@ def sync_embeddings(
     if progress:
         progress(0, total)
     while True:
-        embedded = _embed_missing(
+        count = _embed_missing(
             store, embedder, batch, progress, done, total, chunk_tokens, overlap_tokens,
             context_turns=context_turns, context_after_question=context_after_question,
+            embedded=embedded,
         )
-        done += embedded
+        done += count
         # Retire the old models only when nothing is missing, checked inside the same write
         # transaction as the delete, so a document indexed meanwhile is never left vectorless.
         with store.transaction():
@@ -139,12 +146,14 @@ def sync_new_embeddings(
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
     context_turns: int = 0,
     context_after_question: bool = False,
+    embedded: Embedded | None = None,
 ) -> tuple[int, int]:
     """Embed the documents above id `after_id` that lack a vector for ``embedder.model_id``
     (the incremental step of :func:`sync_embeddings`: no counting, no retiring of models).
 
     Only complete when nothing but appends happened since every document up to `after_id`
     had a vector (``store.append_only_generation()`` unchanged); the caller checks that.
+    `embedded`: as in :func:`sync_embeddings`.
 
     Returns:
         (documents embedded, the highest document id now known to have a vector, ≥ after_id).
@@ -165,13 +174,14 @@ def sync_new_embeddings(
         count += _embed_missing(
             store, embedder, batch, None, 0, 0, chunk_tokens, overlap_tokens, after_id=after_id,
             context_turns=context_turns, context_after_question=context_after_question,
+            embedded=embedded,
         )
 
 
 def _embed_missing(
     store: Store, embedder: Embedder, batch: int, progress: Progress | None, done: int, total: int,
     chunk_tokens: int, overlap_tokens: int, *, after_id: int = 0, context_turns: int = 0,
-    context_after_question: bool = False,
+    context_after_question: bool = False, embedded: Embedded | None = None,
 ) -> int:
     model, count, last_ids = embedder.model_id, 0, None
     while docs := store.documents_missing_embeddings(model, limit=max(1, batch), after_id=after_id):
@@ -191,6 +201,8 @@ def _embed_missing(
         vectors = embedder.embed([c for parts in chunks for c in parts])
         store.put_embeddings(ids, vectors, model, rows=[len(parts) for parts in chunks])
         last_ids, count = ids, count + len(ids)
+        if embedded is not None:
+            embedded(docs)
         if progress:
             progress(done + count, max(total, done + count))
     return count

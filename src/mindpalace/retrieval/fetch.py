@@ -77,8 +77,8 @@ class NeighbourCache:
         self.max_entries = max_entries
         self._generation: object = None
         self._size = 0
-        # {(kind, scope): {ref: document or None}}: a Scope is hashed once per scope, not per ref
-        self._docs: dict[tuple[str, Scope], dict[str, Document | None]] = {}
+        # {(kind, scope): {ref: the document's facts or None}}: a Scope is hashed once per scope
+        self._docs: dict[tuple[str, Scope], dict[str, DocFacts | None]] = {}
         self._lock = threading.Lock()
 
     def get(
@@ -98,11 +98,19 @@ class NeighbourCache:
 
         `generation`: ``store.search_generation()`` as the caller read it before this call
         (one read per query); None = read it here."""
+        return [f.doc for f in self.facts(store, kind, wanted, generation=generation)]
+
+    def facts(
+        self, store: Store, kind: str, wanted: Mapping[Scope, Collection[str]],
+        *, generation: object = None,
+    ) -> list[DocFacts]:
+        """The :func:`doc_facts` of :meth:`documents` (same order), derived once per document
+        read and held with it."""
         if not any(wanted.values()):
             return []
         if generation is None:
             generation = store.search_generation()
-        out: list[Document] = []
+        out: list[DocFacts] = []
         missing: list[tuple[Scope, str]] = []
         with self._lock:
             if generation != self._generation:
@@ -110,13 +118,13 @@ class NeighbourCache:
             for scope, refs in wanted.items():
                 held = self._docs.get((kind, scope), {})
                 for ref in refs:
-                    doc = held.get(ref, _ABSENT)
-                    if doc is _ABSENT:
+                    facts = held.get(ref, _ABSENT)
+                    if facts is _ABSENT:
                         missing.append((scope, ref))
-                    elif doc is not None:
-                        out.append(doc)
+                    elif facts is not None:
+                        out.append(facts)
         if missing:
-            fetched = store.get_documents_by_refs(kind, missing)
+            fetched = {key: doc_facts(doc) for key, doc in store.get_documents_by_refs(kind, missing).items()}
             with self._lock:
                 if self._generation == generation:  # not moved on by another thread meanwhile
                     if self._size + len(missing) > self.max_entries:

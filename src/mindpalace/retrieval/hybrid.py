@@ -43,7 +43,7 @@ from mindpalace.retrieval.fetch import (
     searchable_scopes,
     stem_words,
 )
-from mindpalace.retrieval.supersession import choose_corrections, find_followups
+from mindpalace.retrieval.supersession import choose_corrections, find_followups, followup_texts
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     from mindpalace.providers.embed.base import Embedder
 
 _SENTENCE_MEMO = 16_384  # sentence vectors a retriever remembers for follow-ups
+_WARM_MAX_CHARS = 4_096  # longer statements' sentences are embedded when a query needs them
+_FOLLOWUP_MEMO = 20_000  # follow-up answers (anchor, sentence) kept per search generation
+_USES_MEMO = 50_000  # words whose top keyword hits follow-ups keep per search generation
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
 
@@ -198,10 +201,16 @@ class HybridRetriever:
         self._vectors = VectorCache()
         # (speaker key, word) → statements of that speaker containing the word, valid for one
         # store search generation (follow-ups ask the same words again across queries)
-        self._uses: dict[tuple[tuple[Scope, ...], tuple[object, ...], str], int] = {}
+        # (scopes, kind, word) → the speaker key and whether it asks, of each of the word's top
+        # keyword hits (any speaker: the count of each speaker is read off the same hits)
+        self._uses: dict[tuple[tuple[Scope, ...], str, str], list[tuple[tuple[object, ...], bool]]] = {}
         self._uses_generation: object = None
         self._uses_lock = threading.Lock()
         self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
+        # follow-up answers of one store search generation, per searched scopes:
+        # {(anchor id, anchor sentence): the later statement that is its current value, or None}
+        self._followups: dict[tuple[Scope, ...], dict[tuple[int, str], Document | None]] = {}
+        self._followups_generation: object = None
 
     # -- embedding sync --------------------------------------------------------------------
     def sync_embeddings(self) -> int:
@@ -209,6 +218,10 @@ class HybridRetriever:
 
         Cheap when nothing changed (one O(1) store read). Raises ProviderError if the
         embedder fails (vectors written so far are kept).
+
+        With follow-ups on (and ``supersede_followup_sentences_at_sync``), the sentences that
+        follow-ups compare of the statements embedded here are embedded too
+        (:meth:`_warm_sentences`): index-time work, so that a recall embeds its query only.
         """
         return self._sync()[0]
 
@@ -230,6 +243,12 @@ class HybridRetriever:
             from mindpalace.retrieval.embedding_sync import sync_embeddings, sync_new_embeddings
 
             batch = max(64, self.embedder.batch_size)
+            s = self.settings
+            warm = (
+                self._warm_sentences
+                if s.supersede_followups and s.supersede_similarity < 1.0
+                and s.supersede_followup_sentences_at_sync else None
+            )
             appended_only = self.store.append_only_generation()
             if self._synced_upto is not None and appended_only == self._synced_appended_only:
                 # Only documents were added since the last full sync: embed those above it.
@@ -237,7 +256,7 @@ class HybridRetriever:
                     self.store, self.embedder, self._synced_upto, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
-                    context_after_question=self.context_after_question,
+                    context_after_question=self.context_after_question, embedded=warm,
                 )
             else:
                 upto = self.store.last_document_id()  # read first: later ids are above it
@@ -245,7 +264,7 @@ class HybridRetriever:
                     self.store, self.embedder, batch=batch,
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
-                    context_after_question=self.context_after_question,
+                    context_after_question=self.context_after_question, embedded=warm,
                 ).embedded
                 self._synced_upto, self._synced_appended_only = upto, appended_only
             self._synced = generation = self.store.search_generation()
@@ -385,26 +404,26 @@ class HybridRetriever:
         lenders = _Lenders(placed, sids, index, self.settings.neighbor_from == "questions")
         # Neighbours that matched nothing themselves are fetched so they can be lifted too
         # (fused 0: they lend nothing, so the lenders stay those found above).
-        by_session: dict[int, list[str]] = defaultdict(list)
-        for sid, j in lenders.missing(len(weights)):  # ascending, each once
-            by_session[sid].append(str(j))
-        wanted = {scopes[sid]: refs for sid, refs in by_session.items()}
-        docs = self._neighbours.documents(self.store, MESSAGE_KIND, wanted, generation=generation)
-        infos = [doc_facts(doc) for doc in docs]
+        wanted = {scopes[sid]: refs for sid, refs in lenders.missing_refs(len(weights))}
+        infos = self._neighbours.facts(self.store, MESSAGE_KIND, wanted, generation=generation)
         finals, source = lenders.credit(
             placed, [session_of[i.scope_key] for i in infos], [i.position for i in infos], weights
         )
-        left_out: list[tuple[DocFacts, float]] = []
         out = (
             _cannot_reach(cands.values(), finals, keep, self.settings)
             if keep is not None and finals else None
         )
-        for j, (doc, info, final) in enumerate(zip(docs, infos, finals, strict=True)):
-            if out is not None and out[j]:
-                left_out.append((info, final))
-                continue
+        if out is None:
+            left_out: list[tuple[DocFacts, float]] = []
+            reach: Iterable[int] = range(len(infos))
+        else:  # most neighbours: their facts and finals only, no candidate built
+            left = np.array(out, dtype=bool)
+            left_out = [(infos[j], finals[j]) for j in np.flatnonzero(left).tolist()]
+            reach = np.flatnonzero(~left).tolist()
+        for j in reach:
+            doc = infos[j].doc
             cand = cands[doc.id] = _Candidate(doc)  # its facts: the memo's, as `info`
-            cand.final = final
+            cand.final = finals[j]
             if source[j] >= 0:  # fused 0: any lift exceeds it
                 cand.neighbor = placed[source[j]].doc.ref
         return left_out
@@ -481,8 +500,9 @@ class HybridRetriever:
         system text — those talk about the speakers' facts, they do not update them) are the
         anchors, unless :meth:`_supersede` already marked them; the search reads only
         `scopes` (I10). The anchor is marked ``superseded_by``. `generation`: the store's
-        search generation of this query (remembers the speaker's word counts while it stays).
-        Sentence vectors are remembered (:meth:`_embed_sentences`)."""
+        search generation of this query: the speaker's word counts and each anchor sentence's
+        answer are remembered while it stays (None: not remembered). Sentence vectors are
+        remembered (:meth:`_embed_sentences`)."""
         assert self.embedder is not None
         s = self.settings
         anchors = [
@@ -508,35 +528,45 @@ class HybridRetriever:
         def uses(anchor: Document, word: str) -> int:
             # the speaker's statements containing `word` (keyword hits: BM25 puts the short
             # statements of a frequent word first, so `reach` hits see past max_uses of them);
-            # remembered while the store's search generation stays (None: not remembered)
+            # the hits are remembered while the store's search generation stays (None: not
+            # remembered), for every speaker at once
             key = _speaker_key(anchor)
-            memo = (where, key, word)
+            memo = (where, anchor.kind, word)
+            hits: list[tuple[tuple[object, ...], bool]] | None = None
             if generation is not None:
                 with self._uses_lock:
                     if self._uses_generation != generation:
                         self._uses, self._uses_generation = {}, generation
-                    known = self._uses.get(memo)
-                if known is not None:
-                    return known
-            reach = 4 * (s.supersede_followup_max_uses + 1)
-            count = sum(
-                1 for scope in scopes
-                for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
-                if _speaker_key(h.doc) == key and not asks(h.doc.text)
-            )
-            if generation is not None:
-                with self._uses_lock:
-                    if self._uses_generation == generation:
-                        self._uses[memo] = count
-            return count
+                    hits = self._uses.get(memo)
+            if hits is None:
+                reach = 4 * (s.supersede_followup_max_uses + 1)
+                hits = [
+                    (_speaker_key(h.doc), asks(h.doc.text)) for scope in scopes
+                    for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
+                ]
+                if generation is not None:
+                    with self._uses_lock:
+                        if self._uses_generation == generation:
+                            if len(self._uses) >= _USES_MEMO:
+                                self._uses = {}
+                            self._uses[memo] = hits
+            return sum(1 for who, asking in hits if who == key and not asking)
 
+        known: dict[tuple[int, str], Document | None] | None = None
+        if generation is not None:
+            with self._uses_lock:
+                if self._followups_generation != generation:
+                    self._followups, self._followups_generation = {}, generation
+                if sum(map(len, self._followups.values())) >= _FOLLOWUP_MEMO:
+                    self._followups = {}
+                known = self._followups.setdefault(where, {})
         found = find_followups(
             [c.doc for c in anchors], qvec, search=search,
             same_speaker=lambda a, b: _speaker_key(a) == _speaker_key(b),
             later=lambda a, b: _doc_time_key(a) < _doc_time_key(b),
             states=lambda d: not asks(d.text), embed=self._embed_sentences,
             similarity=s.supersede_followup_similarity,
-            uses=uses, max_uses=s.supersede_followup_max_uses,
+            uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
         )
         if not found:
             return ranked
@@ -558,6 +588,26 @@ class HybridRetriever:
             if newer.supersedes is None:
                 newer.supersedes = _label(anchor.doc)
         return order
+
+    def _warm_sentences(self, docs: list[Document]) -> None:
+        """Embed into the sentence memo the :func:`~mindpalace.retrieval.supersession.
+        followup_texts` of the statements among `docs` (just given vectors by the sync):
+        messages that state something (:func:`_states`) of at most ``_WARM_MAX_CHARS``
+        characters. One embed call per sync batch; nothing when the memo has no room for them
+        (it is never emptied for this: what is not held is embedded when a query needs it)."""
+        assert self.embedder is not None
+        texts = [
+            t for d in docs
+            if d.kind == MESSAGE_KIND and len(d.text) <= _WARM_MAX_CHARS and _states(d)
+            for t in followup_texts(d.text)
+        ]
+        model = self.embedder.model_id
+        memo = self._sentence_vectors
+        missing = [t for t in dict.fromkeys(texts) if (model, t) not in memo]
+        if not missing or len(memo) + len(missing) > _SENTENCE_MEMO:
+            return
+        for t, v in zip(missing, self.embedder.embed(missing), strict=True):
+            memo[(model, t)] = v
 
     def _embed_sentences(self, texts: list[str]) -> np.ndarray:
         """The embedder's (len(texts), dim) vectors of `texts`, each text embedded once per
@@ -627,6 +677,27 @@ class _Lenders:
     def missing(self, reach: int) -> list[tuple[int, int]]:
         """(session number, message index ≥ 1) of every position within `reach` turns of a
         lender that holds no candidate yet, each once, ascending."""
+        keys = self._missing_keys(reach)
+        mask = (1 << 40) - 1
+        return list(zip((keys >> 40).tolist(), (keys & mask).tolist(), strict=True))
+
+    def missing_refs(self, reach: int) -> list[tuple[int, list[str]]]:
+        """:meth:`missing` by session: (session number, the refs of its missing positions,
+        ascending), sessions ascending — without a Python step per position."""
+        keys = self._missing_keys(reach)
+        if not len(keys):
+            return []
+        sessions = keys >> 40
+        bounds = np.flatnonzero(np.diff(sessions)) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), len(keys)]
+        index = (keys & ((1 << 40) - 1)).tolist()
+        return [
+            (int(sessions[a]), list(map(str, index[a:b]))) for a, b in zip(starts, ends, strict=True)
+        ]
+
+    def _missing_keys(self, reach: int) -> np.ndarray:
+        """The position keys of :meth:`missing`, ascending."""
         offsets = np.array([o for d in range(1, reach + 1) for o in (-d, d)], dtype=np.int64)
         near = (self.lender_keys[:, None] + offsets[None, :]).ravel()
         near_index = (self.index[self.at][:, None] + offsets[None, :]).ravel()
@@ -638,8 +709,7 @@ class _Lenders:
             held = np.sort(self.keys)
             at = np.minimum(np.searchsorted(held, keys), len(held) - 1)
             keys = keys[held[at] != keys]
-        mask = (1 << 40) - 1
-        return list(zip((keys >> 40).tolist(), (keys & mask).tolist(), strict=True))
+        return keys
 
     def credit(
         self, placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],

@@ -22,7 +22,7 @@ A later statement B corrects an earlier A when
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -176,6 +176,16 @@ def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarit
     return chain[-1] if chain else closest
 
 
+def followup_texts(text: str) -> list[str]:
+    """The texts :func:`find_followups` may embed for a statement `text`, as anchor or as a
+    later statement: its sentences, and the whole text when it is one sentence (distinct,
+    in order). Embedding them ahead of a query (see
+    :meth:`~mindpalace.retrieval.hybrid.HybridRetriever.sync_embeddings`) leaves the query
+    only its own vector to embed."""
+    parts = sentences(text)
+    return parts if len(parts) > 1 else list(dict.fromkeys([text, *parts]))
+
+
 def best_sentence(text: str, query_vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> str:
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
     the part of a long message that the query retrieved it for."""
@@ -199,6 +209,37 @@ def followup_similarity(
     return float(np.max(embed(parts) @ anchor_vector))
 
 
+class _SentenceVectors:
+    """The vectors of the texts one :func:`find_followups` call compares, embedded in one
+    `embed` call per phase (for every anchor at once) instead of one call per text list: a
+    call's fixed cost is most of embedding a few short sentences."""
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
+        self._embed = embed
+        self._held: dict[str, np.ndarray] = {}
+
+    def load(self, texts: Sequence[str]) -> None:
+        """Embed those of `texts` not held yet (each once), in one call."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self._held]
+        if missing:
+            self._held.update(zip(missing, self._embed(missing), strict=True))
+
+    def get(self, text: str) -> np.ndarray:
+        self.load([text])
+        return self._held[text]
+
+    def matrix(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim): the rows of `texts`, in order."""
+        self.load(texts)
+        return np.stack([self._held[t] for t in texts])
+
+    def closest(self, text: str, parts: list[str], vector: np.ndarray) -> str:
+        """:func:`best_sentence` of `text` split into `parts` (``sentences(text)``)."""
+        if len(parts) <= 1:
+            return text
+        return parts[int(np.argmax(self.matrix(parts) @ vector))]
+
+
 def find_followups(
     anchors: Sequence[Document],
     query_vector: np.ndarray,
@@ -211,6 +252,7 @@ def find_followups(
     similarity: float,
     uses: Callable[[Document, str], int] | None = None,
     max_uses: int = 0,
+    known: MutableMapping[tuple[int, str], Document | None] | None = None,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -234,12 +276,29 @@ def find_followups(
         uses / max_uses: how many of the anchor speaker's statements contain a word (the
             caller's count, in the same scopes); None or `max_uses` 0 = every content word is
             a subject word.
+        known: {(anchor id, anchor sentence): its current value or None} — an anchor's answer
+            depends on nothing else (its sentence closest to the query, then store reads), so
+            a caller that keeps this while the store is unchanged (and `search`, `uses`,
+            `similarity` the same) gives it once per anchor sentence; new answers are added.
     Returns:
         ``{anchor document id: the later document that is its current value}``.
     """
+    vectors = _SentenceVectors(embed)
+    # 1. each anchor's sentence closest to the query (one embed call for every anchor's
+    #    sentences), its subject words and the speaker's later statements holding them
+    parts_of = [sentences(a.text) for a in anchors]
+    vectors.load([p for parts in parts_of if len(parts) > 1 for p in parts])
     out: dict[int, Document] = {}
-    for anchor in anchors:
-        sentence = best_sentence(anchor.text, query_vector, embed)
+    pending: list[tuple[Document, str, list[Document], list[list[str]]]] = []
+    answered: dict[tuple[int, str], Document | None] = {}  # new answers, None included
+    for anchor, parts in zip(anchors, parts_of, strict=True):
+        sentence = vectors.closest(anchor.text, parts, query_vector)
+        if known is not None and (anchor.id, sentence) in known:
+            held = known[(anchor.id, sentence)]
+            if held is not None:
+                out[anchor.id] = held
+            continue
+        answered[(anchor.id, sentence)] = None
         words = query_terms(sentence)
         if uses is not None and max_uses > 0:
             words = [w for w in words if uses(anchor, w) <= max_uses]
@@ -253,14 +312,34 @@ def find_followups(
         if not found:
             continue
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
-        anchor_vector = embed([sentence])[0]
-        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed) for d in found]
+        sharing = [[s for s in sentences(d.text) if subject_terms(s) & terms] for d in found]
+        pending.append((anchor, sentence, found, sharing))
+    # 2. cosine of each later statement's sentences sharing a subject word to the anchor
+    #    sentence (:func:`followup_similarity`), one embed call for every anchor
+    vectors.load([x for _, sentence, _, sharing in pending for x in (sentence, *(s for ss in sharing for s in ss))])
+    close: list[tuple[Document, np.ndarray, list[Document], list[float]]] = []
+    for anchor, sentence, found, sharing in pending:
+        anchor_vector = vectors.get(sentence)
+        to_anchor = [
+            float(np.max(vectors.matrix(parts) @ anchor_vector)) if parts else float("-inf")
+            for parts in sharing
+        ]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
-        if not keep:
-            continue
-        kept = [found[i] for i in keep]
-        own = embed([best_sentence(d.text, anchor_vector, embed) for d in kept])
-        chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
+        if keep:
+            close.append((anchor, anchor_vector, [found[i] for i in keep], [to_anchor[i] for i in keep]))
+    # 3. the current value among the close ones (their sentences closest to the anchor's),
+    #    one embed call for every anchor
+    kept_parts = {d.id: sentences(d.text) for _, _, kept, _ in close for d in kept}
+    vectors.load([
+        p for _, _, kept, _ in close for d in kept
+        for p in (kept_parts[d.id] if len(kept_parts[d.id]) > 1 else [d.text])
+    ])
+    for anchor, anchor_vector, kept, to_kept in close:
+        own = vectors.matrix([vectors.closest(d.text, kept_parts[d.id], anchor_vector) for d in kept])
+        chosen = choose_followup(to_kept, own @ own.T, similarity=similarity)
         if chosen is not None:
             out[anchor.id] = kept[chosen]
+    if known is not None:
+        for anchor_id, sentence in answered:
+            known[(anchor_id, sentence)] = out.get(anchor_id)
     return out

@@ -1,0 +1,231 @@
+"""What follow-ups cost a recall (issue 16, LoCoMo query latency): the sentences they compare
+are embedded in one call per phase and, for stored statements, at sync time; an anchor's
+answer is remembered while the store is unchanged. None of it may change an answer."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindpalace import Memory
+from mindpalace.retrieval.fetch import stem_words
+from mindpalace.retrieval.hybrid import HybridRetriever, RetrievalHit
+from mindpalace.retrieval.supersession import (
+    best_sentence,
+    choose_followup,
+    find_followups,
+    followup_similarity,
+    followup_texts,
+)
+from mindpalace.scope import ANY, Scope
+from mindpalace.settings import FactSettings
+from mindpalace.store.base import Document
+from mindpalace.store.textindex import query_terms
+
+WORDS = ["sister", "denver", "austin", "moved", "lives", "boss", "priya", "olumide", "yoga",
+         "tuesday", "friday", "garden", "tomatoes", "violin", "lessons", "now", "my", "the"]
+
+
+def _bag_of_words(texts: list[str]) -> np.ndarray:
+    """A deterministic stand-in embedder: unit vectors of hashed lower-cased word counts."""
+    out = np.zeros((len(texts), 64), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for w in re.findall(r"\w+", text.lower()):
+            out[row, zlib.crc32(w.encode()) % 64] += 1.0
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms > 0, norms, 1.0)
+
+
+def _reference(anchors: list[Document], qvec: np.ndarray, corpus: list[Document],
+               embed: Callable[[list[str]], np.ndarray], similarity: float) -> dict[int, Document]:
+    """find_followups as it was before batching: one anchor at a time, one embed call per
+    text list (the pure functions it was built of)."""
+    out: dict[int, Document] = {}
+    for anchor in anchors:
+        sentence = best_sentence(anchor.text, qvec, embed)
+        words = query_terms(sentence)
+        if not words:
+            continue
+        terms = frozenset(stem_words(words))
+        found = [d for d in _search(corpus, " ".join(words)) if d.id != anchor.id and _later(anchor, d)]
+        if not found:
+            continue
+        found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
+        anchor_vector = embed([sentence])[0]
+        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed) for d in found]
+        keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
+        if not keep:
+            continue
+        kept = [found[i] for i in keep]
+        own = embed([best_sentence(d.text, anchor_vector, embed) for d in kept])
+        chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
+        if chosen is not None:
+            out[anchor.id] = kept[chosen]
+    return out
+
+
+def _search(corpus: list[Document], terms: str) -> list[Document]:
+    wanted = set(terms.split())
+    return [d for d in corpus if wanted & set(re.findall(r"\w+", d.text.lower()))][:10]
+
+
+def _later(a: Document, b: Document) -> bool:
+    return a.id < b.id
+
+
+_sentence = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(lambda ws: " ".join(ws) + ".")
+_text = st.lists(_sentence, min_size=1, max_size=3).map(" ".join)
+
+
+class TestBatchedFollowups:
+    @settings(max_examples=60, deadline=None)
+    @given(texts=st.lists(_text, min_size=2, max_size=12), query=_sentence,
+           n_anchors=st.integers(1, 5), similarity=st.sampled_from([0.2, 0.4, 0.6]))
+    def test_the_same_answers_as_one_anchor_at_a_time_in_at_most_three_embed_calls(
+        self, texts: list[str], query: str, n_anchors: int, similarity: float
+    ) -> None:
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        start = datetime(2025, 1, 1, tzinfo=UTC)
+        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
+                  for i, t in enumerate(texts)]
+        anchors = corpus[:n_anchors]
+        qvec = _bag_of_words([query])[0]
+        calls: list[int] = []
+
+        def embed(batch: list[str]) -> np.ndarray:
+            calls.append(len(batch))
+            return _bag_of_words(batch)
+
+        got = find_followups(
+            anchors, qvec, search=lambda a, terms: _search(corpus, terms),
+            same_speaker=lambda a, b: True, later=_later, states=lambda d: True,
+            embed=embed, similarity=similarity,
+        )
+        want = _reference(anchors, qvec, corpus, _bag_of_words, similarity)
+        assert {k: v.id for k, v in got.items()} == {k: v.id for k, v in want.items()}
+        assert len(calls) <= 3
+        assert all(n > 0 for n in calls)
+
+    def test_a_known_answer_is_not_searched_again_and_none_is_remembered(self) -> None:
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        start = datetime(2025, 1, 1, tzinfo=UTC)
+        texts = ["My sister lives in Denver.", "I like the garden.", "My sister moved to Austin now."]
+        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
+                  for i, t in enumerate(texts)]
+        searched: list[str] = []
+
+        def search(anchor: Document, terms: str) -> list[Document]:
+            searched.append(terms)
+            return _search(corpus, terms)
+
+        known: dict[tuple[int, str], Document | None] = {}
+        qvec = _bag_of_words(["where does my sister live"])[0]
+        kw = {"same_speaker": lambda a, b: True, "later": _later, "states": lambda d: True,
+              "embed": _bag_of_words, "similarity": 0.3}
+        first = find_followups(corpus[:2], qvec, search=search, known=known, **kw)  # type: ignore[arg-type]
+        assert {k: v.id for k, v in first.items()} == {1: 3}
+        assert known[(1, texts[0])] is corpus[2] and known[(2, texts[1])] is None
+        n = len(searched)
+        again = find_followups(corpus[:2], qvec, search=search, known=known, **kw)  # type: ignore[arg-type]
+        assert again == first and len(searched) == n
+
+    def test_followup_texts_are_the_sentences_or_the_whole_text(self) -> None:
+        assert followup_texts("Hi there. My sister moved!") == ["Hi there.", "My sister moved!"]
+        assert followup_texts("one sentence ") == ["one sentence ", "one sentence"]
+        assert followup_texts("one sentence") == ["one sentence"]
+
+
+class _Counting:
+    """Counts the texts a retriever's embedder is asked to embed (queries apart)."""
+
+    def __init__(self, retriever: HybridRetriever) -> None:
+        assert retriever.embedder is not None
+        self.texts: list[str] = []
+        inner = retriever.embedder.embed
+
+        def embed(texts: list[str]) -> np.ndarray:
+            self.texts += list(texts)
+            return inner(texts)
+
+        retriever.embedder.embed = embed  # type: ignore[method-assign]
+
+
+def _statements(memory: Memory, uid: str, texts: Sequence[str], first_day: int = 0) -> None:
+    start = datetime(2025, 3, 1, tzinfo=UTC)
+    s = memory.session("s1", user=uid, agent="a")
+    for n, text in enumerate(texts, start=first_day):
+        s.add_message({"role": "user", "content": text}, timestamp=start + timedelta(days=n))
+
+
+class TestSentencesAtSync:
+    TEXTS = ("My manager is Olumide.", "I like hiking on weekends. The hills are lovely.",
+             "The printer is broken again.", "Is the printer fixed?",
+             "My boss is Priya since Olumide left the company. She starts on Monday.")
+    QUERIES = ("Who is my manager?", "what about hiking", "is the printer broken", "who left the company")
+
+    def _scope(self, memory: Memory, uid: str) -> Scope:
+        return memory.scope(user=uid, agent="a").with_(session=ANY)
+
+    def test_a_recall_embeds_only_its_query_and_answers_as_without_the_warm_up(
+        self, memory: Memory, uid: str
+    ) -> None:
+        _statements(memory, uid, self.TEXTS)
+        warm = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=5))
+        count = _Counting(warm)
+        warm.sync_embeddings()
+        # the statements' sentences were embedded by the sync; the question's were not
+        model = memory.embedder.model_id  # type: ignore[union-attr]
+        memo = warm._sentence_vectors
+        assert (model, "The hills are lovely.") in memo and (model, "user: My manager is Olumide.") in memo
+        assert (model, "user: Is the printer fixed?") not in memo
+        count.texts.clear()
+        scope = self._scope(memory, uid)
+        got = [[(h.ref, h.score, h.meta.get("superseded_by")) for h in warm.search(scope, q, k=4)]
+               for q in self.QUERIES]
+        assert count.texts == []  # follow-ups found every sentence they compare in the memo
+
+        cold = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=5))
+        cold._warm_sentences = lambda docs: None  # type: ignore[method-assign]
+        want = [[(h.ref, h.score, h.meta.get("superseded_by")) for h in cold.search(scope, q, k=4)]
+                for q in self.QUERIES]
+        assert got == want
+        assert any(sup for hits in got for _, _, sup in hits)  # the fixture has a follow-up
+
+    def test_a_later_statement_written_after_a_recall_is_its_followup_at_the_next(
+        self, memory: Memory, uid: str
+    ) -> None:
+        _statements(memory, uid, self.TEXTS[:3])
+        r = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=5))
+        scope = self._scope(memory, uid)
+        q = "Who is my manager?"
+
+        def answers(hits: list[RetrievalHit]) -> list[tuple[str, object, object]]:
+            return [(h.ref, h.meta.get("superseded_by"), h.meta.get("supersedes")) for h in hits]
+
+        before = answers(r.search(scope, q, k=4))
+        _statements(memory, uid, [self.TEXTS[4]], first_day=10)  # moves the search generation
+        after = answers(r.search(scope, q, k=4))
+        fresh = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_followups=5))
+        assert after == answers(fresh.search(scope, q, k=4))  # nothing remembered was reused
+        assert after != before and any(by == "s1/4" for _, by, _ in after)
+
+    @pytest.mark.parametrize("settings", [
+        FactSettings(supersede_followups=0),
+        FactSettings(supersede_followups=5, supersede_followup_sentences_at_sync=False),
+    ], ids=["follow-ups off", "sentences at sync off"])
+    def test_off_no_sentences_are_embedded_at_sync(
+        self, memory: Memory, uid: str, settings: FactSettings
+    ) -> None:
+        _statements(memory, uid, self.TEXTS)
+        r = HybridRetriever(memory.store, memory.embedder, settings)
+        count = _Counting(r)
+        r.sync_embeddings()
+        assert count.texts  # the documents were embedded
+        assert "The hills are lovely." not in count.texts and not r._sentence_vectors
