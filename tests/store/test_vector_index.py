@@ -190,3 +190,28 @@ def test_growing_buffer_holds_exactly_the_bytes_appended(parts: list[bytes], cap
     got = buf.array(np.float32)
     want = np.frombuffer(b"".join(parts), np.float32)
     assert got.tobytes() == want.tobytes() and got.flags.writeable
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(1, 3_000), k=st.integers(1, 40), levels=st.integers(1, 50),
+    dead=st.floats(0.0, 0.9), seed=st.integers(0, 2**32 - 1),
+)
+def test_kth_largest_by_block_maxima_equals_a_full_partition(
+    n: int, k: int, levels: int, dead: float, seed: int
+) -> None:
+    """The block-bounded k-th largest similarity is exactly the full partition's, with many ties
+    (few distinct values) and dropped rows (−inf); and the search built on it ranks as a full
+    sort of (−similarity, id, row) does."""
+    from mindpalace.store.vectors import _best, _kth_largest
+
+    rng = np.random.default_rng(seed)
+    sims = (rng.integers(0, levels, n) / levels).astype(np.float32)
+    sims[rng.random(n) < dead] = -np.inf
+    live = int(np.isfinite(sims).sum())
+    k = min(k, n)
+    assert _kth_largest(sims, k) == np.partition(sims, n - k)[n - k]
+    ids = rng.integers(1, 50, n).astype(np.int64)
+    want = min(k, live)
+    order = np.lexsort((np.arange(n), ids, -sims))[:want]
+    assert _best(sims, ids, k, live).tolist() == order.tolist()

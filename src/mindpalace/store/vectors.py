@@ -90,14 +90,32 @@ def _best(sims: np.ndarray, ids: np.ndarray, k: int, live: int) -> np.ndarray:
     """Row positions of the `k` best similarities (`live` of them finite, the rest −inf), best
     first; ties by smaller id, then earlier row — deterministic, so an index updated in place
     ranks exactly as a fresh one."""
-    n = sims.shape[0]
     k = min(k, live)
     if k <= 0:
         return np.empty(0, np.int64)
-    kth = np.partition(sims, n - k)[n - k]  # k-th largest
+    kth = _kth_largest(sims, k)
     cand = np.flatnonzero(sims >= kth)  # every tie of the k-th stays, so ids decide
     order = np.lexsort((cand, ids[cand], -sims[cand]))[:k]
     return cand[order]
+
+
+_KTH_BLOCK = 64  # similarities per block whose maximum bounds the k-th largest
+
+
+def _kth_largest(sims: np.ndarray, k: int) -> np.floating:
+    """The `k`-th largest of `sims` (1 ≤ k ≤ its length): ``np.partition(sims, n − k)[n − k]``
+    without partitioning (and copying) all n values. The k blocks of :data:`_KTH_BLOCK` values
+    with the largest maxima hold k values ≥ the k-th largest of those maxima, so the k-th
+    largest value is ≥ it too: only the values reaching that bound (a few hundred of 100k) are
+    partitioned — the same value, ~4× faster at 100k rows."""
+    n = int(sims.shape[0])
+    blocks = n // _KTH_BLOCK
+    if blocks < 4 * k:  # few rows or a deep k: the bound would not prune much
+        return np.partition(sims, n - k)[n - k]
+    maxima = sims[: blocks * _KTH_BLOCK].reshape(blocks, _KTH_BLOCK).max(axis=1)
+    bound = np.partition(maxima, blocks - k)[blocks - k]
+    held = sims[sims >= bound]  # the rows past the last whole block are compared here too
+    return np.partition(held, held.shape[0] - k)[held.shape[0] - k]
 
 
 class ExactCosineIndex:
