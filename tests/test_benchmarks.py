@@ -243,6 +243,8 @@ class TestBenchRecall:
         for kind in ("remember", "add_message", "step"):
             assert row[f"{kind}_recall_p95_ms"] > 0 and row[f"{kind}_write_p50_ms"] > 0
             assert row[f"{kind}_recall_n"] == 4  # every mixed query is timed
+            assert 0 < row[f"{kind}_recall_cpu_p50_ms"] <= row[f"{kind}_recall_cpu_p95_ms"]
+        assert 0 < row["recall_cpu_p50_ms"] <= row["recall_cpu_p95_ms"]
         assert row["recall_n"] == 8
         assert row["rss_mindpalace_mb"] > 0 and row["rss_bm25s_mb"] is None  # bm25s: n/a
 
