@@ -133,12 +133,21 @@ class ExactCosineIndex:
             array its rows are normalised in place and it becomes the index's buffer (one
             matrix in memory instead of two while the index is built; the caller must not use
             it afterwards). True (default) never changes `matrix`.
+        room: with ``copy=False``, a writable C-contiguous float32 array of more rows whose
+            first rows are `matrix` itself (the same memory): the rows past them are room for
+            appends, never read or written before (an anonymous map's untouched pages cost
+            no resident memory) — the first appends after a build copy nothing, where the
+            handed-over matrix alone had to be copied whole (25.6 MB at 100k × 64) by the
+            first append. Ignored when it is not such an array.
 
     Raises:
         DimensionMismatchError: `matrix` is not 2-D.
     """
 
-    def __init__(self, ids: np.ndarray, matrix: np.ndarray, *, copy: bool = True) -> None:
+    def __init__(
+        self, ids: np.ndarray, matrix: np.ndarray, *, copy: bool = True,
+        room: np.ndarray | None = None,
+    ) -> None:
         m = np.asarray(matrix, dtype=np.float32)
         self.dim = int(m.shape[1]) if m.ndim == 2 and m.shape[0] else 0
         self._n = 0
@@ -147,6 +156,11 @@ class ExactCosineIndex:
         self._alive = np.empty(0, bool)
         self._buf = np.empty((0, self.dim), np.float32)
         self._add(np.asarray(ids, dtype=np.int64), m, owned=not copy)
+        if not copy and room is not None and self._n and _extends(room, self._buf):
+            self._buf = room  # its first rows are the buffer just adopted
+            cap = int(room.shape[0])
+            self._ids = _grown(self._ids, self._n, (cap,))
+            self._alive = _grown(self._alive, self._n, (cap,))
 
     @property
     def ids(self) -> np.ndarray:
@@ -221,6 +235,17 @@ class ExactCosineIndex:
 
 
 _GONE = -1  # the id of a dropped HNSW row (document ids are positive)
+
+
+def _extends(room: np.ndarray, buf: np.ndarray) -> bool:
+    """Whether `room` is a writable C-contiguous float32 array of `buf`'s width and more rows
+    whose memory starts where `buf`'s does (`buf` its first rows)."""
+    return (
+        room.dtype == np.float32 and room.ndim == 2 and buf.ndim == 2
+        and room.shape[1] == buf.shape[1] and room.shape[0] > buf.shape[0]
+        and room.flags.c_contiguous and room.flags.writeable and buf.flags.c_contiguous
+        and room.__array_interface__["data"][0] == buf.__array_interface__["data"][0]
+    )
 
 
 def _grown(a: np.ndarray, used: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -408,6 +433,7 @@ class AdaptiveIndex:
             (the store saves it to disk there, off the query path). Its exceptions are logged.
         copy: False = `matrix` is handed over (normalised in place and kept, see
             :class:`ExactCosineIndex`).
+        room: the handed-over matrix's room for appends (see :class:`ExactCosineIndex`).
 
     Not thread-safe by itself: the caller serialises calls (the store holds a lock per index).
     """
@@ -416,13 +442,16 @@ class AdaptiveIndex:
         self, ids: np.ndarray, matrix: np.ndarray, *, min_ann_rows: int, ef_search: int = 100,
         background: bool = False, tag: object = None,
         on_built: Callable[[HnswIndex, object], None] | None = None, copy: bool = True,
+        room: np.ndarray | None = None,
     ) -> None:
         self.min_ann_rows = min_ann_rows
         self.ef_search = ef_search
         self.background = background
         self.tag = tag
         self.on_built = on_built
-        self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(ids, matrix, copy=copy)
+        self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(
+            ids, matrix, copy=copy, room=room
+        )
         self._build: _GraphBuild | None = None
         self._ann_failed = False
         self._maybe_switch()
