@@ -243,8 +243,28 @@ class TestBenchRecall:
         for kind in ("remember", "add_message", "step"):
             assert row[f"{kind}_recall_p95_ms"] > 0 and row[f"{kind}_write_p50_ms"] > 0
             assert row[f"{kind}_recall_n"] == 4  # every mixed query is timed
+            assert 0 < row[f"{kind}_recall_cpu_p50_ms"] <= row[f"{kind}_recall_cpu_p95_ms"]
+        assert 0 < row["recall_cpu_p50_ms"] <= row["recall_cpu_p95_ms"]
         assert row["recall_n"] == 8
         assert row["rss_mindpalace_mb"] > 0 and row["rss_bm25s_mb"] is None  # bm25s: n/a
+
+    def test_mixed_queries_ask_about_facts_no_other_query_asked(self) -> None:
+        """A repeated query is served from the document memos: the mixed rows must not reuse
+        the read-only queries (they did, and looked as cheap as read-only ones only while the
+        memos were large enough to hold those queries' documents)."""
+        import argparse
+
+        import numpy as np
+
+        bench = load("bench_recall")
+        rng = np.random.default_rng(0)
+        read_only = rng.choice(1_000, 200, replace=False)
+        args = argparse.Namespace(mixed_queries=50)
+        picks = bench.mixed_picks(1_000, read_only, args, rng)
+        assert picks.shape == (150,) and len(set(picks.tolist())) == 150
+        assert not set(picks.tolist()) & set(read_only.tolist())
+        tiny = bench.mixed_picks(20, read_only[:0], argparse.Namespace(mixed_queries=10), rng)
+        assert tiny.shape == (30,) and set(tiny.tolist()) <= set(range(20))  # repeats: too few facts
 
 
 class TestBenchIngest:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -265,3 +266,45 @@ def test_incremental_embedding_sync_leaves_nothing_unembedded(tmp_path: Path, by
     finally:
         store.close()
         other.close()
+
+
+def test_a_write_of_each_kind_costs_the_next_recall_no_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through ``Session.recall`` (the product path): after a remember, an add_message or a
+    step, the next recall appends to the BM25 postings and the vector index and embeds only
+    the new documents — no index is built again and no full embedding sync runs."""
+    import mindpalace.retrieval.embedding_sync as embedding_sync
+    from mindpalace import Memory
+
+    counts = {"bm25 builds": 0, "vector builds": 0, "full syncs": 0}
+
+    def counted(name: str, fn: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            counts[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(SQLiteStore, "_bm25_build", counted("bm25 builds", SQLiteStore._bm25_build))
+    monkeypatch.setattr(
+        SQLiteStore, "_open_vector_index", counted("vector builds", SQLiteStore._open_vector_index)
+    )
+    monkeypatch.setattr(
+        embedding_sync, "sync_embeddings", counted("full syncs", embedding_sync.sync_embeddings)
+    )
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing"}) as memory:
+        session = memory.session("s", user="u", agent="a")
+        for i in range(5):
+            session.remember(f"trip{i}:hotel", f"booked hotel number {i} in paris")
+        session.add_message({"role": "user", "content": "which hotel did I book in paris?"})
+        assert session.recall("hotel paris", k=3)
+        first = dict(counts)
+        assert first["bm25 builds"] >= 1 and first["vector builds"] >= 1 and first["full syncs"] == 1
+        for i in range(3):
+            session.remember(f"note{i}:budget", f"the budget for trip {i} is {100 * i} euros")
+            session.add_message({"role": "user", "content": f"budget question number {i}"})
+            step = session.steps.begin(goal=f"plan budget {i}")
+            session.steps.evaluate(step, "success", analysis=f"budget {i} planned")
+            hits = session.recall(f"budget trip {i}", k=3)
+            assert any(f"trip {i}" in h.text for h in hits)  # the new fact is found at once
+        assert counts == first, f"a write made the next recall rebuild: {first} -> {counts}"

@@ -242,3 +242,32 @@ def test_compact_token_table_looks_up_like_a_dict(
     assert [(t, s, e) for t, s, e in starts.spans()] == [(t, *expected[t]) for t in expected]
     for probe in [*tokens, *probes]:
         assert starts.get(probe) == expected.get(probe)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_small_append_holds_what_a_batch_append_holds(seed: int) -> None:
+    """The few-occurrence append (counted in Python) leaves exactly the side segment, lengths
+    and scores of the batch append (sorted segment), and folds to the same main segment."""
+    rng = random.Random(seed)
+    docs = _docs(rng, 1, 40)
+    small, batch = _build(docs), _build(docs)
+    for _ in range(5):
+        new = _docs(rng, max(docs) + 1 + rng.randint(0, 3), rng.randint(1, 4))
+        tokens, tok, occ = _occurrences(new)
+        order = list(range(len(tok)))
+        rng.shuffle(order)  # an append may list its occurrences in any order
+        args = (np.array(sorted(new), np.int64), tokens, tok[order], occ[order])
+        small.append(*args)
+        with patch.object(bm25, "_SMALL_APPEND", -1):
+            batch.append(*args)
+        docs.update(new)
+    assert small.delta == batch.delta and small.delta_postings == batch.delta_postings
+    assert np.array_equal(small.doc_len, batch.doc_len) and np.array_equal(small.doc_ids, batch.doc_ids)
+    live = np.array(sorted(docs), np.int64)
+    for query in (["w0"], ["w1", "w2"], ["w3", "w3", "w39"], VOCAB[:10]):
+        assert small.top(query, small.view("all", live), 10) == batch.top(query, batch.view("all", live), 10)
+    small._fold()
+    batch._fold()
+    assert list(small.main.tokens) == list(batch.main.tokens)
+    assert np.array_equal(small.main.post_doc, batch.main.post_doc)
+    assert np.array_equal(small.main.post_tf, batch.main.post_tf)

@@ -190,3 +190,75 @@ def test_growing_buffer_holds_exactly_the_bytes_appended(parts: list[bytes], cap
     got = buf.array(np.float32)
     want = np.frombuffer(b"".join(parts), np.float32)
     assert got.tobytes() == want.tobytes() and got.flags.writeable
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(1, 3_000), k=st.integers(1, 40), levels=st.integers(1, 50),
+    dead=st.floats(0.0, 0.9), seed=st.integers(0, 2**32 - 1),
+)
+def test_kth_largest_by_block_maxima_equals_a_full_partition(
+    n: int, k: int, levels: int, dead: float, seed: int
+) -> None:
+    """The block-bounded k-th largest similarity is exactly the full partition's, with many ties
+    (few distinct values) and dropped rows (−inf); and the search built on it ranks as a full
+    sort of (−similarity, id, row) does."""
+    from mindpalace.store.vectors import _best, _kth_largest
+
+    rng = np.random.default_rng(seed)
+    sims = (rng.integers(0, levels, n) / levels).astype(np.float32)
+    sims[rng.random(n) < dead] = -np.inf
+    live = int(np.isfinite(sims).sum())
+    k = min(k, n)
+    assert _kth_largest(sims, k) == np.partition(sims, n - k)[n - k]
+    ids = rng.integers(1, 50, n).astype(np.int64)
+    want = min(k, live)
+    order = np.lexsort((np.arange(n), ids, -sims))[:want]
+    assert _best(sims, ids, k, live).tolist() == order.tolist()
+
+
+def test_appends_go_into_the_handed_over_room_without_copying_the_matrix() -> None:
+    """A handed-over matrix with room after it (an array whose first rows are the matrix):
+    appends up to the room are written in place — the buffer is never copied — and the index
+    ranks as one built from all the rows; past the room it grows as before. Room that does
+    not start at the matrix is ignored."""
+    rng = np.random.default_rng(5)
+    rows = (rng.standard_normal((1400, 8)) * 2).astype(np.float32)
+    room = np.zeros((1300, 8), np.float32)
+    room[:1000] = rows[:1000]
+    ids = np.arange(1400, dtype=np.int64) + 1
+    index = ExactCosineIndex(ids[:1000], room[:1000], copy=False, room=room)
+    start = room.__array_interface__["data"][0]
+    for at in range(1000, 1300, 60):
+        index.add(ids[at : at + 60], rows[at : at + 60])
+        assert index._buf.__array_interface__["data"][0] == start  # written in place
+    fresh = ExactCosineIndex(ids[:1300], rows[:1300])
+    for q in rng.standard_normal((10, 8)).astype(np.float32):
+        got, want = index.search(q, 7), fresh.search(q, 7)
+        assert got[0].tolist() == want[0].tolist() and np.allclose(got[1], want[1])
+    index.add(ids[1300:], rows[1300:])  # past the room: grown (copied) as before
+    assert len(index) == 1400 and index._buf.__array_interface__["data"][0] != start
+    other = np.zeros((1300, 8), np.float32)
+    elsewhere = ExactCosineIndex(ids[:1000], rows[:1000].copy(), copy=False, room=other)
+    assert elsewhere._buf.shape[0] == 1000  # not the matrix's own memory: no room taken
+
+
+def test_a_store_index_build_keeps_room_so_a_write_copies_no_matrix(tmp_path: Path) -> None:
+    scope = Scope("t", "u", "a", "s")
+    store = SQLiteStore(tmp_path / "m.db")
+    try:
+        rng = np.random.default_rng(6)
+        with store.transaction():
+            docs = [store.index_document(scope, "fact", str(i), f"fact {i}") for i in range(400)]
+            store.put_embeddings(docs, rng.standard_normal((400, 16)).astype(np.float32), "m16")
+        store.vector_search(scope, np.ones(16, np.float32), "m16", k=3)
+        (cached,) = store._vec_cache.values()
+        inner = cached.index.inner
+        assert isinstance(inner, ExactCosineIndex) and inner._buf.shape[0] == 500  # 25% room
+        start = inner._buf.__array_interface__["data"][0]
+        new = store.index_document(scope, "fact", "new", "the new fact")
+        store.put_embeddings([new], np.ones((1, 16), np.float32), "m16")
+        assert store.vector_search(scope, np.ones(16, np.float32), "m16", k=1)[0].doc.id == new
+        assert inner._buf.__array_interface__["data"][0] == start and len(inner) == 401
+    finally:
+        store.close()

@@ -394,6 +394,11 @@ class PostingIndex:
             raise ValueError("appended document ids must be above every id held")
         first = self.ids.n
         pos = np.searchsorted(doc_ids, docs)
+        if not external and tok.shape[0] <= _SMALL_APPEND:
+            # A write before a query appends a document or two: counted in Python, without
+            # the sorted segment a batch needs (~20 numpy calls for a dozen occurrences).
+            self._append_small(doc_ids, tokens, tok, pos)
+            return
         seg, doc_len = _collapse(tokens, tok, pos, int(doc_ids.shape[0]))
         if external:
             ext_ids = np.fromiter(sorted(external), np.int64, count=len(external))
@@ -413,6 +418,29 @@ class PostingIndex:
             plist.extend((seg.post_doc[start:end] + first).tolist())
             tlist.extend(seg.post_tf[start:end].tolist())
         self.delta_postings += int(seg.post_doc.shape[0])
+        if self.delta_postings > max(50_000, self.main.post_doc.shape[0] // 8):
+            self._fold()
+
+    def _append_small(
+        self, doc_ids: np.ndarray, tokens: list[str], tok: np.ndarray, pos: np.ndarray
+    ) -> None:
+        """:meth:`append` of a few occurrences (no external documents): the same postings as
+        :func:`_collapse` makes (per token, in token order; positions ascending; term
+        frequencies and document lengths as counts), added to the side segment."""
+        first = self.ids.n
+        counts: dict[tuple[int, int], int] = {}
+        for pair in zip(tok.tolist(), pos.tolist(), strict=True):
+            counts[pair] = counts.get(pair, 0) + 1
+        doc_len = np.zeros(doc_ids.shape[0], np.float64)
+        for (t, p), tf in sorted(counts.items()):
+            plist, tlist = self.delta.setdefault(tokens[t], ([], []))
+            plist.append(p + first)
+            tlist.append(float(tf))
+            doc_len[p] += tf
+        self.ids.extend(doc_ids)
+        self.lens.extend(doc_len)
+        self.alive.extend(np.ones(doc_ids.shape[0], dtype=bool))
+        self.delta_postings += len(counts)
         if self.delta_postings > max(50_000, self.main.post_doc.shape[0] // 8):
             self._fold()
 
@@ -611,6 +639,7 @@ the dense pass over the scope is cheap)."""
 PRUNE_MAX_CANDIDATES = 200_000
 """Postings read above which the impact read gives up (the dense pass is as cheap)."""
 
+_SMALL_APPEND = 4096  # occurrences up to which an append is counted in Python
 _IMPACT_BYTES = 64 << 20  # impact orders held per main segment (~16M postings' worth)
 _NO_POSITIONS = np.empty(0, np.int32)
 _NO_FREQUENCIES = np.empty(0, np.float32)

@@ -90,14 +90,17 @@ class GrowingBuffer:
             self._bytes += data
         self._n = end
 
-    def array(self, dtype: type[np.generic]) -> np.ndarray:
+    def array(self, dtype: type[np.generic], *, spare: int = 0) -> np.ndarray:
         """The bytes written as a writable 1-D array of `dtype` sharing this buffer's memory
-        (the buffer is handed over: extend it no more)."""
+        (the buffer is handed over: extend it no more). `spare`: bytes of room kept past them
+        (a multiple of the item size) and included in the array — zero pages of the map, no
+        resident memory until written; kept only when the buffer is a map (else none)."""
         held = self._map
         if held is None:
             return np.frombuffer(self._bytes, dtype)
         if self._n == 0:
             return np.empty(0, dtype)
+        end = self._n + max(spare, 0)
         with contextlib.suppress(OSError, SystemError, ValueError):
-            held.resize(self._n)  # drop the spare capacity (a remap, no copy)
-        return np.frombuffer(held, dtype, count=self._n // np.dtype(dtype).itemsize)
+            held.resize(end)  # to the bytes plus their room (a remap, no copy)
+        return np.frombuffer(held, dtype, count=min(end, len(held)) // np.dtype(dtype).itemsize)

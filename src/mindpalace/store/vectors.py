@@ -90,14 +90,32 @@ def _best(sims: np.ndarray, ids: np.ndarray, k: int, live: int) -> np.ndarray:
     """Row positions of the `k` best similarities (`live` of them finite, the rest −inf), best
     first; ties by smaller id, then earlier row — deterministic, so an index updated in place
     ranks exactly as a fresh one."""
-    n = sims.shape[0]
     k = min(k, live)
     if k <= 0:
         return np.empty(0, np.int64)
-    kth = np.partition(sims, n - k)[n - k]  # k-th largest
+    kth = _kth_largest(sims, k)
     cand = np.flatnonzero(sims >= kth)  # every tie of the k-th stays, so ids decide
     order = np.lexsort((cand, ids[cand], -sims[cand]))[:k]
     return cand[order]
+
+
+_KTH_BLOCK = 64  # similarities per block whose maximum bounds the k-th largest
+
+
+def _kth_largest(sims: np.ndarray, k: int) -> np.floating:
+    """The `k`-th largest of `sims` (1 ≤ k ≤ its length): ``np.partition(sims, n − k)[n − k]``
+    without partitioning (and copying) all n values. The k blocks of :data:`_KTH_BLOCK` values
+    with the largest maxima hold k values ≥ the k-th largest of those maxima, so the k-th
+    largest value is ≥ it too: only the values reaching that bound (a few hundred of 100k) are
+    partitioned — the same value, ~4× faster at 100k rows."""
+    n = int(sims.shape[0])
+    blocks = n // _KTH_BLOCK
+    if blocks < 4 * k:  # few rows or a deep k: the bound would not prune much
+        return np.partition(sims, n - k)[n - k]
+    maxima = sims[: blocks * _KTH_BLOCK].reshape(blocks, _KTH_BLOCK).max(axis=1)
+    bound = np.partition(maxima, blocks - k)[blocks - k]
+    held = sims[sims >= bound]  # the rows past the last whole block are compared here too
+    return np.partition(held, held.shape[0] - k)[held.shape[0] - k]
 
 
 class ExactCosineIndex:
@@ -115,12 +133,21 @@ class ExactCosineIndex:
             array its rows are normalised in place and it becomes the index's buffer (one
             matrix in memory instead of two while the index is built; the caller must not use
             it afterwards). True (default) never changes `matrix`.
+        room: with ``copy=False``, a writable C-contiguous float32 array of more rows whose
+            first rows are `matrix` itself (the same memory): the rows past them are room for
+            appends, never read or written before (an anonymous map's untouched pages cost
+            no resident memory) — the first appends after a build copy nothing, where the
+            handed-over matrix alone had to be copied whole (25.6 MB at 100k × 64) by the
+            first append. Ignored when it is not such an array.
 
     Raises:
         DimensionMismatchError: `matrix` is not 2-D.
     """
 
-    def __init__(self, ids: np.ndarray, matrix: np.ndarray, *, copy: bool = True) -> None:
+    def __init__(
+        self, ids: np.ndarray, matrix: np.ndarray, *, copy: bool = True,
+        room: np.ndarray | None = None,
+    ) -> None:
         m = np.asarray(matrix, dtype=np.float32)
         self.dim = int(m.shape[1]) if m.ndim == 2 and m.shape[0] else 0
         self._n = 0
@@ -129,6 +156,11 @@ class ExactCosineIndex:
         self._alive = np.empty(0, bool)
         self._buf = np.empty((0, self.dim), np.float32)
         self._add(np.asarray(ids, dtype=np.int64), m, owned=not copy)
+        if not copy and room is not None and self._n and _extends(room, self._buf):
+            self._buf = room  # its first rows are the buffer just adopted
+            cap = int(room.shape[0])
+            self._ids = _grown(self._ids, self._n, (cap,))
+            self._alive = _grown(self._alive, self._n, (cap,))
 
     @property
     def ids(self) -> np.ndarray:
@@ -203,6 +235,17 @@ class ExactCosineIndex:
 
 
 _GONE = -1  # the id of a dropped HNSW row (document ids are positive)
+
+
+def _extends(room: np.ndarray, buf: np.ndarray) -> bool:
+    """Whether `room` is a writable C-contiguous float32 array of `buf`'s width and more rows
+    whose memory starts where `buf`'s does (`buf` its first rows)."""
+    return (
+        room.dtype == np.float32 and room.ndim == 2 and buf.ndim == 2
+        and room.shape[1] == buf.shape[1] and room.shape[0] > buf.shape[0]
+        and room.flags.c_contiguous and room.flags.writeable and buf.flags.c_contiguous
+        and room.__array_interface__["data"][0] == buf.__array_interface__["data"][0]
+    )
 
 
 def _grown(a: np.ndarray, used: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -390,6 +433,7 @@ class AdaptiveIndex:
             (the store saves it to disk there, off the query path). Its exceptions are logged.
         copy: False = `matrix` is handed over (normalised in place and kept, see
             :class:`ExactCosineIndex`).
+        room: the handed-over matrix's room for appends (see :class:`ExactCosineIndex`).
 
     Not thread-safe by itself: the caller serialises calls (the store holds a lock per index).
     """
@@ -398,13 +442,16 @@ class AdaptiveIndex:
         self, ids: np.ndarray, matrix: np.ndarray, *, min_ann_rows: int, ef_search: int = 100,
         background: bool = False, tag: object = None,
         on_built: Callable[[HnswIndex, object], None] | None = None, copy: bool = True,
+        room: np.ndarray | None = None,
     ) -> None:
         self.min_ann_rows = min_ann_rows
         self.ef_search = ef_search
         self.background = background
         self.tag = tag
         self.on_built = on_built
-        self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(ids, matrix, copy=copy)
+        self.inner: ExactCosineIndex | HnswIndex = ExactCosineIndex(
+            ids, matrix, copy=copy, room=room
+        )
         self._build: _GraphBuild | None = None
         self._ann_failed = False
         self._maybe_switch()

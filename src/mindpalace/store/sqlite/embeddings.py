@@ -21,6 +21,7 @@ from mindpalace.store.sqlite.connection import SQLiteBase
 from mindpalace.store.sqlite.rows import scope_where
 from mindpalace.store.vectors import (
     AdaptiveIndex,
+    ExactCosineIndex,
     GrowableVectorIndex,
     HnswIndex,
     VectorIndex,
@@ -28,6 +29,14 @@ from mindpalace.store.vectors import (
 )
 
 _log = logging.getLogger(__name__)
+
+_GROWABLE = (AdaptiveIndex, ExactCosineIndex, HnswIndex)  # GrowableVectorIndex, by class
+
+#: Room for appends kept past the rows an index is built from, as a share of them: an
+#: anonymous map's untouched pages, no resident memory until a row is appended (the growth
+#: ExactCosineIndex would otherwise make at the first append after every build copies the
+#: whole matrix: 25.6 MB at 100k × 64-d, inside the query after a write).
+ROOM_SHARE = 0.25
 
 #: At close a graph is saved again when its documents were deleted or at least this many rows
 #: were appended since it was saved or loaded (fewer are appended quickly on the next open).
@@ -249,13 +258,14 @@ class EmbeddingsMixin(SQLiteBase):
             with cached.lock:
                 if cached.catch_up(self, generation, top):  # appends the rows saved after it
                     return cached
-        ids, matrix, docs = self._vector_rows(scope, model, kinds, after=0)
+        ids, matrix, docs, room = self._vector_rows_with_room(scope, model, kinds)
         extra = ids.shape[0] - docs
         index = AdaptiveIndex(
             ids, matrix, min_ann_rows=self.settings.ann_min_vectors,
             ef_search=self.settings.hnsw_ef_search, background=True,
             tag=GraphState(generation, top, extra), on_built=self._graph_saver(key, model),
             copy=False,  # the rows were read for it: normalised in place, not copied
+            room=room,  # and the first appends go into the read's room (see ROOM_SHARE)
         )
         cached = CachedVectors(scope, model, kinds, index, extra)
         cached.generation, cached.seen, cached.after = generation, top, top
@@ -304,6 +314,20 @@ class EmbeddingsMixin(SQLiteBase):
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """(row ids, matrix, documents) of the scope's `model` vectors with rowid > `after`,
         in rowid order (one row per chunk, each with its document's id)."""
+        ids, matrix, docs, _ = self._read_vector_rows(scope, model, kinds, after=after, room=0.0)
+        return ids, matrix, docs
+
+    def _vector_rows_with_room(
+        self, scope: Scope, model: str, kinds: Sequence[str] | None
+    ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+        """:meth:`_vector_rows` of every row, and an array whose first rows are the matrix
+        (the same memory) followed by room for :data:`ROOM_SHARE` as many rows again (None
+        when the read could not keep room): the index built from them appends into it."""
+        return self._read_vector_rows(scope, model, kinds, after=0, room=ROOM_SHARE)
+
+    def _read_vector_rows(
+        self, scope: Scope, model: str, kinds: Sequence[str] | None, *, after: int, room: float
+    ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
         where, scope_params = scope_where(scope, "d")
         sql = (
             "SELECT e.doc_id, e.dim, e.vector FROM embeddings e JOIN docs d ON d.id = e.doc_id "
@@ -328,11 +352,16 @@ class EmbeddingsMixin(SQLiteBase):
             per_doc.append(len(blob) // (4 * dim))
             vectors.extend(blob)
         if not doc_ids:
-            return np.empty(0, np.int64), np.empty((0, 0), np.float32), 0
+            return np.empty(0, np.int64), np.empty((0, 0), np.float32), 0, None
         counts = np.frombuffer(per_doc, np.int64)
         ids = np.repeat(np.frombuffer(doc_ids, np.int64), counts)
-        matrix = vectors.array(np.float32)
-        return ids, matrix.reshape(int(counts.sum()), dim), len(doc_ids)
+        rows = int(counts.sum())
+        spare = int(rows * room) * 4 * dim
+        full = vectors.array(np.float32, spare=spare)
+        matrix = full[: rows * dim].reshape(rows, dim)
+        held = full.shape[0] // dim
+        grown = full[: held * dim].reshape(held, dim) if spare and held > rows else None
+        return ids, matrix, len(doc_ids), grown
 
     def documents_missing_embeddings(
         self, model: str, *, limit: int = 1000, after_id: int = 0
@@ -390,7 +419,9 @@ class CachedVectors:
     def catch_up(self, store: EmbeddingsMixin, generation: int, rowid: int) -> bool:
         """Bring the index to (generation, rowid) in place; False = it must be rebuilt."""
         index = self.index
-        if not isinstance(index, GrowableVectorIndex):
+        # the built-in indexes first: isinstance of a runtime-checkable Protocol inspects
+        # every attribute (~30 µs, a quarter of a one-row catch-up)
+        if not isinstance(index, _GROWABLE) and not isinstance(index, GrowableVectorIndex):
             return False
         if generation != self.generation:
             removed = store.removals.removed_between(self.generation, generation)
