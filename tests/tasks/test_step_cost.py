@@ -50,7 +50,17 @@ class Statements:
             conn.set_trace_callback(None)
 
     def verbs(self) -> list[str]:
-        return [" ".join(s.split()[:2]) if s.startswith(("BEGIN", "INSERT OR")) else s.split()[0] for s in self.sql]
+        """Each statement's first word, with the table of an INSERT ("INSERT kv")."""
+        out = []
+        for sql in self.sql:
+            words = sql.split()
+            if words[0] == "BEGIN":
+                out.append(" ".join(words[:2]))
+            elif words[0] == "INSERT":
+                out.append(f"INSERT {words[words.index('INTO') + 1]}")
+            else:
+                out.append(words[0])
+        return out
 
 
 def tool_step(s: Session, i: int, seen: list[list[str]] | None = None, st: Statements | None = None) -> None:
@@ -69,7 +79,7 @@ def test_a_checkpoint_is_one_insert_in_one_commit(mem: Memory) -> None:
     s.checkpoint(step=0)  # connections opened, the task's fold cached
     with Statements(mem) as st:
         s.checkpoint(step=1, artifacts={"last": 1})
-    assert st.verbs() == ["BEGIN IMMEDIATE", "INSERT", "COMMIT"]
+    assert st.verbs() == ["BEGIN IMMEDIATE", "INSERT events", "COMMIT"]
 
 
 def test_a_ledger_tool_step_is_two_commits_and_started_is_committed_before_the_tool_runs(mem: Memory) -> None:
@@ -80,11 +90,11 @@ def test_a_ledger_tool_step_is_two_commits_and_started_is_committed_before_the_t
         tool_step(s, 1, seen, st)
     # before the tool: the ledger row and the task head are read, then `started` (its event and
     # its ledger row) is committed — no savepoint, no read-back of the event
-    before = ["SELECT", "SELECT", "BEGIN IMMEDIATE", "SELECT", "INSERT", "INSERT OR", "COMMIT"]
+    before = ["SELECT", "SELECT", "BEGIN IMMEDIATE", "SELECT", "INSERT events", "INSERT kv", "COMMIT"]
     assert seen == [before]
     # after: the outcome and the checkpoint in one INSERT, the ledger row, one commit; the row is
     # not read again (nothing was appended to the task since `started`)
-    assert st.verbs() == [*before, "BEGIN IMMEDIATE", "WITH", "INSERT OR", "COMMIT"]
+    assert st.verbs() == [*before, "BEGIN IMMEDIATE", "WITH", "INSERT kv", "COMMIT"]
     assert not mem.store._write_conn().in_transaction
     entry = s.tasks.ledger.get(s.task.id, ledger_key("book", {"i": 1}))
     assert entry is not None and entry.status == "completed" and entry.result == {"booking": "B1"}
@@ -193,3 +203,17 @@ def test_an_event_payload_nested_past_the_limit_is_still_refused() -> None:
         deep = [deep]
     with pytest.raises(InvalidTextError, match="nested deeper"):
         payload_of(Checkpoint(artifacts={"v": deep}))
+
+
+def test_a_kv_rewrite_updates_the_row_in_place(mem: Memory) -> None:
+    # the ledger rewrites its row on every outcome: in place (one table page to log and fsync),
+    # not deleted and inserted again at the table's end (the table and both indexes)
+    s = mem.session("agent")
+    tool_step(s, 0)
+    tool_step(s, 1)
+    key = f"{s.task.id}/{ledger_key('book', {'i': 1})}"
+    conn = mem.store._conn()
+    rowids = {r[0]: r[1] for r in conn.execute("SELECT key, rowid FROM kv WHERE namespace = 'task_ledger'")}
+    mem.store.kv_put(s.scope, "task_ledger", key, {"rewritten": True})
+    after = {r[0]: r[1] for r in conn.execute("SELECT key, rowid FROM kv WHERE namespace = 'task_ledger'")}
+    assert after == rowids and mem.store.kv_get(s.scope, "task_ledger", key) == {"rewritten": True}
