@@ -78,21 +78,28 @@ def ledger_key(tool: str, args: dict[str, Any], key: str | None = None) -> str:
     Raises:
         InvalidNameError: bad tool name. ValidationError: `args` is not a dict of JSON values.
     """
-    return _keyed(tool, args, key)[0]
+    require_name(tool, field="tool name")
+    if not isinstance(args, dict):
+        raise ValidationError(f"tool arguments must be a dict of named JSON values, got {type(args).__name__}")
+    if key is not None:
+        return f"{tool}:{require_text('idempotency key', key, allow_empty=False)}"
+    return f"{tool}:{hashlib.sha256(canonical_json(args).encode()).hexdigest()[:32]}"
 
 
 def _keyed(tool: str, args: dict[str, Any], key: str | None) -> tuple[str, dict[str, Any]]:
     """(:func:`ledger_key`, the args as the ledger stores them: their canonical JSON parsed
-    back) from one serialisation of the args."""
+    back) from one serialisation of the args.
+
+    Raises:
+        InvalidNameError: bad tool name. ValidationError: `args` is not a dict of JSON values.
+    """
+    if key is not None:
+        return ledger_key(tool, args, key), json.loads(canonical_json(args))
     require_name(tool, field="tool name")
     if not isinstance(args, dict):
         raise ValidationError(f"tool arguments must be a dict of named JSON values, got {type(args).__name__}")
     text = canonical_json(args)
-    if key is not None:
-        k = f"{tool}:{require_text('idempotency key', key, allow_empty=False)}"
-    else:
-        k = f"{tool}:{hashlib.sha256(text.encode()).hexdigest()[:32]}"
-    return k, json.loads(text)
+    return f"{tool}:{hashlib.sha256(text.encode()).hexdigest()[:32]}", json.loads(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,16 +357,19 @@ class ToolCall:
     after_run: Callable[[str, Any], Any] | None = None
     entry: LedgerEntry | None = None
     notes: list[Any] = field(default_factory=list)
-    _keyed: tuple[str, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+    _key_args: tuple[str, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def _key_and_args(self) -> tuple[str, dict[str, Any]]:
         """(ledger key, stored args), computed once per call (one canonical serialisation)."""
-        if self._keyed is None:
-            self._keyed = _keyed(self.tool, self.args, self.key)
-        return self._keyed
+        if self._key_args is None:
+            self._key_args = _keyed(self.tool, self.args, self.key)
+        return self._key_args
 
     def __enter__(self) -> ToolCall:
-        k, _ = self._key_and_args()
+        if self.key is not None:  # the args are not needed (nor checked) to look the key up
+            k = ledger_key(self.tool, self.args, self.key)
+        else:
+            k, _ = self._key_and_args()
         self.entry = self.ledger._prepare(self.task, self.tool, k, idempotent=self.idempotent)
         return self
 
