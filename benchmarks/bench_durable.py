@@ -19,7 +19,9 @@ power cut; NORMAL: survives a process crash), all through the public API of one 
   :mod:`mindpalace.store.sqlite.group`), so one fsync acknowledges several agents' steps.
 
 Columns: steps/s, ms per step, the step's cost in bare fsyncs (ms per step ÷ ms per bare
-fsync), and commits per step from the store's group-commit counter (below 1 = shared fsyncs).
+fsync), the process time per step (all threads, user + system: the step's CPU, steady where a
+shared disk's fsync latency is not), and commits per step from the store's group-commit counter
+(below 1 = shared fsyncs).
 The first row runs on a just-created workspace (its WAL file still growing); every other row on
 a WAL in its steady state (see :func:`steady_wal`).
 
@@ -59,6 +61,9 @@ class Row:
     steps: int
     seconds: float
     commits: int | None = None
+    cpu_seconds: float | None = None
+    """Process time (every thread, user + system) over the row: the step's CPU, which a noisy
+    disk does not move."""
 
     @property
     def per_s(self) -> float:
@@ -88,13 +93,14 @@ def bare_fsync(folder: Path, seconds: float) -> tuple[int, float]:
         path.unlink()
 
 
-def timed(step: Callable[[int], Any], seconds: float) -> tuple[int, float]:
+def timed(step: Callable[[int], Any], seconds: float) -> tuple[int, float, float]:
+    """Run `step` for `seconds`; (steps, elapsed, process time)."""
     step(0)  # warm-up: connections, first event of the task
-    n, t0 = 0, time.perf_counter()
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         n += 1
         step(n)
-    return n, time.perf_counter() - t0
+    return n, time.perf_counter() - t0, time.process_time() - c0
 
 
 def commits(mem: Memory) -> int | None:
@@ -135,9 +141,9 @@ def single_agent_rows(folder: Path, synchronous: str, seconds: float) -> list[Ro
             s.checkpoint(step=i, artifacts={"last": i, "note": f"step {i} done"})
 
         before = commits(mem)
-        n, dt = timed(checkpoint, seconds)
+        n, dt, cpu = timed(checkpoint, seconds)
         rows.append(Row(synchronous, "checkpoint per step, fresh WAL (file growing)", 1, n, dt,
-                        None if before is None else (commits(mem) or 0) - before))
+                        None if before is None else (commits(mem) or 0) - before, cpu))
         steady_wal(folder / f"single-{synchronous}")
 
         def start_finish(i: int) -> None:
@@ -159,15 +165,16 @@ def single_agent_rows(folder: Path, synchronous: str, seconds: float) -> list[Ro
                          ("ledger tool call + checkpoint", tool_and_checkpoint),
                          ("ledger tool call, run(checkpoint=…)", tool_with_checkpoint)):
             before = commits(mem)
-            n, dt = timed(fn, seconds)
+            n, dt, cpu = timed(fn, seconds)
             after = commits(mem)
             rows.append(Row(synchronous, name, 1, n, dt,
-                            None if before is None or after is None else after - before))
+                            None if before is None or after is None else after - before, cpu))
     return rows
 
 
-def run_agents(sessions: list[Any], seconds: float) -> tuple[list[int], float]:
-    """Each session checkpoints in its own thread for `seconds`; (steps per agent, elapsed)."""
+def run_agents(sessions: list[Any], seconds: float) -> tuple[list[int], float, float]:
+    """Each session checkpoints in its own thread for `seconds`; (steps per agent, elapsed,
+    process time)."""
     done = [0] * len(sessions)
     start = threading.Barrier(len(sessions) + 1)
     stop = threading.Event()
@@ -183,12 +190,12 @@ def run_agents(sessions: list[Any], seconds: float) -> tuple[list[int], float]:
     for t in threads:
         t.start()
     start.wait()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join()
-    return done, time.perf_counter() - t0
+    return done, time.perf_counter() - t0, time.process_time() - c0
 
 
 def concurrent_rows(folder: Path, synchronous: str, seconds: float, counts: list[int]) -> list[Row]:
@@ -200,13 +207,14 @@ def concurrent_rows(folder: Path, synchronous: str, seconds: float, counts: list
                 s.checkpoint(step=0)  # warm-up: connections, first event of each task
             steady_wal(folder / f"agents{agents}-{synchronous}")
             before = commits(mem)
-            done, dt = run_agents(sessions, seconds)
+            done, dt, cpu = run_agents(sessions, seconds)
             after = commits(mem)
             # every acknowledged step is in the log: nothing lost, nothing doubled
             for k, s in enumerate(sessions):
                 assert s.task.version == done[k] + 1, (k, s.task.version, done[k])
             rows.append(Row(synchronous, f"{agents} concurrent agents (checkpoint)", agents,
-                            sum(done), dt, None if before is None or after is None else after - before))
+                            sum(done), dt, None if before is None or after is None else after - before,
+                            cpu))
     return rows
 
 
@@ -233,13 +241,15 @@ def main(argv: list[str] | None = None) -> int:
 
     table = Table(title=f"bench_durable — {datetime.now(UTC):%Y-%m-%d} — {seconds:g} s per row, "
                         f"bare fsync = {base.ms:.3f} ms")
-    for col in ("synchronous", "workload", "steps/s", "ms / step", "× bare fsync", "commits / step"):
+    for col in ("synchronous", "workload", "steps/s", "ms / step", "× bare fsync", "CPU ms / step",
+                "commits / step"):
         table.add_column(col, justify="left" if col in ("synchronous", "workload") else "right")
     out = []
     for r in rows:
         ratio = r.ms / base.ms
         per_commit = "-" if r.commits is None else f"{r.commits / r.steps:.2f}"
-        table.add_row(r.synchronous, r.workload, f"{r.per_s:,.0f}", f"{r.ms:.3f}", f"{ratio:.2f}", per_commit)
+        cpu = "-" if r.cpu_seconds is None else f"{1000 * r.cpu_seconds / r.steps:.3f}"
+        table.add_row(r.synchronous, r.workload, f"{r.per_s:,.0f}", f"{r.ms:.3f}", f"{ratio:.2f}", cpu, per_commit)
         out.append({**asdict(r), "per_s": r.per_s, "ms": r.ms, "x_bare_fsync": ratio})
     Console(width=140).print(table)
     if args.json:

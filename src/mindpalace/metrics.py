@@ -201,4 +201,10 @@ class MeteredToolCall(ToolCall):
 
 def metered(call: ToolCall, metrics: MemoryMetrics) -> MeteredToolCall:
     """`call` as a :class:`MeteredToolCall` counting into `metrics` (same fields)."""
-    return MeteredToolCall(**{f.name: getattr(call, f.name) for f in fields(call)}, metrics=metrics)
+    names = _INIT_FIELDS.get(type(call))
+    if names is None:  # the constructor's fields, looked up once per class
+        names = _INIT_FIELDS[type(call)] = tuple(f.name for f in fields(call) if f.init)
+    return MeteredToolCall(**{n: getattr(call, n) for n in names}, metrics=metrics)
+
+
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}

@@ -64,7 +64,8 @@ class Scope:
     @property
     def concrete(self) -> bool:
         """True when no field is ANY (the scope can be written to)."""
-        return all(getattr(self, n) is not ANY for n in SCOPE_FIELDS)
+        # the tenant is never ANY (__post_init__); spelled out: it runs on every read and write
+        return self.user is not ANY and self.agent is not ANY and self.session is not ANY
 
     def require_concrete(self) -> Scope:
         """Return self, or raise ValidationError if a field is ANY (writes need concrete scopes)."""

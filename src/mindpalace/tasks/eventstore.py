@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -128,7 +128,9 @@ class TaskEventStore:
         top_level = not self.store.in_transaction()
         pending: dict[str, _Folded] | None = getattr(self._local, "pending", None)
         after: _Folded | None = None
-        with self.store.transaction():
+        # Inside this object's own _transaction() block (the ledger's) every write fails
+        # together (the block never goes on after one raised): no savepoint of its own.
+        with nullcontext() if pending is not None else self.store.transaction():
             stored = self.store.append_events(self.scope, stream, new, expected_version=expected_version)
             after = self._fold_appended(task, stored, pending)
             last = stored[-1].version
@@ -169,7 +171,9 @@ class TaskEventStore:
         """``store.transaction()`` for the task's own multi-step writes (the ledger): folds of
         appends made in the block join the cache once it commits at top level (nested in
         someone else's transaction nothing is remembered; a block that raises, nothing). The
-        block must not catch an exception of a write inside it and go on."""
+        block must not catch an exception of a write inside it and go on (an append in the
+        block takes no savepoint of its own) — except a ConcurrencyError of an append with
+        `expected_version`, which is raised before anything is written."""
         if self.store.in_transaction() or getattr(self._local, "pending", None) is not None:
             with self.store.transaction():
                 yield

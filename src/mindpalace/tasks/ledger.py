@@ -30,9 +30,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mindpalace.errors import EffectNotApplied, NotFoundError, OutcomeUnknownError, ValidationError
+from mindpalace.errors import (
+    ConcurrencyError,
+    EffectNotApplied,
+    NotFoundError,
+    OutcomeUnknownError,
+    ValidationError,
+)
 from mindpalace.tasks.events import TaskEvent
-from mindpalace.tasks.eventstore import LEDGER_NS, TaskEventStore
+from mindpalace.tasks.eventstore import LEDGER_NS, EventLike, TaskEventStore
 from mindpalace.textsafe import clean_json, require_name, require_text
 
 Status = Literal["started", "completed", "failed", "unknown"]
@@ -78,6 +84,22 @@ def ledger_key(tool: str, args: dict[str, Any], key: str | None = None) -> str:
     if key is not None:
         return f"{tool}:{require_text('idempotency key', key, allow_empty=False)}"
     return f"{tool}:{hashlib.sha256(canonical_json(args).encode()).hexdigest()[:32]}"
+
+
+def _keyed(tool: str, args: dict[str, Any], key: str | None) -> tuple[str, dict[str, Any]]:
+    """(:func:`ledger_key`, the args as the ledger stores them: their canonical JSON parsed
+    back) from one serialisation of the args.
+
+    Raises:
+        InvalidNameError: bad tool name. ValidationError: `args` is not a dict of JSON values.
+    """
+    if key is not None:
+        return ledger_key(tool, args, key), json.loads(canonical_json(args))
+    require_name(tool, field="tool name")
+    if not isinstance(args, dict):
+        raise ValidationError(f"tool arguments must be a dict of named JSON values, got {type(args).__name__}")
+    text = canonical_json(args)
+    return f"{tool}:{hashlib.sha256(text.encode()).hexdigest()[:32]}", json.loads(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +204,11 @@ class Ledger:
         Raises:
             OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
         """
-        k = ledger_key(tool, args, key)
-        clean_args = json.loads(canonical_json(args))
+        k, clean_args = _keyed(tool, args, key)
+        return self._begin(task, tool, k, clean_args, idempotent=idempotent)
+
+    def _begin(self, task: str, tool: str, k: str, clean_args: dict[str, Any], *, idempotent: bool) -> LedgerEntry:
+        """:meth:`begin` with the key and stored args already computed (:func:`_keyed`)."""
         safe = idempotent or self.is_safe(tool)
         with self.events._transaction():  # the task's fold cache follows these appends
             prev = self.get(task, k)
@@ -221,16 +246,26 @@ class Ledger:
         — a late writer never overwrites it."""
         status: Status = "unknown" if unknown else "failed" if error is not None else "completed"
         value = None if error is not None or unknown else _normalize_result(result)
+        events: list[EventLike] = [
+            ("tool_call_completed", {"key": entry.key, "tool": entry.tool, "status": status, "result": value,
+                                     "error": error, "reconciled": reconciled}), *also]
         with self.events._transaction():  # the task's fold cache follows these appends
-            current = self.get(entry.task, entry.key)
-            if current is not None and (current.attempt != entry.attempt or current.status not in UNSETTLED
-                                        or (current.status == "unknown" and not reconciled)):
-                return current
-            rec, *_ = self.events.append(
-                entry.task,
-                [("tool_call_completed", {"key": entry.key, "tool": entry.tool, "status": status, "result": value,
-                                          "error": error, "reconciled": reconciled}), *also],
-            )
+            rec = None
+            if entry.version:
+                # Every write of a ledger row appends an event to its task in the same
+                # transaction: when the task is still at the version `entry` was written at,
+                # the row is still `entry` — no need to read it back. Otherwise (another event
+                # came first) the append writes nothing and the row is read below.
+                try:
+                    rec, *_ = self.events.append(entry.task, events, expected_version=entry.version)
+                except ConcurrencyError:
+                    rec = None
+            if rec is None:
+                current = self.get(entry.task, entry.key)
+                if current is not None and (current.attempt != entry.attempt or current.status not in UNSETTLED
+                                            or (current.status == "unknown" and not reconciled)):
+                    return current
+                rec, *_ = self.events.append(entry.task, events)
             done = LedgerEntry(
                 entry.task, entry.key, entry.tool, entry.args, status, entry.attempt, entry.idempotent,
                 result=value, error=error, reconciled=reconciled, version=rec.version,
@@ -272,7 +307,11 @@ class Ledger:
         Raises:
             OutcomeUnknownError: never re-run automatically (I8).
         """
-        entry = self.get(task, ledger_key(tool, args, key))
+        return self._prepare(task, tool, ledger_key(tool, args, key), idempotent=idempotent)
+
+    def _prepare(self, task: str, tool: str, k: str, *, idempotent: bool) -> LedgerEntry | None:
+        """:meth:`prepare` with the ledger key already computed."""
+        entry = self.get(task, k)
         if entry is None or entry.status == "failed":
             return None
         if entry.status == "completed":
@@ -318,9 +357,20 @@ class ToolCall:
     after_run: Callable[[str, Any], Any] | None = None
     entry: LedgerEntry | None = None
     notes: list[Any] = field(default_factory=list)
+    _key_args: tuple[str, dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _key_and_args(self) -> tuple[str, dict[str, Any]]:
+        """(ledger key, stored args), computed once per call (one canonical serialisation)."""
+        if self._key_args is None:
+            self._key_args = _keyed(self.tool, self.args, self.key)
+        return self._key_args
 
     def __enter__(self) -> ToolCall:
-        self.entry = self.ledger.prepare(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        if self.key is not None:  # the args are not needed (nor checked) to look the key up
+            k = ledger_key(self.tool, self.args, self.key)
+        else:
+            k, _ = self._key_and_args()
+        self.entry = self.ledger._prepare(self.task, self.tool, k, idempotent=self.idempotent)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -357,7 +407,8 @@ class ToolCall:
         also = [] if checkpoint is None else [self._checkpoint_event(checkpoint)]
         if self.before_run is not None:
             self.before_run(self.tool, self.args)
-        started = self.ledger.begin(self.task, self.tool, self.args, idempotent=self.idempotent, key=self.key)
+        k, clean_args = self._key_and_args()
+        started = self.ledger._begin(self.task, self.tool, k, clean_args, idempotent=self.idempotent)
         if started.status == "completed":  # another process ran it since __enter__ looked
             self.entry = started
             return started.result

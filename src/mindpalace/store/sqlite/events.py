@@ -25,9 +25,12 @@ from mindpalace.timeutil import from_iso, utcnow
 # into an optimistic append. Each row comes back with its version, its position and the
 # position of the stream's event before it (an indexed lookup bound to the scope and stream).
 _MAX_ONE_STATEMENT = 256  # events per single-statement append (2 bound parameters each)
+# The max is a scalar subquery of its own: SQLite would push an outer `WHERE v = ?` into an
+# aggregate subquery as a HAVING, which turns the one-row index lookup of max() into a scan of
+# the whole stream (an optimistic append cost O(stream length)).
 _CURRENT = (
-    "(SELECT coalesce(max(version), 0) AS v FROM events "
-    "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?)"
+    "(SELECT coalesce((SELECT max(version) FROM events "
+    "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?), 0) AS v)"
 )
 _APPEND_ONE = (
     f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "

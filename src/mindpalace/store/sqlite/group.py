@@ -25,8 +25,8 @@ import copy
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,33 +81,16 @@ class GroupCommit:
         with self._lock:
             return self._entering
 
-    @contextmanager
-    def member(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        """Run the caller's block on `conn` as a member of the open batch (or a new one); returns
-        once the batch is committed.
+    def member(self, conn: sqlite3.Connection) -> _Member:
+        """``with group.member(conn):`` runs the caller's block on `conn` as a member of the open
+        batch (or a new one); the ``with`` returns once the batch is committed.
 
         Raises:
             StoreBusyError: the write connection stayed taken for ``wait_seconds``.
             The block's own exception (its writes undone), or the COMMIT's error (every
             block of the batch rolled back).
         """
-        batch, first = self._join(conn)
-        try:
-            yield conn
-        except BaseException:
-            self._undo(conn, batch, first)
-            if not first:
-                self._finish(conn, batch, wait=False)
-            raise
-        try:
-            if not first:
-                self._retry(lambda: conn.execute(f"RELEASE {_SAVEPOINT}"))
-        except BaseException:
-            self._undo(conn, batch, first)
-            if not first:
-                self._finish(conn, batch, wait=False)
-            raise
-        self._finish(conn, batch, wait=True)
+        return _Member(self, conn)
 
     # -- steps -----------------------------------------------------------------------------
     def _join(self, conn: sqlite3.Connection) -> tuple[_Batch, bool]:
@@ -193,8 +176,10 @@ class GroupCommit:
             self._batch = None
             self.commits += 1
             self._busy = False
-            self._committed.notify_all()
-            self._turn.notify()
+            if batch.size > 1:  # the other blocks of the batch wait for its COMMIT
+                self._committed.notify_all()
+            if self._entering:
+                self._turn.notify()
         if wait and error is not None:
             raise error
 
@@ -205,7 +190,38 @@ class GroupCommit:
     def _release(self) -> None:
         with self._lock:
             self._busy = False
-            self._turn.notify()
+            if self._entering:
+                self._turn.notify()
+
+
+class _Member:
+    """One block of a batch (a plain context manager: it runs on every durable step)."""
+
+    __slots__ = ("batch", "conn", "first", "group")
+
+    def __init__(self, group: GroupCommit, conn: sqlite3.Connection) -> None:
+        self.group, self.conn = group, conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.batch, self.first = self.group._join(self.conn)
+        return self.conn
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        group, conn, batch, first = self.group, self.conn, self.batch, self.first
+        if exc_type is None:
+            try:
+                if not first:
+                    group._retry(lambda: conn.execute(f"RELEASE {_SAVEPOINT}"))
+            except BaseException:
+                group._undo(conn, batch, first)
+                if not first:
+                    group._finish(conn, batch, wait=False)
+                raise
+            group._finish(conn, batch, wait=True)
+            return
+        group._undo(conn, batch, first)  # the block's own exception propagates
+        if not first:
+            group._finish(conn, batch, wait=False)
 
 
 def _copy(error: BaseException) -> BaseException:

@@ -134,11 +134,15 @@ class RecordsMixin(SQLiteBase):
         require_text("kv.namespace", namespace, allow_empty=False)
         require_text("kv.key", key, allow_empty=False)
         data = dumps(value)
-        # one statement is atomic by itself: inside a transaction no savepoint around it
+        # one statement is atomic by itself: inside a transaction no savepoint around it. An
+        # existing row is updated in place (one table page); OR REPLACE deleted it and inserted
+        # a new row at the table's end, writing the table and both indexes again (pages a
+        # durable commit must log and fsync: the ledger rewrites its row on every tool call).
         with nullcontext() if self.in_transaction() else self.transaction():
             self._execute(
-                f"INSERT OR REPLACE INTO kv ({SCOPE_COLS}, namespace, key, value, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO kv ({SCOPE_COLS}, namespace, key, value, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, user, agent, session, "
+                "namespace, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
                 (*scope.values(), namespace, key, data, to_iso(utcnow())),
             )
 
