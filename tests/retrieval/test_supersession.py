@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindpalace.retrieval.supersession import (
+    best_sentence,
     choose_corrections,
     choose_followup,
     followup_similarity,
@@ -95,6 +96,7 @@ class TestFollowups:
     def test_sentences_and_subject_terms(self) -> None:
         assert sentences("Can you help? I need a plan.  Oh, one more thing: my sister moved.") == [
             "Can you help?", "I need a plan.", "Oh, one more thing: my sister moved."]
+        assert sentences("Look at this [shares a photo: a bowl]") == ["Look at this", "[shares a photo: a bowl]"]
         assert sentences("no punctuation here") == ["no punctuation here"]
         assert subject_terms("My sister moved to Austin.") & subject_terms("my sisters live in Denver")
 
@@ -107,6 +109,22 @@ class TestFollowups:
         terms = subject_terms(anchor)
         assert followup_similarity(terms, embed([anchor])[0], long, embed) > whole + 0.2
         assert followup_similarity(terms, embed([anchor])[0], "I burned the rice.", embed) == float("-inf")
+
+    def test_pasted_text_shared_by_two_messages_is_not_what_they_are_compared_on(self) -> None:
+        embed = _bag_of_words
+        aside = "Can you help me plan a dinner for six guests on Saturday?"
+        anchor = f"{aside} Oh, one more thing: I pay 1500 a month for the flat."
+        later = f"{aside} Oh, one more thing: I run 20 km every week."
+        query = embed(["help me plan a dinner on Saturday, what do I pay for the flat"])[0]
+        own = frozenset(sentences(anchor))
+        assert best_sentence(later, query, embed) == aside
+        assert best_sentence(later, query, embed, own) != aside
+        assert best_sentence(aside, query, embed, own) == aside  # nothing else to compare on
+        terms = subject_terms(anchor)
+        assert followup_similarity(terms, embed([aside])[0], later, embed) == pytest.approx(1.0)
+        # compared on its own sentence only
+        own_sentence = float(embed(["Oh, one more thing: I run 20 km every week."])[0] @ embed([aside])[0])
+        assert followup_similarity(terms, embed([aside])[0], later, embed, own) == pytest.approx(own_sentence)
 
     @settings(max_examples=40, deadline=None)
     @given(n=st.integers(1, 6), drift=st.lists(st.floats(0.0, 0.39), max_size=4), seed=st.integers(0, 10_000))
@@ -132,3 +150,4 @@ def _bag_of_words(texts: list[str]) -> np.ndarray:
             out[row, zlib.crc32(w.encode()) % 256] += 1.0
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.where(norms > 0, norms, 1.0)
+

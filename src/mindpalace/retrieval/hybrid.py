@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,7 +43,12 @@ from mindpalace.retrieval.fetch import (
     searchable_scopes,
     stem_words,
 )
-from mindpalace.retrieval.supersession import choose_corrections, find_followups
+from mindpalace.retrieval.supersession import (
+    best_sentence,
+    choose_corrections,
+    find_followups,
+    sentences,
+)
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -318,7 +323,7 @@ class HybridRetriever:
         supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
         ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
         if supersede:
-            ranked = self._supersede(ranked, window, generation)
+            ranked = self._supersede(ranked, window, qvec, generation)
             if self.settings.supersede_followups:
                 ranked = self._follow_up(ranked, qvec, searchable, generation)
         best = ranked[:k]
@@ -410,7 +415,7 @@ class HybridRetriever:
         return left_out
 
     def _supersede(
-        self, ranked: list[_Candidate], window: int, generation: object = None
+        self, ranked: list[_Candidate], window: int, qvec: np.ndarray, generation: object = None
     ) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
 
@@ -420,8 +425,10 @@ class HybridRetriever:
         list, not only through a neighbour), B is later (timestamp, then insertion order), the
         two are the same subject and B matches the query nearly as well — the choice is
         :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the stored
-        vectors at least ``supersede_similarity``, a property of the embedder: 0.5 measured for
-        the default ``use``; or both among the speaker's ``supersede_answers`` statements
+        vectors of their sentences closest to the query — a sentence pasted verbatim into
+        several of the speaker's statements passed over — at least ``supersede_similarity``,
+        a property of the embedder: 0.5 measured for the default ``use``; or both among the
+        speaker's ``supersede_answers`` statements
         closest to the query at ``supersede_answer_similarity``; score at least
         ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
         A is marked ``superseded_by`` B. Questions, assistant replies, tool output and system
@@ -446,7 +453,14 @@ class HybridRetriever:
             if len(members) < 2:
                 continue
             members.sort(key=_time_key)
-            mat = np.stack([vectors[c.doc.id] for c in members])
+            # each statement is compared on its sentence closest to the query — not on the whole
+            # message, whose vector also holds an aside, a pasted text or an attachment note
+            # ("[shares a photo: a photo of …]") that makes unrelated messages look alike;
+            # a sentence found verbatim in another of the speaker's statements is passed over
+            texts = [c.doc.text for c in members]
+            counts = Counter(p for t in texts for p in set(sentences(t)))
+            repeated = frozenset(p for p, n in counts.items() if n > 1)
+            mat = self._embed_sentences([best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts])
             chosen = choose_corrections(
                 mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,

@@ -17,6 +17,10 @@ A later statement B corrects an earlier A when
   a later statement on another subject ("We just settled in Osaka" taking over "We meet in
   room 4B every week": short statements of one user that the query half matches; "I'm
   training for a 10k" taking over "I go to the gym at lunchtime" and its correction).
+
+Statements are compared on their sentence closest to the query (the caller's choice), not on
+the whole message: an aside, a pasted text or an attachment note ("[shares a photo: a photo
+of …]") in two messages made unrelated statements look alike.
 """
 
 from __future__ import annotations
@@ -130,12 +134,13 @@ def choose_corrections(
 # sentence by sentence with it, and the closest one above ``pull_similarity`` — or a later
 # update of that one — is the current value.
 
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\s+(?=\[)")
 
 
 def sentences(text: str) -> list[str]:
-    """`text` split after sentence-ending punctuation (whitespace-stripped, empties dropped);
-    a text without any is one sentence."""
+    """`text` split after sentence-ending punctuation and before a bracketed aside such as an
+    attachment note ("Look at this [shares a photo: …]") (whitespace-stripped, empties
+    dropped); a text without any is one sentence."""
     return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
 
 
@@ -176,10 +181,14 @@ def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarit
     return chain[-1] if chain else closest
 
 
-def best_sentence(text: str, query_vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> str:
+def best_sentence(
+    text: str, query_vector: np.ndarray, embed: Callable[[list[str]], np.ndarray],
+    repeated: frozenset[str] = frozenset(),
+) -> str:
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
-    the part of a long message that the query retrieved it for."""
-    parts = sentences(text)
+    the part of a long message that the query retrieved it for. Sentences in `repeated` are
+    passed over unless every sentence is one (text pasted into several messages)."""
+    parts = [p for p in sentences(text) if p not in repeated] or sentences(text)
     if len(parts) <= 1:
         return text
     vectors = embed(parts)
@@ -187,13 +196,16 @@ def best_sentence(text: str, query_vector: np.ndarray, embed: Callable[[list[str
 
 
 def followup_similarity(
-    terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray]
+    terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray],
+    repeated: frozenset[str] = frozenset(),
 ) -> float:
     """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
     `later` that shares one of the anchor's subject `terms` (stemmed, see
     :func:`subject_terms`) with it (-inf when none does): an update inside a long message is
-    compared on its own sentence, not on the message's average."""
-    parts = [s for s in sentences(later) if subject_terms(s) & terms]
+    compared on its own sentence, not on the message's average. Sentences in `repeated` (the
+    anchor's own, verbatim) are skipped: the same pasted text in two messages says nothing
+    about an update."""
+    parts = [s for s in sentences(later) if subject_terms(s) & terms and s not in repeated]
     if not parts:
         return float("-inf")
     return float(np.max(embed(parts) @ anchor_vector))
@@ -221,8 +233,9 @@ def find_followups(
     start next week": start, next, week) names no subject, so sharing it makes no follow-up.
     ``search(A, words)`` (a keyword search for the subject words, in the scopes the query may
     read) gives the candidates; those by the same speaker, later, and stating something, are
-    compared with :func:`followup_similarity` on the subject words; :func:`choose_followup`
-    picks the current value.
+    compared with :func:`followup_similarity` on the subject words (sentences A holds
+    verbatim passed over: the same pasted text in two messages says nothing about an
+    update); :func:`choose_followup` picks the current value.
 
     Args:
         anchors: documents, best first.
@@ -254,12 +267,13 @@ def find_followups(
             continue
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
         anchor_vector = embed([sentence])[0]
-        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed) for d in found]
+        own_sentences = frozenset(sentences(anchor.text))
+        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed, own_sentences) for d in found]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
             continue
         kept = [found[i] for i in keep]
-        own = embed([best_sentence(d.text, anchor_vector, embed) for d in kept])
+        own = embed([best_sentence(d.text, anchor_vector, embed, own_sentences) for d in kept])
         chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
         if chosen is not None:
             out[anchor.id] = kept[chosen]
