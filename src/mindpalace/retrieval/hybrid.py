@@ -493,19 +493,28 @@ class HybridRetriever:
         find_followups`): the best ``supersede_followups`` messages that match the query
         themselves and state something (no question; not an assistant reply, tool output or
         system text — those talk about the speakers' facts, they do not update them) are the
-        anchors, unless :meth:`_supersede` already marked them; the search reads only
-        `scopes` (I10). The anchor is marked ``superseded_by``. `generation`: the store's
+        anchors (when :meth:`_supersede` already marked one, its choice is one more candidate,
+        replaced by a closer statement the search finds); a follow-up's own follow-ups are
+        looked for up to ``supersede_followup_depth`` steps; the search reads only `scopes`
+        (I10). The anchor is marked ``superseded_by``. `generation`: the store's
         search generation of this query (remembers the speaker's word counts while it stays).
         Sentence vectors are remembered (:meth:`_embed_sentences`)."""
         assert self.embedder is not None
         s = self.settings
         anchors = [
             c for c in ranked
-            if c.doc.kind == MESSAGE_KIND and c.superseded_by is None and _matches_directly(c)
+            if c.doc.kind == MESSAGE_KIND and _matches_directly(c)
             and c.doc.meta.get("role") not in _NOT_STATING and not asks(c.doc.text)
         ][: s.supersede_followups]
         if not anchors:
             return ranked
+        by_label = {_label(c.doc): c for c in ranked}
+        # what _supersede chose among the retrieved statements is one more candidate, compared
+        # with the later statements found from the anchor's subject words on the same terms
+        known = {
+            c.doc.id: by_label[c.superseded_by].doc for c in anchors
+            if c.superseded_by is not None and c.superseded_by in by_label
+        }
 
         def search(anchor: Document, terms: str) -> list[Document]:
             a = anchor.scope
@@ -550,7 +559,7 @@ class HybridRetriever:
             later=lambda a, b: _doc_time_key(a) < _doc_time_key(b),
             states=lambda d: not asks(d.text), embed=self._embed_sentences,
             similarity=s.supersede_followup_similarity,
-            uses=uses, max_uses=s.supersede_followup_max_uses,
+            uses=uses, max_uses=s.supersede_followup_max_uses, known=known, depth=s.supersede_followup_depth,
         )
         if not found:
             return ranked
@@ -558,8 +567,12 @@ class HybridRetriever:
         by_id = {c.doc.id: c for c in order}
         for anchor in anchors:
             doc = found.get(anchor.doc.id)
-            if doc is None:
+            if doc is None or _label(doc) == anchor.superseded_by:
                 continue
+            if anchor.superseded_by is not None:  # a closer one replaces _supersede's choice
+                previous = by_label.get(anchor.superseded_by)
+                if previous is not None and previous.supersedes == _label(anchor.doc):
+                    previous.supersedes = None
             newer = by_id.get(doc.id)
             if newer is None:
                 newer = by_id[doc.id] = _Candidate(doc)

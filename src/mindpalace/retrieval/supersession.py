@@ -13,10 +13,14 @@ A later statement B corrects an earlier A when
   lower ``answer_similarity``;
 * B matches the query nearly as well as A (``min_score_ratio`` × A's score);
 * of several such B: the one closest to A — or a later update of that one (alike on its
-  own to both A and the closest: a chain A → B → C points at C). "The newest wins" picked
-  a later statement on another subject ("We just settled in Osaka" taking over "We meet in
-  room 4B every week": short statements of one user that the query half matches; "I'm
-  training for a 10k" taking over "I go to the gym at lunchtime" and its correction).
+  own to A, and to the closest at least as much as the closest is to A: a chain A → B → C
+  points at C). "The newest wins" picked a later statement on another subject ("We just
+  settled in Osaka" taking over "We meet in room 4B every week": short statements of one
+  user that the query half matches; "I'm training for a 10k" taking over "I go to the gym at
+  lunchtime" and its correction), and so did "alike to both at the threshold": a later
+  statement on another detail of the same thing ("I'm planning a long bike ride this
+  weekend" after "I own 3 bikes" and "I just bought another bike, so 4 now") is alike to
+  every statement about it, but less than an update is to what it updates.
 
 Statements are compared on their sentence closest to the query (the caller's choice), not on
 the whole message: an aside, a pasted text or an attachment note ("[shares a photo: a photo
@@ -116,10 +120,12 @@ def choose_corrections(
         if not later:
             continue
         closest = max(later, key=lambda j: (float(sims[i, j]), j))
-        # a later update of the closest one (alike to both) is the current value: A → B → C
-        # points at C; a later statement alike to A only is not (another subject that
-        # happens to pass the threshold)
-        chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= similarity]
+        # a later update of the closest one is the current value: A → B → C points at C when
+        # C is alike to A and to B at least as much as B is to A; a later statement alike to A
+        # only, or to both only as much as any statement on the thing (another detail of it),
+        # is not
+        link = max(similarity, float(sims[i, closest]))
+        chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= link]
         out[i] = chain[-1] if chain else closest
     return out
 
@@ -132,7 +138,8 @@ def choose_corrections(
 # Austin"). Starting from a statement the query did retrieve, the speaker's later statements
 # that share a subject term with it are read back (keyword search on those terms), compared
 # sentence by sentence with it, and the closest one above ``pull_similarity`` — or a later
-# update of that one — is the current value.
+# update of that one — is the current value; that one's own follow-ups are looked for the same
+# way (a chain whose last update shares no word with the first statement).
 
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\s+(?=\[)")
 
@@ -155,9 +162,12 @@ def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarit
     """Which of an anchor statement's later statements (oldest first) is its current value.
 
     The closest one to the anchor (cosine at least `similarity`), or a later one alike at
-    least `similarity` to both the anchor and that closest one (an update of the update: the
-    newest such). A later statement alike only to the anchor does not take over: "I bought a
-    new yoga mat" is near "I do yoga on Thursdays" but it is not the studio's new day.
+    least `similarity` to the anchor and, to that closest one, at least as much as the
+    closest is to the anchor (an update of the update: the newest such). A later statement
+    alike only to the anchor does not take over: "I bought a new yoga mat" is near "I do
+    yoga on Thursdays" but it is not the studio's new day; nor does one alike to both only
+    as much as anything said about the thing ("I'm planning a long bike ride this weekend"
+    after "I own 3 bikes" and "I just bought another bike, so 4 now").
 
     Args:
         to_anchor: length n, each later statement's cosine to the anchor.
@@ -177,7 +187,8 @@ def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarit
     if not close:
         return None
     closest = max(close, key=lambda j: (float(to_anchor[j]), j))
-    chain = [j for j in close if j > closest and mutual[closest, j] >= similarity]
+    link = max(similarity, float(to_anchor[closest]))
+    chain = [j for j in close if j > closest and mutual[closest, j] >= link]
     return chain[-1] if chain else closest
 
 
@@ -223,6 +234,8 @@ def find_followups(
     similarity: float,
     uses: Callable[[Document, str], int] | None = None,
     max_uses: int = 0,
+    known: dict[int, Document] | None = None,
+    depth: int = 1,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -235,7 +248,10 @@ def find_followups(
     read) gives the candidates; those by the same speaker, later, and stating something, are
     compared with :func:`followup_similarity` on the subject words (sentences A holds
     verbatim passed over: the same pasted text in two messages says nothing about an
-    update); :func:`choose_followup` picks the current value.
+    update); :func:`choose_followup` picks the current value. The current value F of A is
+    then looked up the same way from F's sentence closest to A's (its own subject words), up
+    to `depth` steps, so a chain ends at its newest update even when that one shares no word
+    with A.
 
     Args:
         anchors: documents, best first.
@@ -247,34 +263,53 @@ def find_followups(
         uses / max_uses: how many of the anchor speaker's statements contain a word (the
             caller's count, in the same scopes); None or `max_uses` 0 = every content word is
             a subject word.
+        known: ``{anchor id: a later statement already taken as its correction}`` (the
+            caller's choice among the retrieved statements): one more candidate, compared on
+            the same terms, so a closer statement found by the search replaces it.
+        depth: follow-up steps from each anchor (≥ 1).
     Returns:
         ``{anchor document id: the later document that is its current value}``.
     """
-    out: dict[int, Document] = {}
-    for anchor in anchors:
-        sentence = best_sentence(anchor.text, query_vector, embed)
+    def step(anchor: Document, towards: np.ndarray, extra: Document | None) -> tuple[Document, np.ndarray] | None:
+        """The current value of `anchor` (its sentence closest to `towards`) among its speaker's
+        later statements, with the vector of that sentence; None when there is none."""
+        sentence = best_sentence(anchor.text, towards, embed)
         words = query_terms(sentence)
         if uses is not None and max_uses > 0:
             words = [w for w in words if uses(anchor, w) <= max_uses]
         if not words:
-            continue
+            return None
         terms = frozenset(stem_words(words))
         found = [
             d for d in search(anchor, " ".join(words))
             if d.id != anchor.id and same_speaker(anchor, d) and later(anchor, d) and states(d)
         ]
+        if extra is not None and all(d.id != extra.id for d in found):
+            found.append(extra)
         if not found:
-            continue
+            return None
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
         anchor_vector = embed([sentence])[0]
         own_sentences = frozenset(sentences(anchor.text))
         to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed, own_sentences) for d in found]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
-            continue
+            return None
         kept = [found[i] for i in keep]
         own = embed([best_sentence(d.text, anchor_vector, embed, own_sentences) for d in kept])
         chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
-        if chosen is not None:
-            out[anchor.id] = kept[chosen]
+        if chosen is None:
+            return None
+        return kept[chosen], own[chosen]
+
+    out: dict[int, Document] = {}
+    for anchor in anchors:
+        got = step(anchor, query_vector, (known or {}).get(anchor.id))
+        seen = {anchor.id}
+        # an update of the update (found from its own subject words: "The cat goes by Saffron,
+        # Olive never stuck" → "The cat goes by Mochi, Saffron never stuck") is the current value
+        while got is not None and got[0].id not in seen and len(seen) <= depth:
+            out[anchor.id] = got[0]
+            seen.add(got[0].id)
+            got = step(got[0], got[1], None)
     return out
