@@ -166,6 +166,23 @@ class TestFollowups:
         assert found(1)[0].id == 1
         assert found(2)[0].id == 2
 
+    def test_an_earlier_choice_competes_with_what_the_search_finds(self) -> None:
+        # the retrieved window linked "My sister lives in Denver" to a later statement on another
+        # detail ("known"); the subject-word search finds the real update, which is closer
+        texts = ["My sister lives in Denver.", "My sister's birthday is next Friday.",
+                 "My sister lives in Austin now."]
+        docs = [_doc(i, t) for i, t in enumerate(texts)]
+
+        def run(found_by_search: list[Document]) -> dict[int, Document]:
+            return find_followups(
+                [docs[0]], _bag_of_words([texts[0]])[0], search=lambda _a, _w: found_by_search,
+                same_speaker=lambda a, b: True, later=lambda a, b: a.id < b.id, states=lambda d: True,
+                embed=_bag_of_words, similarity=0.1, known={0: docs[1]},
+            )
+
+        assert run([docs[2]])[0].id == 2
+        assert run([])[0].id == 1  # nothing closer found: the earlier choice stands
+
     @settings(max_examples=40, deadline=None)
     @given(n=st.integers(1, 6), drift=st.lists(st.floats(0.0, 0.39), max_size=4), seed=st.integers(0, 10_000))
     def test_any_chain_of_updates_ends_at_the_newest(self, n: int, drift: list[float], seed: int) -> None:
