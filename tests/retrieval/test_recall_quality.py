@@ -254,3 +254,35 @@ class TestFollowups:
         hits = on.search(user_scope(memory, uid), "Who is my manager?", k=4)
         assert all(h.scope.user == uid for h in hits)
         assert all("superseded_by" not in h.meta for h in hits)
+
+
+class TestAttachmentNotes:
+    """LoCoMo turns end in "[shares a photo: a photo of …]": compared whole, two unrelated turns
+    of one speaker looked alike for the note alone, and the later one was taken as the update
+    of the earlier (chains of unrelated turns marked superseded)."""
+
+    TURNS = (
+        ("Melanie", "I finished my first pottery class today and made a bowl. "
+                    "[shares a photo: a photo of a bowl with a colorful design on it]"),
+        ("Caroline", "That looks lovely, you should be proud of it!"),
+        ("Caroline", "I went to a support group meeting yesterday, it was very moving."),
+        ("Melanie", "Thanks! The kids want to try it too."),
+        ("Caroline", "My friends threw me a small party for my birthday."),
+        ("Melanie", "We took the kids camping at the lake last weekend. "
+                    "[shares a photo: a photo of a tent next to a lake with trees]"),
+        ("Caroline", "Camping sounds like fun, I love the outdoors."),
+        ("Melanie", "I'm reading a great book about painting landscapes."),
+    )
+
+    def test_a_shared_photo_note_does_not_make_a_later_turn_the_update(self, memory: Memory, uid: str) -> None:
+        start = datetime(2023, 5, 1, tzinfo=UTC)
+        s = memory.session("session_1", user=uid, agent="a")
+        for n, (who, text) in enumerate(self.TURNS):
+            s.add_message({"role": "user", "name": who, "content": text}, timestamp=start + timedelta(days=n))
+        hits = memory.session("q", user=uid, agent="a").recall(
+            "Which photo shows what Melanie makes in her pottery class?", k=6)
+        pottery = next(h for h in hits if "pottery" in h.text)
+        camping = next(h for h in hits if "camping at the lake" in h.text)  # a hit: it could supersede
+        assert "superseded_by" not in pottery.meta
+        assert "supersedes" not in camping.meta
+        assert hits[0] is pottery

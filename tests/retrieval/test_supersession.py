@@ -11,12 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindpalace.retrieval.supersession import (
+    best_sentence,
     choose_corrections,
     choose_followup,
+    find_followups,
     followup_similarity,
     sentences,
     subject_terms,
 )
+from mindpalace.scope import Scope
+from mindpalace.store.base import Document
 
 INF = float("-inf")
 
@@ -59,6 +63,16 @@ class TestChooseCorrections:
         assert _choose(sims, [0.1, 0.9], [0.5, 9.0]) == {0: 1}
         assert all(j > i for i, j in _choose(sims, [0.9, 0.1], [9.0, 9.0]).items())
 
+    def test_a_later_statement_alike_to_both_less_than_they_are_alike_does_not_take_over(self) -> None:
+        # "I own 3 bikes" (0), "I just bought another bike, so 4 now" (1), "I'm planning a long
+        # bike ride this weekend" (2, newer): 2 is alike to both (the same thing, another detail)
+        # but less alike to the update than the update is to the statement — not an update of it
+        sims = [[1, 0.62, 0.55], [0.62, 1, 0.56], [0.55, 0.56, 1]]
+        assert _choose(sims, [0.5, 0.4, 0.4], [5.0, 5.0, 5.0]) == {0: 1, 1: 2}
+        # restating the update as closely as the update restated the statement: it is the newest
+        sims = [[1, 0.62, 0.55], [0.62, 1, 0.7], [0.55, 0.7, 1]]
+        assert _choose(sims, [0.5, 0.4, 0.4], [5.0, 5.0, 5.0]) == {0: 2, 1: 2}
+
     def test_best_answers_match_at_the_lower_cosine(self) -> None:
         sims = [[1, 0.4, 0.35], [0.4, 1, 0.35], [0.35, 0.35, 1]]
         assert _choose(sims, [0.5, 0.45, INF], [4.0, 4.0, 4.0], answers=2) == {0: 1}
@@ -82,6 +96,11 @@ class TestFollowups:
     def test_an_update_of_the_update_is_the_current_value(self) -> None:
         assert choose_followup([0.6, 0.5], np.array([[1, 0.7], [0.7, 1]]), similarity=0.4) == 1
 
+    def test_a_later_statement_less_alike_to_the_update_than_the_update_to_the_anchor_is_drift(self) -> None:
+        # anchor "I own 3 bikes"; 0 = "I just bought another bike, so 4 now" (0.52), 1 = "I'm
+        # planning a long bike ride this weekend" (0.47 to the anchor, 0.48 to the update)
+        assert choose_followup([0.52, 0.47], np.array([[1, 0.48], [0.48, 1]]), similarity=0.4) == 0
+
     def test_nothing_close_enough_is_no_followup(self) -> None:
         assert choose_followup([0.2, 0.39], np.eye(2), similarity=0.4) is None
         assert choose_followup([], np.zeros((0, 0)), similarity=0.4) is None
@@ -95,6 +114,7 @@ class TestFollowups:
     def test_sentences_and_subject_terms(self) -> None:
         assert sentences("Can you help? I need a plan.  Oh, one more thing: my sister moved.") == [
             "Can you help?", "I need a plan.", "Oh, one more thing: my sister moved."]
+        assert sentences("Look at this [shares a photo: a bowl]") == ["Look at this", "[shares a photo: a bowl]"]
         assert sentences("no punctuation here") == ["no punctuation here"]
         assert subject_terms("My sister moved to Austin.") & subject_terms("my sisters live in Denver")
 
@@ -108,17 +128,73 @@ class TestFollowups:
         assert followup_similarity(terms, embed([anchor])[0], long, embed) > whole + 0.2
         assert followup_similarity(terms, embed([anchor])[0], "I burned the rice.", embed) == float("-inf")
 
+    def test_pasted_text_shared_by_two_messages_is_not_what_they_are_compared_on(self) -> None:
+        embed = _bag_of_words
+        aside = "Can you help me plan a dinner for six guests on Saturday?"
+        anchor = f"{aside} Oh, one more thing: I pay 1500 a month for the flat."
+        later = f"{aside} Oh, one more thing: I run 20 km every week."
+        query = embed(["help me plan a dinner on Saturday, what do I pay for the flat"])[0]
+        own = frozenset(sentences(anchor))
+        assert best_sentence(later, query, embed) == aside
+        assert best_sentence(later, query, embed, own) != aside
+        assert best_sentence(aside, query, embed, own) == aside  # nothing else to compare on
+        terms = subject_terms(anchor)
+        assert followup_similarity(terms, embed([aside])[0], later, embed) == pytest.approx(1.0)
+        # compared on its own sentence only
+        own_sentence = float(embed(["Oh, one more thing: I run 20 km every week."])[0] @ embed([aside])[0])
+        assert followup_similarity(terms, embed([aside])[0], later, embed, own) == pytest.approx(own_sentence)
+
+    def test_an_update_found_only_through_the_updates_own_words_ends_the_chain(self) -> None:
+        # "We adopted a kitten and named her Olive" → "The cat goes by Saffron, Olive never
+        # stuck" (shares "Olive") → "The cat goes by Mochi, Saffron never stuck" (shares no word
+        # with the first statement): with depth 2 the chain is followed to its end
+        texts = ["We adopted a kitten and named her Olive.", "The cat goes by Saffron these days, Olive never stuck.",
+                 "The cat goes by Mochi these days, Saffron never stuck.", "I burned the rice last night."]
+        docs = [_doc(i, t) for i, t in enumerate(texts)]
+
+        def search(_anchor: Document, words: str) -> list[Document]:
+            terms = subject_terms(words)
+            return [d for d in docs if subject_terms(d.text) & terms]
+
+        def found(depth: int) -> dict[int, Document]:
+            return find_followups(
+                [docs[0]], _bag_of_words([texts[0]])[0], search=search, same_speaker=lambda a, b: True,
+                later=lambda a, b: a.id < b.id, states=lambda d: True, embed=_bag_of_words,
+                similarity=0.1, depth=depth,
+            )
+
+        assert found(1)[0].id == 1
+        assert found(2)[0].id == 2
+
+    def test_an_earlier_choice_competes_with_what_the_search_finds(self) -> None:
+        # the retrieved window linked "My sister lives in Denver" to a later statement on another
+        # detail ("known"); the subject-word search finds the real update, which is closer
+        texts = ["My sister lives in Denver.", "My sister's birthday is next Friday.",
+                 "My sister lives in Austin now."]
+        docs = [_doc(i, t) for i, t in enumerate(texts)]
+
+        def run(found_by_search: list[Document]) -> dict[int, Document]:
+            return find_followups(
+                [docs[0]], _bag_of_words([texts[0]])[0], search=lambda _a, _w: found_by_search,
+                same_speaker=lambda a, b: True, later=lambda a, b: a.id < b.id, states=lambda d: True,
+                embed=_bag_of_words, similarity=0.1, known={0: docs[1]},
+            )
+
+        assert run([docs[2]])[0].id == 2
+        assert run([])[0].id == 1  # nothing closer found: the earlier choice stands
+
     @settings(max_examples=40, deadline=None)
     @given(n=st.integers(1, 6), drift=st.lists(st.floats(0.0, 0.39), max_size=4), seed=st.integers(0, 10_000))
     def test_any_chain_of_updates_ends_at_the_newest(self, n: int, drift: list[float], seed: int) -> None:
-        # a chain of n updates (each alike to the anchor and to each other), with unrelated later
-        # statements (below the threshold) shuffled in: the newest update is the current value
+        # a chain of n updates (each alike to the anchor, and to each other at least as much as
+        # to the anchor), with unrelated later statements (below the threshold) shuffled in:
+        # the newest update is the current value
         rng = np.random.default_rng(seed)
         kinds = ["u"] * n + ["d"] * len(drift)
         rng.shuffle(kinds)
         to_anchor = [float(rng.uniform(0.45, 0.9)) if k == "u" else drift.pop() for k in kinds]
         m = len(kinds)
-        mutual = np.array([[1.0 if i == j else (0.6 if kinds[i] == kinds[j] == "u" else 0.1) for j in range(m)]
+        mutual = np.array([[1.0 if i == j else (0.9 if kinds[i] == kinds[j] == "u" else 0.1) for j in range(m)]
                            for i in range(m)])
         newest = max(i for i, k in enumerate(kinds) if k == "u")
         assert choose_followup(to_anchor, mutual, similarity=0.4) == newest
@@ -132,3 +208,10 @@ def _bag_of_words(texts: list[str]) -> np.ndarray:
             out[row, zlib.crc32(w.encode()) % 256] += 1.0
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.where(norms > 0, norms, 1.0)
+
+
+def _doc(i: int, text: str) -> Document:
+    from datetime import UTC, datetime
+
+    return Document(id=i, scope=Scope(tenant="t", user="u", agent="a", session="s"), kind="message",
+                    ref=str(i), text=text, meta={"role": "user"}, created_at=datetime(2025, 1, 1 + i, tzinfo=UTC))

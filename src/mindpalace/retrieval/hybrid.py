@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,7 +43,13 @@ from mindpalace.retrieval.fetch import (
     searchable_scopes,
     stem_words,
 )
-from mindpalace.retrieval.supersession import choose_corrections, find_followups, followup_texts
+from mindpalace.retrieval.supersession import (
+    best_sentence,
+    choose_corrections,
+    find_followups,
+    followup_texts,
+    sentences,
+)
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
 from mindpalace.settings import FactSettings
@@ -56,7 +62,10 @@ if TYPE_CHECKING:
 
 _SENTENCE_MEMO = 16_384  # sentence vectors a retriever remembers for follow-ups
 _WARM_MAX_CHARS = 4_096  # longer statements' sentences are embedded when a query needs them
-_FOLLOWUP_MEMO = 20_000  # follow-up answers (anchor, sentence) kept per search generation
+_FOLLOWUP_MEMO = 20_000  # follow-up answers (statement, sentence, extra) kept per search generation
+# (statement id, its sentence compared, the extra candidate's id) → its current value and that
+# value's sentence vector, or None (see find_followups' `answers`)
+_FollowupAnswers = dict[tuple[int, str, int | None], "tuple[Document, np.ndarray] | None"]
 _USES_MEMO = 50_000  # words whose top keyword hits follow-ups keep per search generation
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
@@ -209,7 +218,7 @@ class HybridRetriever:
         self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
         # follow-up answers of one store search generation, per searched scopes:
         # {(anchor id, anchor sentence): the later statement that is its current value, or None}
-        self._followups: dict[tuple[Scope, ...], dict[tuple[int, str], Document | None]] = {}
+        self._followups: dict[tuple[Scope, ...], _FollowupAnswers] = {}
         self._followups_generation: object = None
 
     # -- embedding sync --------------------------------------------------------------------
@@ -337,7 +346,7 @@ class HybridRetriever:
         supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
         ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
         if supersede:
-            ranked = self._supersede(ranked, window, generation)
+            ranked = self._supersede(ranked, window, qvec, generation)
             if self.settings.supersede_followups:
                 ranked = self._follow_up(ranked, qvec, searchable, generation)
         best = ranked[:k]
@@ -429,7 +438,7 @@ class HybridRetriever:
         return left_out
 
     def _supersede(
-        self, ranked: list[_Candidate], window: int, generation: object = None
+        self, ranked: list[_Candidate], window: int, qvec: np.ndarray, generation: object = None
     ) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
 
@@ -439,8 +448,10 @@ class HybridRetriever:
         list, not only through a neighbour), B is later (timestamp, then insertion order), the
         two are the same subject and B matches the query nearly as well — the choice is
         :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the stored
-        vectors at least ``supersede_similarity``, a property of the embedder: 0.5 measured for
-        the default ``use``; or both among the speaker's ``supersede_answers`` statements
+        vectors of their sentences closest to the query — a sentence pasted verbatim into
+        several of the speaker's statements passed over — at least ``supersede_similarity``,
+        a property of the embedder: 0.5 measured for the default ``use``; or both among the
+        speaker's ``supersede_answers`` statements
         closest to the query at ``supersede_answer_similarity``; score at least
         ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
         A is marked ``superseded_by`` B. Questions, assistant replies, tool output and system
@@ -465,7 +476,14 @@ class HybridRetriever:
             if len(members) < 2:
                 continue
             members.sort(key=_time_key)
-            mat = np.stack([vectors[c.doc.id] for c in members])
+            # each statement is compared on its sentence closest to the query — not on the whole
+            # message, whose vector also holds an aside, a pasted text or an attachment note
+            # ("[shares a photo: a photo of …]") that makes unrelated messages look alike;
+            # a sentence found verbatim in another of the speaker's statements is passed over
+            texts = [c.doc.text for c in members]
+            counts = Counter(p for t in texts for p in set(sentences(t)))
+            repeated = frozenset(p for p, n in counts.items() if n > 1)
+            mat = self._embed_sentences([best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts])
             chosen = choose_corrections(
                 mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
@@ -498,20 +516,29 @@ class HybridRetriever:
         find_followups`): the best ``supersede_followups`` messages that match the query
         themselves and state something (no question; not an assistant reply, tool output or
         system text — those talk about the speakers' facts, they do not update them) are the
-        anchors, unless :meth:`_supersede` already marked them; the search reads only
-        `scopes` (I10). The anchor is marked ``superseded_by``. `generation`: the store's
-        search generation of this query: the speaker's word counts and each anchor sentence's
-        answer are remembered while it stays (None: not remembered). Sentence vectors are
-        remembered (:meth:`_embed_sentences`)."""
+        anchors (when :meth:`_supersede` already marked one, its choice is one more candidate,
+        replaced by a closer statement the search finds); a follow-up's own follow-ups are
+        looked for up to ``supersede_followup_depth`` steps; the search reads only `scopes`
+        (I10). The anchor is marked ``superseded_by``. `generation`: the store's search
+        generation of this query: the speaker's word counts and each step's answer are
+        remembered while it stays (None: not remembered). Sentence vectors are remembered
+        (:meth:`_embed_sentences`)."""
         assert self.embedder is not None
         s = self.settings
         anchors = [
             c for c in ranked
-            if c.doc.kind == MESSAGE_KIND and c.superseded_by is None and _matches_directly(c)
+            if c.doc.kind == MESSAGE_KIND and _matches_directly(c)
             and c.doc.meta.get("role") not in _NOT_STATING and not asks(c.doc.text)
         ][: s.supersede_followups]
         if not anchors:
             return ranked
+        by_label = {_label(c.doc): c for c in ranked}
+        # what _supersede chose among the retrieved statements is one more candidate, compared
+        # with the later statements found from the anchor's subject words on the same terms
+        known = {
+            c.doc.id: by_label[c.superseded_by].doc for c in anchors
+            if c.superseded_by is not None and c.superseded_by in by_label
+        }
 
         def search(anchor: Document, terms: str) -> list[Document]:
             a = anchor.scope
@@ -552,14 +579,14 @@ class HybridRetriever:
                             self._uses[memo] = hits
             return sum(1 for who, asking in hits if who == key and not asking)
 
-        known: dict[tuple[int, str], Document | None] | None = None
+        answers: _FollowupAnswers | None = None  # each step's answer, while the store stays
         if generation is not None:
             with self._uses_lock:
                 if self._followups_generation != generation:
                     self._followups, self._followups_generation = {}, generation
                 if sum(map(len, self._followups.values())) >= _FOLLOWUP_MEMO:
                     self._followups = {}
-                known = self._followups.setdefault(where, {})
+                answers = self._followups.setdefault(where, {})
         found = find_followups(
             [c.doc for c in anchors], qvec, search=search,
             same_speaker=lambda a, b: _speaker_key(a) == _speaker_key(b),
@@ -567,6 +594,7 @@ class HybridRetriever:
             states=lambda d: not asks(d.text), embed=self._embed_sentences,
             similarity=s.supersede_followup_similarity,
             uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
+            depth=s.supersede_followup_depth, answers=answers,
         )
         if not found:
             return ranked
@@ -574,8 +602,12 @@ class HybridRetriever:
         by_id = {c.doc.id: c for c in order}
         for anchor in anchors:
             doc = found.get(anchor.doc.id)
-            if doc is None:
+            if doc is None or _label(doc) == anchor.superseded_by:
                 continue
+            if anchor.superseded_by is not None:  # a closer one replaces _supersede's choice
+                previous = by_label.get(anchor.superseded_by)
+                if previous is not None and previous.supersedes == _label(anchor.doc):
+                    previous.supersedes = None
             newer = by_id.get(doc.id)
             if newer is None:
                 newer = by_id[doc.id] = _Candidate(doc)

@@ -13,10 +13,18 @@ A later statement B corrects an earlier A when
   lower ``answer_similarity``;
 * B matches the query nearly as well as A (``min_score_ratio`` × A's score);
 * of several such B: the one closest to A — or a later update of that one (alike on its
-  own to both A and the closest: a chain A → B → C points at C). "The newest wins" picked
-  a later statement on another subject ("We just settled in Osaka" taking over "We meet in
-  room 4B every week": short statements of one user that the query half matches; "I'm
-  training for a 10k" taking over "I go to the gym at lunchtime" and its correction).
+  own to A, and to the closest at least as much as the closest is to A: a chain A → B → C
+  points at C). "The newest wins" picked a later statement on another subject ("We just
+  settled in Osaka" taking over "We meet in room 4B every week": short statements of one
+  user that the query half matches; "I'm training for a 10k" taking over "I go to the gym at
+  lunchtime" and its correction), and so did "alike to both at the threshold": a later
+  statement on another detail of the same thing ("I'm planning a long bike ride this
+  weekend" after "I own 3 bikes" and "I just bought another bike, so 4 now") is alike to
+  every statement about it, but less than an update is to what it updates.
+
+Statements are compared on their sentence closest to the query (the caller's choice), not on
+the whole message: an aside, a pasted text or an attachment note ("[shares a photo: a photo
+of …]") in two messages made unrelated statements look alike.
 """
 
 from __future__ import annotations
@@ -112,10 +120,12 @@ def choose_corrections(
         if not later:
             continue
         closest = max(later, key=lambda j: (float(sims[i, j]), j))
-        # a later update of the closest one (alike to both) is the current value: A → B → C
-        # points at C; a later statement alike to A only is not (another subject that
-        # happens to pass the threshold)
-        chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= similarity]
+        # a later update of the closest one is the current value: A → B → C points at C when
+        # C is alike to A and to B at least as much as B is to A; a later statement alike to A
+        # only, or to both only as much as any statement on the thing (another detail of it),
+        # is not
+        link = max(similarity, float(sims[i, closest]))
+        chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= link]
         out[i] = chain[-1] if chain else closest
     return out
 
@@ -128,14 +138,16 @@ def choose_corrections(
 # Austin"). Starting from a statement the query did retrieve, the speaker's later statements
 # that share a subject term with it are read back (keyword search on those terms), compared
 # sentence by sentence with it, and the closest one above ``pull_similarity`` — or a later
-# update of that one — is the current value.
+# update of that one — is the current value; that one's own follow-ups are looked for the same
+# way (a chain whose last update shares no word with the first statement).
 
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\s+(?=\[)")
 
 
 def sentences(text: str) -> list[str]:
-    """`text` split after sentence-ending punctuation (whitespace-stripped, empties dropped);
-    a text without any is one sentence."""
+    """`text` split after sentence-ending punctuation and before a bracketed aside such as an
+    attachment note ("Look at this [shares a photo: …]") (whitespace-stripped, empties
+    dropped); a text without any is one sentence."""
     return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
 
 
@@ -150,9 +162,12 @@ def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarit
     """Which of an anchor statement's later statements (oldest first) is its current value.
 
     The closest one to the anchor (cosine at least `similarity`), or a later one alike at
-    least `similarity` to both the anchor and that closest one (an update of the update: the
-    newest such). A later statement alike only to the anchor does not take over: "I bought a
-    new yoga mat" is near "I do yoga on Thursdays" but it is not the studio's new day.
+    least `similarity` to the anchor and, to that closest one, at least as much as the
+    closest is to the anchor (an update of the update: the newest such). A later statement
+    alike only to the anchor does not take over: "I bought a new yoga mat" is near "I do
+    yoga on Thursdays" but it is not the studio's new day; nor does one alike to both only
+    as much as anything said about the thing ("I'm planning a long bike ride this weekend"
+    after "I own 3 bikes" and "I just bought another bike, so 4 now").
 
     Args:
         to_anchor: length n, each later statement's cosine to the anchor.
@@ -172,7 +187,8 @@ def choose_followup(to_anchor: Sequence[float], mutual: np.ndarray, *, similarit
     if not close:
         return None
     closest = max(close, key=lambda j: (float(to_anchor[j]), j))
-    chain = [j for j in close if j > closest and mutual[closest, j] >= similarity]
+    link = max(similarity, float(to_anchor[closest]))
+    chain = [j for j in close if j > closest and mutual[closest, j] >= link]
     return chain[-1] if chain else closest
 
 
@@ -186,33 +202,10 @@ def followup_texts(text: str) -> list[str]:
     return parts if len(parts) > 1 else list(dict.fromkeys([text, *parts]))
 
 
-def best_sentence(text: str, query_vector: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> str:
-    """The sentence of `text` closest to the query (the whole text when it is one sentence):
-    the part of a long message that the query retrieved it for."""
-    parts = sentences(text)
-    if len(parts) <= 1:
-        return text
-    vectors = embed(parts)
-    return parts[int(np.argmax(vectors @ query_vector))]
-
-
-def followup_similarity(
-    terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray]
-) -> float:
-    """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
-    `later` that shares one of the anchor's subject `terms` (stemmed, see
-    :func:`subject_terms`) with it (-inf when none does): an update inside a long message is
-    compared on its own sentence, not on the message's average."""
-    parts = [s for s in sentences(later) if subject_terms(s) & terms]
-    if not parts:
-        return float("-inf")
-    return float(np.max(embed(parts) @ anchor_vector))
-
-
 class _SentenceVectors:
-    """The vectors of the texts one :func:`find_followups` call compares, embedded in one
-    `embed` call per phase (for every anchor at once) instead of one call per text list: a
-    call's fixed cost is most of embedding a few short sentences."""
+    """The vectors of the texts one :func:`find_followups` call compares, each embedded once
+    per call; the anchors' sentences are loaded in one `embed` call (a call's fixed cost is
+    most of embedding a few short sentences)."""
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray]) -> None:
         self._embed = embed
@@ -224,20 +217,42 @@ class _SentenceVectors:
         if missing:
             self._held.update(zip(missing, self._embed(missing), strict=True))
 
-    def get(self, text: str) -> np.ndarray:
-        self.load([text])
-        return self._held[text]
-
-    def matrix(self, texts: Sequence[str]) -> np.ndarray:
-        """(len(texts), dim): the rows of `texts`, in order."""
+    def matrix(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dim): the rows of `texts`, in order (an `embed` with a memo)."""
         self.load(texts)
+        if not texts:
+            return self._embed(texts)
         return np.stack([self._held[t] for t in texts])
 
-    def closest(self, text: str, parts: list[str], vector: np.ndarray) -> str:
-        """:func:`best_sentence` of `text` split into `parts` (``sentences(text)``)."""
-        if len(parts) <= 1:
-            return text
-        return parts[int(np.argmax(self.matrix(parts) @ vector))]
+
+def best_sentence(
+    text: str, query_vector: np.ndarray, embed: Callable[[list[str]], np.ndarray],
+    repeated: frozenset[str] = frozenset(),
+) -> str:
+    """The sentence of `text` closest to the query (the whole text when it is one sentence):
+    the part of a long message that the query retrieved it for. Sentences in `repeated` are
+    passed over unless every sentence is one (text pasted into several messages)."""
+    parts = [p for p in sentences(text) if p not in repeated] or sentences(text)
+    if len(parts) <= 1:
+        return text
+    vectors = embed(parts)
+    return parts[int(np.argmax(vectors @ query_vector))]
+
+
+def followup_similarity(
+    terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray],
+    repeated: frozenset[str] = frozenset(),
+) -> float:
+    """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
+    `later` that shares one of the anchor's subject `terms` (stemmed, see
+    :func:`subject_terms`) with it (-inf when none does): an update inside a long message is
+    compared on its own sentence, not on the message's average. Sentences in `repeated` (the
+    anchor's own, verbatim) are skipped: the same pasted text in two messages says nothing
+    about an update."""
+    parts = [s for s in sentences(later) if subject_terms(s) & terms and s not in repeated]
+    if not parts:
+        return float("-inf")
+    return float(np.max(embed(parts) @ anchor_vector))
 
 
 def find_followups(
@@ -252,7 +267,9 @@ def find_followups(
     similarity: float,
     uses: Callable[[Document, str], int] | None = None,
     max_uses: int = 0,
-    known: MutableMapping[tuple[int, str], Document | None] | None = None,
+    known: dict[int, Document] | None = None,
+    depth: int = 1,
+    answers: MutableMapping[tuple[int, str, int | None], tuple[Document, np.ndarray] | None] | None = None,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -263,8 +280,12 @@ def find_followups(
     start next week": start, next, week) names no subject, so sharing it makes no follow-up.
     ``search(A, words)`` (a keyword search for the subject words, in the scopes the query may
     read) gives the candidates; those by the same speaker, later, and stating something, are
-    compared with :func:`followup_similarity` on the subject words; :func:`choose_followup`
-    picks the current value.
+    compared with :func:`followup_similarity` on the subject words (sentences A holds
+    verbatim passed over: the same pasted text in two messages says nothing about an
+    update); :func:`choose_followup` picks the current value. The current value F of A is
+    then looked up the same way from F's sentence closest to A's (its own subject words), up
+    to `depth` steps, so a chain ends at its newest update even when that one shares no word
+    with A.
 
     Args:
         anchors: documents, best first.
@@ -276,70 +297,71 @@ def find_followups(
         uses / max_uses: how many of the anchor speaker's statements contain a word (the
             caller's count, in the same scopes); None or `max_uses` 0 = every content word is
             a subject word.
-        known: {(anchor id, anchor sentence): its current value or None} — an anchor's answer
-            depends on nothing else (its sentence closest to the query, then store reads), so
-            a caller that keeps this while the store is unchanged (and `search`, `uses`,
-            `similarity` the same) gives it once per anchor sentence; new answers are added.
+        known: ``{anchor id: a later statement already taken as its correction}`` (the
+            caller's choice among the retrieved statements): one more candidate, compared on
+            the same terms, so a closer statement found by the search replaces it.
+        depth: follow-up steps from each anchor (≥ 1).
+        answers: ``{(statement id, its sentence compared, the extra candidate's id or None):
+            its current value and that value's sentence vector, or None}`` — a step's answer
+            depends on nothing else (then store reads), so a caller that keeps this while the
+            store is unchanged (and `search`, `uses`, `similarity` the same) computes each
+            once; new answers are added.
     Returns:
         ``{anchor document id: the later document that is its current value}``.
     """
     vectors = _SentenceVectors(embed)
-    # 1. each anchor's sentence closest to the query (one embed call for every anchor's
-    #    sentences), its subject words and the speaker's later statements holding them
-    parts_of = [sentences(a.text) for a in anchors]
-    vectors.load([p for parts in parts_of if len(parts) > 1 for p in parts])
-    out: dict[int, Document] = {}
-    pending: list[tuple[Document, str, list[Document], list[list[str]]]] = []
-    answered: dict[tuple[int, str], Document | None] = {}  # new answers, None included
-    for anchor, parts in zip(anchors, parts_of, strict=True):
-        sentence = vectors.closest(anchor.text, parts, query_vector)
-        if known is not None and (anchor.id, sentence) in known:
-            held = known[(anchor.id, sentence)]
-            if held is not None:
-                out[anchor.id] = held
-            continue
-        answered[(anchor.id, sentence)] = None
+    embed = vectors.matrix
+    vectors.load([p for a in anchors if len(parts := sentences(a.text)) > 1 for p in parts])
+
+    def step(anchor: Document, towards: np.ndarray, extra: Document | None) -> tuple[Document, np.ndarray] | None:
+        """The current value of `anchor` (its sentence closest to `towards`) among its speaker's
+        later statements, with the vector of that sentence; None when there is none."""
+        sentence = best_sentence(anchor.text, towards, embed)
+        key = (anchor.id, sentence, extra.id if extra is not None else None)
+        if answers is not None and key in answers:
+            return answers[key]
+        got = _step(anchor, sentence, extra)
+        if answers is not None:
+            answers[key] = got
+        return got
+
+    def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
         words = query_terms(sentence)
         if uses is not None and max_uses > 0:
             words = [w for w in words if uses(anchor, w) <= max_uses]
         if not words:
-            continue
+            return None
         terms = frozenset(stem_words(words))
         found = [
             d for d in search(anchor, " ".join(words))
             if d.id != anchor.id and same_speaker(anchor, d) and later(anchor, d) and states(d)
         ]
+        if extra is not None and all(d.id != extra.id for d in found):
+            found.append(extra)
         if not found:
-            continue
+            return None
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
-        sharing = [[s for s in sentences(d.text) if subject_terms(s) & terms] for d in found]
-        pending.append((anchor, sentence, found, sharing))
-    # 2. cosine of each later statement's sentences sharing a subject word to the anchor
-    #    sentence (:func:`followup_similarity`), one embed call for every anchor
-    vectors.load([x for _, sentence, _, sharing in pending for x in (sentence, *(s for ss in sharing for s in ss))])
-    close: list[tuple[Document, np.ndarray, list[Document], list[float]]] = []
-    for anchor, sentence, found, sharing in pending:
-        anchor_vector = vectors.get(sentence)
-        to_anchor = [
-            float(np.max(vectors.matrix(parts) @ anchor_vector)) if parts else float("-inf")
-            for parts in sharing
-        ]
+        anchor_vector = embed([sentence])[0]
+        own_sentences = frozenset(sentences(anchor.text))
+        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed, own_sentences) for d in found]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
-        if keep:
-            close.append((anchor, anchor_vector, [found[i] for i in keep], [to_anchor[i] for i in keep]))
-    # 3. the current value among the close ones (their sentences closest to the anchor's),
-    #    one embed call for every anchor
-    kept_parts = {d.id: sentences(d.text) for _, _, kept, _ in close for d in kept}
-    vectors.load([
-        p for _, _, kept, _ in close for d in kept
-        for p in (kept_parts[d.id] if len(kept_parts[d.id]) > 1 else [d.text])
-    ])
-    for anchor, anchor_vector, kept, to_kept in close:
-        own = vectors.matrix([vectors.closest(d.text, kept_parts[d.id], anchor_vector) for d in kept])
-        chosen = choose_followup(to_kept, own @ own.T, similarity=similarity)
-        if chosen is not None:
-            out[anchor.id] = kept[chosen]
-    if known is not None:
-        for anchor_id, sentence in answered:
-            known[(anchor_id, sentence)] = out.get(anchor_id)
+        if not keep:
+            return None
+        kept = [found[i] for i in keep]
+        own = embed([best_sentence(d.text, anchor_vector, embed, own_sentences) for d in kept])
+        chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
+        if chosen is None:
+            return None
+        return kept[chosen], own[chosen]
+
+    out: dict[int, Document] = {}
+    for anchor in anchors:
+        got = step(anchor, query_vector, (known or {}).get(anchor.id))
+        seen = {anchor.id}
+        # an update of the update (found from its own subject words: "The cat goes by Saffron,
+        # Olive never stuck" → "The cat goes by Mochi, Saffron never stuck") is the current value
+        while got is not None and got[0].id not in seen and len(seen) <= depth:
+            out[anchor.id] = got[0]
+            seen.add(got[0].id)
+            got = step(got[0], got[1], None)
     return out
