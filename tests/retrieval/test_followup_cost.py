@@ -5,7 +5,6 @@ answer is remembered while the store is unchanged. None of it may change an answ
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -25,18 +24,14 @@ from mindpalace.scope import ANY, Scope
 from mindpalace.settings import FactSettings
 from mindpalace.store.base import Document
 
+from ._embedders import bag_of_words
+
 WORDS = ["sister", "denver", "austin", "moved", "lives", "boss", "priya", "olumide", "yoga",
          "tuesday", "friday", "garden", "tomatoes", "violin", "lessons", "now", "my", "the"]
 
 
 def _bag_of_words(texts: list[str]) -> np.ndarray:
-    """A deterministic stand-in embedder: unit vectors of hashed lower-cased word counts."""
-    out = np.zeros((len(texts), 64), dtype=np.float32)
-    for row, text in enumerate(texts):
-        for w in re.findall(r"\w+", text.lower()):
-            out[row, zlib.crc32(w.encode()) % 64] += 1.0
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.where(norms > 0, norms, 1.0)
+    return bag_of_words(texts, 64)
 
 
 def _search(corpus: list[Document], terms: str) -> list[Document]:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import zlib
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,6 +18,8 @@ from mindpalace.retrieval.supersession import (
 )
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
+
+from ._embedders import bag_of_words
 
 INF = float("-inf")
 
@@ -201,13 +200,7 @@ class TestFollowups:
 
 
 def _bag_of_words(texts: list[str]) -> np.ndarray:
-    """A deterministic stand-in embedder: unit vectors of hashed lower-cased word counts."""
-    out = np.zeros((len(texts), 256), dtype=np.float32)
-    for row, text in enumerate(texts):
-        for w in re.findall(r"\w+", text.lower()):
-            out[row, zlib.crc32(w.encode()) % 256] += 1.0
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.where(norms > 0, norms, 1.0)
+    return bag_of_words(texts, 256)
 
 
 def _doc(i: int, text: str) -> Document:
