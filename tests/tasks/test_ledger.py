@@ -271,6 +271,21 @@ class TestOutcomeWithCheckpoint:
             call.run(tool, checkpoint={"step": -1})
         assert tool.calls == 0 and session.task.version == 0
 
+    @pytest.mark.parametrize("artifacts", [{"rate": float("nan")}, {"rate": float("inf")}, {"when": object()}])
+    def test_a_checkpoint_that_is_not_json_is_refused_before_the_tool_runs(
+        self, session: Session, artifacts: dict
+    ) -> None:
+        # refused only at the append, the side effect had run and the call was left without an
+        # outcome (every retry then raised OutcomeUnknownError)
+        tool = Booker()
+        with session.tool_call("book_ticket", ARGS) as call, \
+                pytest.raises(ValidationError, match="checkpoint"):
+            call.run(tool, checkpoint={"artifacts": artifacts})
+        assert tool.calls == 0 and session.task.version == 0
+        with session.tool_call("book_ticket", ARGS) as call:
+            assert call.run(tool, checkpoint={"artifacts": {"n": 1}})["booking_id"]
+        assert tool.calls == 1
+
     def test_a_replay_writes_no_second_checkpoint(self, session: Session) -> None:
         tool = Booker()
         for _ in range(2):

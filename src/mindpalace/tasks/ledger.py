@@ -37,7 +37,7 @@ from mindpalace.errors import (
     OutcomeUnknownError,
     ValidationError,
 )
-from mindpalace.tasks.events import TaskEvent
+from mindpalace.tasks.events import TaskEvent, payload_of
 from mindpalace.tasks.eventstore import LEDGER_NS, EventLike, TaskEventStore
 from mindpalace.textsafe import clean_json, require_name, require_text
 
@@ -433,4 +433,11 @@ class ToolCall:
             raise ValidationError(f"checkpoint must be a mapping (step, artifacts, pending), got {type(checkpoint).__name__}")
         data = dict(checkpoint)
         data["artifacts"] = clean_json(data.get("artifacts") or {})
-        return self.ledger.events.registry.coerce(("checkpoint", data))
+        event = self.ledger.events.registry.coerce(("checkpoint", data))
+        # What the append will write, checked now: refused after the tool ran, the side effect
+        # would have happened with no outcome recorded (every retry: OutcomeUnknownError).
+        try:
+            json.dumps(payload_of(event), allow_nan=False)
+        except ValueError as exc:
+            raise ValidationError(f"checkpoint: a value is not JSON ({exc})") from exc
+        return event
