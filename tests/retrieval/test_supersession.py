@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,6 +23,8 @@ from mindpalace.scope import Scope
 from mindpalace.store.base import Document
 
 from ._embedders import bag_of_words
+
+_AT = datetime(2025, 1, 1, tzinfo=UTC)
 
 INF = float("-inf")
 
@@ -115,6 +120,34 @@ class TestFollowups:
             "Can you help?", "I need a plan.", "Oh, one more thing: my sister moved."]
         assert sentences("Look at this [shares a photo: a bowl]") == ["Look at this", "[shares a photo: a bowl]"]
         assert sentences("no punctuation here") == ["no punctuation here"]
+        # a note first is its own sentence too, and the search text's "speaker:" prefix is never
+        # a sentence of its own (it was: "user:" and "[note] My dog is called Rex.")
+        assert sentences("user: [shares a photo: a dog] My dog is called Rex.") == [
+            "user: [shares a photo: a dog]", "My dog is called Rex."]
+        assert sentences("Caroline: Hi. I moved.") == ["Caroline: Hi.", "I moved."]
+
+    def test_the_speaker_label_is_no_subject_word(self) -> None:
+        # A speaker with few statements uses their own label ("user:", a name) in every one, so
+        # it passed the max_uses test and linked unrelated statements as corrections.
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        texts = ["user: The weather is lovely today, I went for a walk in the park.",
+                 "user: Actually, my favourite color is now green, blue got boring."]
+        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {"role": "user"}, _AT + timedelta(days=i))
+                  for i, t in enumerate(texts)]
+        searched: list[str] = []
+
+        def search(anchor: Document, terms: str) -> list[Document]:
+            searched.append(terms)
+            return [d for d in corpus if set(terms.split()) & set(re.findall(r"\w+", d.text.lower()))]
+
+        kw = {"search": search, "same_speaker": lambda a, b: True, "later": lambda a, b: a.id < b.id,
+              "states": lambda d: True, "embed": lambda ts: np.ones((len(ts), 4)) / 2.0, "similarity": 0.4,
+              "uses": lambda a, w: 2, "max_uses": 5}
+        qvec = np.ones(4) / 2.0
+        assert find_followups(corpus[:1], qvec, **kw) == {1: corpus[1]}  # type: ignore[arg-type]
+        searched.clear()
+        got = find_followups(corpus[:1], qvec, speaker_terms=lambda d: [d.meta["role"]], **kw)  # type: ignore[arg-type]
+        assert got == {} and searched  # found by the search, but it shares no subject word
         assert subject_terms("My sister moved to Austin.") & subject_terms("my sisters live in Denver")
 
     def test_an_update_inside_a_long_message_is_compared_on_its_own_sentence(self) -> None:

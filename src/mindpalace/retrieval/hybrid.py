@@ -595,6 +595,7 @@ class HybridRetriever:
             similarity=s.supersede_followup_similarity,
             uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
             depth=s.supersede_followup_depth, answers=answers,
+            speaker_terms=lambda d: query_terms(str(d.meta.get("name") or d.meta.get("role") or "")),
         )
         if not found:
             return ranked

@@ -30,7 +30,7 @@ of …]") in two messages made unrelated statements look alike.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -141,14 +141,19 @@ def choose_corrections(
 # update of that one — is the current value; that one's own follow-ups are looked for the same
 # way (a chain whose last update shares no word with the first statement).
 
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\s+(?=\[)")
+_SENTENCE = re.compile(r"(?<=[.!?。！？\]])\s+|\s+(?=\[)")
+_SPEAKER_ONLY = re.compile(r"^[^\s:][^:\n]{0,63}:$")  # "user:", "Caroline:" — the search text's prefix
 
 
 def sentences(text: str) -> list[str]:
-    """`text` split after sentence-ending punctuation and before a bracketed aside such as an
-    attachment note ("Look at this [shares a photo: …]") (whitespace-stripped, empties
-    dropped); a text without any is one sentence."""
-    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+    """`text` split after sentence-ending punctuation and around a bracketed aside such as an
+    attachment note ("Look at this [shares a photo: …]", "[shares a photo: …] My dog is Rex")
+    (whitespace-stripped, empties dropped); a text without any is one sentence. A leading
+    ``speaker:`` prefix stays with the sentence after it."""
+    parts = [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+    if len(parts) > 1 and _SPEAKER_ONLY.match(parts[0]):
+        parts[:2] = [f"{parts[0]} {parts[1]}"]
+    return parts
 
 
 @lru_cache(maxsize=65_536)
@@ -270,6 +275,7 @@ def find_followups(
     known: dict[int, Document] | None = None,
     depth: int = 1,
     answers: MutableMapping[tuple[int, str, int | None], tuple[Document, np.ndarray] | None] | None = None,
+    speaker_terms: Callable[[Document], Iterable[str]] | None = None,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -301,6 +307,9 @@ def find_followups(
             caller's choice among the retrieved statements): one more candidate, compared on
             the same terms, so a closer statement found by the search replaces it.
         depth: follow-up steps from each anchor (≥ 1).
+        speaker_terms: the words of a statement's speaker label (its name or role, as the
+            search text's ``speaker:`` prefix holds them): never subject words, else every
+            statement of a speaker with few statements shares one.
         answers: ``{(statement id, its sentence compared, the extra candidate's id or None):
             its current value and that value's sentence vector, or None}`` — a step's answer
             depends on nothing else (then store reads), so a caller that keeps this while the
@@ -326,14 +335,18 @@ def find_followups(
         return got
 
     def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
-        words = query_terms(sentence)
+        # the speaker's own name / role (the search text's "speaker:" prefix) names no subject
+        own = frozenset(speaker_terms(anchor)) if speaker_terms is not None else frozenset()
+        said = query_terms(sentence)
+        label = [w for w in said if w in own]  # kept in the search: it favours the speaker's statements
+        words = [w for w in said if w not in own and len(w) > 1]
         if uses is not None and max_uses > 0:
             words = [w for w in words if uses(anchor, w) <= max_uses]
         if not words:
             return None
         terms = frozenset(stem_words(words))
         found = [
-            d for d in search(anchor, " ".join(words))
+            d for d in search(anchor, " ".join([*label, *words]))
             if d.id != anchor.id and same_speaker(anchor, d) and later(anchor, d) and states(d)
         ]
         if extra is not None and all(d.id != extra.id for d in found):
