@@ -336,10 +336,10 @@ def find_followups(
 
     def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
         # the speaker's own name / role (the search text's "speaker:" prefix) names no subject
-        own = frozenset(speaker_terms(anchor)) if speaker_terms is not None else frozenset()
+        own_label = frozenset(speaker_terms(anchor)) if speaker_terms is not None else frozenset()
         said = query_terms(sentence)
-        label = [w for w in said if w in own]  # kept in the search: it favours the speaker's statements
-        words = [w for w in said if w not in own and len(w) > 1]
+        label = [w for w in said if w in own_label]  # kept in the search: it favours the speaker's statements
+        words = [w for w in said if w not in own_label and len(w) > 1]
         if uses is not None and max_uses > 0:
             words = [w for w in words if uses(anchor, w) <= max_uses]
         if not words:
