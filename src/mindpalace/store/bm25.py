@@ -397,52 +397,48 @@ class PostingIndex:
         if not external and tok.shape[0] <= _SMALL_APPEND:
             # A write before a query appends a document or two: counted in Python, without
             # the sorted segment a batch needs (~20 numpy calls for a dozen occurrences).
-            self._append_small(doc_ids, tokens, tok, pos)
-            return
-        seg, doc_len = _collapse(tokens, tok, pos, int(doc_ids.shape[0]))
-        if external:
-            ext_ids = np.fromiter(sorted(external), np.int64, count=len(external))
-            ext_pos = np.searchsorted(doc_ids, ext_ids)
-            if ext_pos.max() >= doc_ids.shape[0] or not np.array_equal(doc_ids[ext_pos], ext_ids):
-                raise ValueError("external documents must be among the appended ids")
-            if np.isin(docs, ext_ids).any():
-                raise ValueError("external documents are appended without occurrences")
-            doc_len[ext_pos] = [float(external[int(i)]) for i in ext_ids]
-            self.external.extend(ext_pos + first)
-            self.external_postings.clear()
+            doc_len, added = self._delta_small(int(doc_ids.shape[0]), tokens, tok, pos, first)
+        else:
+            seg, doc_len = _collapse(tokens, tok, pos, int(doc_ids.shape[0]))
+            if external:
+                ext_ids = np.fromiter(sorted(external), np.int64, count=len(external))
+                ext_pos = np.searchsorted(doc_ids, ext_ids)
+                if ext_pos.max() >= doc_ids.shape[0] or not np.array_equal(doc_ids[ext_pos], ext_ids):
+                    raise ValueError("external documents must be among the appended ids")
+                if np.isin(docs, ext_ids).any():
+                    raise ValueError("external documents are appended without occurrences")
+                doc_len[ext_pos] = [float(external[int(i)]) for i in ext_ids]
+                self.external.extend(ext_pos + first)
+                self.external_postings.clear()
+            for token, start, end in seg.starts.spans():
+                plist, tlist = self.delta.setdefault(token, ([], []))
+                plist.extend((seg.post_doc[start:end] + first).tolist())
+                tlist.extend(seg.post_tf[start:end].tolist())
+            added = int(seg.post_doc.shape[0])
         self.ids.extend(doc_ids)
         self.lens.extend(doc_len)
         self.alive.extend(np.ones(doc_ids.shape[0], dtype=bool))
-        for token, start, end in seg.starts.spans():
-            plist, tlist = self.delta.setdefault(token, ([], []))
-            plist.extend((seg.post_doc[start:end] + first).tolist())
-            tlist.extend(seg.post_tf[start:end].tolist())
-        self.delta_postings += int(seg.post_doc.shape[0])
+        self.delta_postings += added
         if self.delta_postings > max(50_000, self.main.post_doc.shape[0] // 8):
             self._fold()
 
-    def _append_small(
-        self, doc_ids: np.ndarray, tokens: list[str], tok: np.ndarray, pos: np.ndarray
-    ) -> None:
-        """:meth:`append` of a few occurrences (no external documents): the same postings as
-        :func:`_collapse` makes (per token, in token order; positions ascending; term
-        frequencies and document lengths as counts), added to the side segment."""
-        first = self.ids.n
+    def _delta_small(
+        self, n_docs: int, tokens: list[str], tok: np.ndarray, pos: np.ndarray, first: int
+    ) -> tuple[np.ndarray, int]:
+        """The side-segment postings of a few occurrences (no external documents), as
+        :func:`_collapse` makes them (per token, in token order; positions ascending; term
+        frequencies counted), added to :attr:`delta` at positions from `first`: (each
+        document's length, postings added)."""
         counts: dict[tuple[int, int], int] = {}
         for pair in zip(tok.tolist(), pos.tolist(), strict=True):
             counts[pair] = counts.get(pair, 0) + 1
-        doc_len = np.zeros(doc_ids.shape[0], np.float64)
+        doc_len = np.zeros(n_docs, np.float64)
         for (t, p), tf in sorted(counts.items()):
             plist, tlist = self.delta.setdefault(tokens[t], ([], []))
             plist.append(p + first)
             tlist.append(float(tf))
             doc_len[p] += tf
-        self.ids.extend(doc_ids)
-        self.lens.extend(doc_len)
-        self.alive.extend(np.ones(doc_ids.shape[0], dtype=bool))
-        self.delta_postings += len(counts)
-        if self.delta_postings > max(50_000, self.main.post_doc.shape[0] // 8):
-            self._fold()
+        return doc_len, len(counts)
 
     def remove(self, doc_ids: np.ndarray) -> None:
         """Drop these documents (ids not held are ignored) from every scope."""
