@@ -208,16 +208,15 @@ class HybridRetriever:
         self._sync_lock = threading.Lock()
         self._neighbours = NeighbourCache()
         self._vectors = VectorCache()
-        # (speaker key, word) → statements of that speaker containing the word, valid for one
-        # store search generation (follow-ups ask the same words again across queries)
         # (scopes, kind, word) → the speaker key and whether it asks, of each of the word's top
-        # keyword hits (any speaker: the count of each speaker is read off the same hits)
+        # keyword hits (any speaker: the count of each speaker is read off the same hits), valid
+        # for one store search generation (follow-ups ask the same words again across queries)
         self._uses: dict[tuple[tuple[Scope, ...], str, str], list[tuple[tuple[object, ...], bool]]] = {}
         self._uses_generation: object = None
         self._uses_lock = threading.Lock()
         self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
-        # follow-up answers of one store search generation, per searched scopes:
-        # {(anchor id, anchor sentence): the later statement that is its current value, or None}
+        # follow-up answers of one store search generation, per searched scopes (see
+        # _FollowupAnswers: each step's current value and its sentence vector, or None)
         self._followups: dict[tuple[Scope, ...], _FollowupAnswers] = {}
         self._followups_generation: object = None
 
