@@ -187,6 +187,20 @@ class TestDegradation:
         assert built.report.total_tokens <= full.report.total_tokens - 60
         assert check_pairing(built.messages) == []
 
+    def test_a_tiny_budget_run_does_not_leave_the_archived_block_cut_at_later_budgets(
+            self, mem: Memory) -> None:
+        # a new user's finding: after prepare(50) the block's stored cap (16 tokens) hid every
+        # range at every later budget ("Not shown: messages 1")
+        s = fresh(mem)
+        for i in range(12):
+            s.add_message({"role": "user", "content": f"Codename Falcon{i}; the deadline is March {i + 1}."})
+            s.add_message({"role": "assistant", "content": f"Noted, Falcon{i} is due March {i + 1}."})
+        s.prepare(50)
+        assert s.consolidator.last_consolidated > 0
+        block = memory_block(s.context(4000, query=[]), "archived summary")
+        assert "Not shown" not in block
+        assert f"[messages 1-{s.consolidator.last_consolidated} · history:" in block
+
     def test_the_system_prompt_is_never_cut_a_budget_below_it_is_refused(self, mem: Memory) -> None:
         s = fresh(mem)
         with pytest.raises(ContextBudgetError, match=r"system prompt \d+ tokens, which are never cut"):

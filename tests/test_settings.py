@@ -36,6 +36,29 @@ class TestCorruptConfig:
             load_settings(path)
         assert info.value.file == str(path) and str(path) in str(info.value)
 
+    @pytest.mark.parametrize(("section", "key", "value"), [
+        ("steps", "budget_tokens", "5000"), ("steps", "budget_tokens", True),
+        ("lineage", "enabled", "yes"), ("lineage", "enabled", 1),
+        ("facts", "importance_threshold", "0.7"), ("facts", "importance_threshold", False),
+    ])
+    def test_a_number_or_flag_of_another_type_is_refused_not_coerced(
+            self, tmp_path: Path, section: str, key: str, value: object) -> None:
+        # a new user's finding: "5" and True were taken as ints, "yes" as a bool
+        with pytest.raises(ConfigError, match=f"expected .*got {type(value).__name__}") as info:
+            load_settings(None, **{section: {key: value}})
+        assert (info.value.file, info.value.key) == ("arguments", f"{section}.{key}")
+        toml_value = f'"{value}"' if isinstance(value, str) else str(value).lower()
+        path = write_config(tmp_path, f"[{section}]\n{key} = {toml_value}\n")
+        with pytest.raises(ConfigError) as info:
+            load_settings(path)
+        assert (info.value.file, info.value.key) == (str(path), f"{section}.{key}")
+
+    def test_environment_text_is_still_parsed(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("MINDPALACE_STEPS__BUDGET_TOKENS", "5000")
+        monkeypatch.setenv("MINDPALACE_LINEAGE__ENABLED", "false")
+        got = load_settings(None, facts={"importance_threshold": 1})  # an int for a float is fine
+        assert (got.steps.budget_tokens, got.lineage.enabled, got.facts.importance_threshold) == (5000, False, 1.0)
+
     def test_wrong_type_names_file_key_and_expected_type(self, tmp_path: Path) -> None:
         path = write_config(tmp_path, '[steps]\nbudget_tokens = "abc"\n')
         with pytest.raises(ConfigError) as info:

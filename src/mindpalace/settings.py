@@ -455,13 +455,15 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         ConfigError: the TOML is malformed, or a value has the wrong type or range; the message
             names the file (or ``environment``), the dotted key and the expected type.
     """
+    _strict_scalars(overrides, Settings, "arguments", [])
     if config_file is not None and config_file.exists():
         try:
-            tomllib.loads(config_file.read_text(encoding="utf-8"))
+            parsed = tomllib.loads(config_file.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(str(config_file), "<file>", f"not valid TOML: {exc}") from exc
         except OSError as exc:  # a folder, no permission …
             raise ConfigError(str(config_file), "<file>", f"cannot be read: {exc}") from exc
+        _strict_scalars(parsed, Settings, str(config_file), [])
     token = _toml_path.set(config_file)
     try:
         return Settings(**overrides)
@@ -478,6 +480,41 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise ConfigError(_origin(loc, config_file, overrides), ".".join(loc), problem) from exc
     finally:
         _toml_path.reset(token)
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float)}
+
+
+def _strict_scalars(data: Any, model: Any, origin: str, loc: list[str]) -> None:
+    """Refuse a number or flag given as another type in Python arguments or TOML (``"5"`` or
+    ``True`` for an int, ``"yes"`` or ``1`` for a bool): pydantic's lax mode would coerce them
+    silently. Environment variables are text by nature and keep pydantic's parsing.
+
+    Raises:
+        ConfigError: naming the origin, the dotted key, the expected and the given type."""
+    if not isinstance(data, dict):
+        return
+    fields = getattr(model, "model_fields", {})
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            continue  # an unknown key: pydantic's extra="forbid" names it
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            _strict_scalars(value, annotation, origin, [*loc, key])
+            continue
+        args = typing.get_args(annotation)
+        if type(None) in args and len(args) == 2:  # Optional[X]
+            annotation = next(a for a in args if a is not type(None))
+            if value is None:
+                continue
+        allowed = _SCALARS.get(annotation)
+        if allowed is None:
+            continue
+        if type(value) not in allowed:  # bool is an int subclass: compare exact types
+            where = [*loc, key]
+            raise ConfigError(origin, ".".join(where), f"expected {_expected(where) or annotation.__name__}; "
+                              f"got {type(value).__name__} {value!r}")
 
 
 def _origin(loc: list[str], config_file: Path | None, overrides: dict[str, Any]) -> str:

@@ -190,6 +190,18 @@ class TestRememberNeverEvictsItself:
         assert facts.get("user:uid").content == "u1"  # still long-term
 
 
+    def test_a_recall_promotion_never_evicts_a_fact_just_written(self, memory: Memory, uid: str) -> None:
+        # a new user's finding: recall promoted an old important fact and that read evicted
+        # the low-importance note written just before (no long-term copy: gone for good)
+        facts = FactMemory(memory.store, Scope("t", uid, "a", "s1"),
+                           settings=FactSettings(working_capacity=1))
+        old = facts.remember("user:city", "Lisbon", importance=0.9)
+        facts.remember("note:new", "call the bank", importance=0.1)  # displaces user:city (archived)
+        assert facts.promote(old.fact) is not None  # a hit on the long-term fact
+        assert facts.get("note:new").content == "call the bank"
+        assert facts.get("user:city").content == "Lisbon"  # still there, long-term
+
+
 # A worker holding one session's facts open in its own process: reads one JSON command per line
 # from stdin and answers one JSON line, so the parent orders the two processes' operations
 # exactly (no sleeps).

@@ -20,6 +20,24 @@ class TestRecall:
         assert hits[0].fact.content == "u_10086"
         assert [h.tier for h in hits[1:]] == ["message"]  # the fact is not returned twice
 
+    def test_a_working_only_fact_sharing_few_query_terms_is_still_found(self, memory: Memory, uid: str) -> None:
+        # a new user's finding: a working-only fact (low importance: no long-term copy, so the
+        # retriever cannot see it) needed half the query's terms, so a natural question missed it
+        s = memory.session("s1", user=uid, agent="a")
+        for i in range(6):
+            s.add_message({"role": "user", "content": f"small talk about the weather, day {i}"})
+        s.remember("note:dentist", "dentist on Friday at 10am", importance=0.1)
+        hits = s.recall("what time did we agree for the dentist appointment next week", k=3)
+        assert [h.fact.content for h in hits if h.tier == "working"] == ["dentist on Friday at 10am"]
+        assert hits[0].tier == "working"  # the messages share none of the query's terms
+
+    def test_a_weak_working_match_ranks_below_hits_sharing_more_terms(self, memory: Memory, uid: str) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        s.add_message({"role": "user", "content": "the dentist appointment moved to next week, same time"})
+        s.remember("note:dentist", "dentist on Friday at 10am", importance=0.1)
+        hits = s.recall("what time did we agree for the dentist appointment next week", k=2)
+        assert [h.tier for h in hits] == ["message", "working"]
+
     def test_exact_key_query_hits_working_memory(self, memory: Memory, uid: str) -> None:
         s = memory.session("s1", user=uid, agent="a")
         s.remember("task:critical_fact", "v_1_5", importance=0.9)

@@ -126,3 +126,29 @@ def test_eviction_never_loses_an_important_item(capacity: int, operations: list[
     for key, content in latest_important.items():
         held = wm.peek(key)
         assert (held is not None and held.content == content) or archive.items[key].content == content
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 4), operations=ops)
+def test_a_promotion_never_loses_an_item(capacity: int, operations: list[tuple[str, int, float]]) -> None:
+    """A recall hit promoted from the long-term store is a read: every item working memory
+    held before it is still held, or has a long-term copy with the same content, after it
+    (only writes may evict a working-only item)."""
+    archive = DictArchive()
+    wm = WorkingMemory(capacity, THRESHOLD, archive)
+    for step, (op, key_id, importance) in enumerate(operations):
+        key = f"k{key_id}:v"
+        if op == "add":
+            wm.admit(Fact(key, f"value {step}", importance=importance))
+            continue
+        before = {f.key: f.content for f in wm.items}
+        hit = archive(Fact(f"hit{key_id}:v", f"stored {step}", importance=importance))
+        assert wm.promote(hit).content == hit.content
+        for held_key, content in before.items():
+            if held_key == hit.key:  # the hit's newer value replaced it
+                continue
+            now = wm.peek(held_key)
+            copy = archive.items.get(held_key)
+            assert (now is not None and now.content == content) or (
+                copy is not None and copy.content == content)
+        assert len(wm) <= capacity

@@ -161,7 +161,9 @@ class FactMemory:
     def promote(self, fact: Fact) -> Fact | None:
         """Count a recall hit on a long-term fact and put it into working memory (seed §2.3
         "update"); returns the promoted copy, or None when the fact is no longer current
-        (corrected or forgotten meanwhile — a stale value is never promoted)."""
+        (corrected or forgotten meanwhile — a stale value is never promoted). A promotion is a
+        read: it never evicts a working-only fact (:meth:`WorkingMemory.promote`); when only
+        such items could make room, the fact is returned without entering working memory."""
         return self.promote_many([fact])[0]
 
     def promote_many(self, facts: builtins.list[Fact]) -> builtins.list[Fact | None]:
@@ -172,7 +174,7 @@ class FactMemory:
         with self._writing():
             for fact in facts:
                 touched = self.longterm.touch(fact)
-                out.append(self.working.admit(touched).fact if touched.current else None)
+                out.append(self.working.promote(touched) if touched.current else None)
         return out
 
     def hit_working(self, keys: builtins.list[str]) -> builtins.list[Fact | None]:
@@ -249,7 +251,7 @@ class FactMemory:
             self.working.remove(norm)  # corrected or forgotten elsewhere: drop the stale copy
         if stored is None:
             return None
-        return self.working.admit(self.longterm.touch(stored)).fact
+        return self.working.promote(self.longterm.touch(stored))
 
     @contextmanager
     def _writing(self) -> Iterator[None]:

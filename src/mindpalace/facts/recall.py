@@ -1,7 +1,8 @@
 """Session recall: working memory first, then hybrid retrieval over every tier (seed 001 §2.3).
 
 Working-memory items are returned first when the query names their key or shares at least half
-of its terms with them; the rest of the top-k comes from :class:`HybridRetriever` over the
+of its terms with them; one sharing fewer (but some) is ranked among the other hits by that
+share, before any hit that holds a smaller share of the query's terms; the rest of the top-k comes from :class:`HybridRetriever` over the
 long-term facts, session messages, step records, snapshots and history entries of the recall
 scope. Fact hits are promoted into working memory (access count +1); other tiers are not facts
 and are not promoted. Every ``working`` and ``fact`` hit is the current value of its key
@@ -26,7 +27,7 @@ from mindpalace.settings import FactSettings
 from mindpalace.store.textindex import query_terms
 from mindpalace.textsafe import require_text
 
-WORKING_MIN_TERM_SHARE = 0.5  # a working item must contain half the query's terms to match
+WORKING_MIN_TERM_SHARE = 0.5  # a working item holding half the query's terms comes first
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,42 +83,53 @@ class Recall:
         """
         require_text("query", query)
         k = self.settings.recall_top_k if k is None else require_int("recall k", k)
-        hits = self._working_hits(query)[:k]
-        seen = {h.fact.key for h in hits if h.fact is not None}
+        wanted = stems(query_terms(query))
+        strong, weak = self._working_matches(query, wanted)
+        strong = strong[:k]
+        seen = {fact.key for _, fact, _ in strong + weak}
         found = self.retriever.search(self.scopes(), query, k=k + len(seen))
-        picked: list[RetrievalHit] = []
+        others: list[RetrievalHit] = []
         for hit in found:
-            if len(hits) + len(picked) >= k:
-                break
             key = str(hit.meta.get("key", "")) if hit.tier == FACT_KIND else ""
-            if key and key in seen:
-                continue
-            seen.add(key)
-            picked.append(hit)
+            if not (key and key in seen):
+                others.append(hit)
+        chosen = _merge_weak(strong, weak, others, len(wanted), k)
+        working = [m for m in chosen if isinstance(m, tuple)]
+        hits = self._working_hits(working)
+        picked = [h for h in chosen if not isinstance(h, tuple)]
         # Fact hits are promoted together: one transaction, one commit per recall.
         fact_hits = [h for h in picked if h.tier == FACT_KIND]
         stored = [self.facts.longterm.get(h.ref) for h in fact_hits]
         promoted = self.facts.promote_many([f for f in stored if f is not None and f.current])
         by_id = {f.id: f for f in promoted if f is not None}
-        for hit in picked:
-            fact = by_id.get(hit.ref) if hit.tier == FACT_KIND else None
-            if hit.tier == FACT_KIND and fact is None:
+        out: list[RecallHit] = []
+        for item in chosen:
+            if isinstance(item, tuple):
+                got = hits.get(item[1].key)
+                if got is not None:
+                    out.append(got)
+                continue
+            fact = by_id.get(item.ref) if item.tier == FACT_KIND else None
+            if item.tier == FACT_KIND and fact is None:
                 continue  # corrected or forgotten meanwhile: never return a stale value
             if fact is not None:
-                hit = replace(hit, meta={**hit.meta, "current": True})
-            hits.append(RecallHit.of(hit, fact))
-        return hits
+                item = replace(item, meta={**item.meta, "current": True})
+            out.append(RecallHit.of(item, fact))
+        return out
 
-    def _working_hits(self, query: str) -> list[RecallHit]:
+    def _working_matches(self, query: str, wanted: dict[str, str]) -> tuple[list[_Match], list[_Match]]:
+        """Working items matching `query`, read-only: (strong, weak), best first. Strong: the
+        query names the item's key or it holds at least half of the query's terms; weak: it
+        holds some of them (ranked among the retriever's hits by the same share)."""
         try:
             as_key = normalize_key(query) if ":" in query else None
         except ValidationError:
             as_key = None
-        wanted = stems(query_terms(query))
-        scored: list[tuple[float, Fact, tuple[str, ...]]] = []
+        strong: list[_Match] = []
+        weak: list[_Match] = []
         for fact in self.facts.working_items():  # as stored now, each its current value
             if as_key is not None and fact.key == as_key:
-                scored.append((2.0, fact, ()))
+                strong.append((2.0, fact, ()))
                 continue
             if not wanted:
                 continue
@@ -126,22 +138,49 @@ class Recall:
             terms = tuple(t for s, t in wanted.items() if s in have)
             share = len(terms) / len(wanted)
             if share >= WORKING_MIN_TERM_SHARE:
-                scored.append((share, fact, terms))
+                strong.append((share, fact, terms))
+            elif terms:
+                weak.append((share, fact, terms))
         # Ties go to the more important item, importance decayed by age when configured.
-        scored.sort(key=lambda x: (-x[0], -self.facts.longterm.effective_importance(x[1])))
-        if not scored:
-            return []
-        # Counts the accesses and replaces copies made stale by another session.
-        currents = self.facts.hit_working([fact.key for _, fact, _ in scored])
-        hits = []
-        for (score, _, terms), current in zip(scored, currents, strict=True):
+        for matches in (strong, weak):
+            matches.sort(key=lambda x: (-x[0], -self.facts.longterm.effective_importance(x[1])))
+        return strong, weak
+
+    def _working_hits(self, matches: list[_Match]) -> dict[str, RecallHit]:
+        """The chosen working matches as hits, by key: counts the accesses and replaces copies
+        made stale by another session (one transaction)."""
+        if not matches:
+            return {}
+        currents = self.facts.hit_working([fact.key for _, fact, _ in matches])
+        hits: dict[str, RecallHit] = {}
+        for (score, fact, terms), current in zip(matches, currents, strict=True):
             if current is None:
                 continue
-            hits.append(
-                RecallHit(
-                    "working", current.id or current.key, f"{current.key}: {current.content}",
-                    score, self.facts.scope, MatchReason(terms=terms, working=True),
-                    {"key": current.key, "current": True}, current,
-                )
+            hits[fact.key] = RecallHit(
+                "working", current.id or current.key, f"{current.key}: {current.content}",
+                score, self.facts.scope, MatchReason(terms=terms, working=True),
+                {"key": current.key, "current": True}, current,
             )
         return hits
+
+
+_Match = tuple[float, Fact, tuple[str, ...]]
+"""A working-memory match: (share of the query's terms or 2.0 for a named key, fact, terms)."""
+
+
+def _merge_weak(
+    strong: list[_Match], weak: list[_Match], others: list[RetrievalHit], n_terms: int, k: int,
+) -> list[_Match | RetrievalHit]:
+    """The top k: strong working matches first, then the retriever's hits with each weak
+    working match placed before the first hit that holds a smaller share of the query's terms
+    (the same measure for both, so a working item sharing few terms still outranks hits
+    sharing fewer, e.g. vector-only ones)."""
+    out: list[_Match | RetrievalHit] = list(strong)
+    pending = list(weak)
+    for hit in others:
+        share = len(hit.why.terms) / n_terms if n_terms else 0.0
+        while pending and pending[0][0] > share:
+            out.append(pending.pop(0))
+        out.append(hit)
+    out.extend(pending)
+    return out[:k]

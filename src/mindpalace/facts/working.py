@@ -4,7 +4,9 @@ Capacity N (3–10). When full, the item with the lowest (access_count, importan
 but an item at or above the importance threshold is written to the long-term store *before* it
 can leave (the archive callback runs first; if it raises, nothing is evicted), so an eviction
 never loses an important fact. The item being written is never the victim: a write that is
-acknowledged is in working memory when it returns. Hits update access statistics.
+acknowledged is in working memory when it returns. Hits update access statistics. A recall hit
+promoted from the long-term store (a read) never costs a fact: it only displaces items that
+have a long-term copy or are archived first (:meth:`WorkingMemory.promote`).
 """
 
 from __future__ import annotations
@@ -127,6 +129,35 @@ class WorkingMemory:
             raise
         return Remembered(fact, tuple(archived), tuple(evicted))
 
+    def promote(self, fact: Fact) -> Fact:
+        """Put a long-term hit into working memory (seed 001 §2.3, promotion on hit) without
+        losing anything: only items with a long-term copy, or important enough to be archived
+        first, may leave to make room. When too few can, working memory is left as it is and
+        `fact` is returned unchanged (it stays recallable long-term) — a read never evicts a
+        working-only fact, such as one the caller just wrote.
+
+        Raises:
+            whatever the archive callback raises — the working memory is then unchanged.
+        """
+        need = len(self._items) + (fact.key not in self._items) - self.capacity
+        if need > 0 and sum(1 for f in self._items.values()
+                            if f.key != fact.key and self._keeps_copy(f)) < need:
+            return fact
+        before = dict(self._items)
+        try:
+            self._items.pop(fact.key, None)
+            self._items[fact.key] = fact
+            self._shrink(keep=fact.key, lossless=True)
+        except BaseException:
+            self._items = before
+            raise
+        return fact
+
+    def _keeps_copy(self, fact: Fact) -> bool:
+        """True when `fact` survives eviction: it has a long-term copy or will be archived."""
+        return bool(fact.id) or (
+            self.archive is not None and fact.importance >= self.importance_threshold)
+
     def get(self, key: str) -> Fact | None:
         """The item for `key` (normalized), counting the access; None when absent."""
         norm = normalize_key(key)
@@ -145,13 +176,17 @@ class WorkingMemory:
         """Drop the item for `key` (a forget); returns it, or None when absent."""
         return self._items.pop(normalize_key(key), None)
 
-    def _shrink(self, keep: str | None = None, archived: list[Fact] | None = None) -> list[Fact]:
-        """Evict until within capacity, never the item `keep`; returns the evicted items
-        (archived copies where archived) and appends archived victims to `archived`."""
+    def _shrink(
+        self, keep: str | None = None, archived: list[Fact] | None = None, *, lossless: bool = False,
+    ) -> list[Fact]:
+        """Evict until within capacity, never the item `keep` (with `lossless`, only items
+        that keep a long-term copy; the caller checked there are enough); returns the evicted
+        items (archived copies where archived) and appends archived victims to `archived`."""
         evicted: list[Fact] = []
         while len(self._items) > self.capacity:
             victim = min(
-                (f for f in self._items.values() if f.key != keep),
+                (f for f in self._items.values()
+                 if f.key != keep and (not lossless or self._keeps_copy(f))),
                 key=lambda f: (f.access_count, f.importance),
             )
             if (

@@ -336,8 +336,17 @@ class Consolidator:
             return f"{ARCHIVED_SUMMARY_HEADER}:\n{summary}" if summary else None
         return self._block(self.state())
 
+    def _block_cap(self, state: ConsolidationState) -> int:
+        """The block's cap now (tokens): a run's own cap while it runs; otherwise the larger
+        of the setting's and the last run's, so one run under a tiny explicit budget does not
+        leave the block cut at every later, larger budget (the builder still shrinks it to
+        fit each build)."""
+        if self._run_target is not None:
+            return self.summary_cap_tokens
+        return max(state.block_cap_tokens, self.summary_cap_tokens)
+
     def _block(self, state: ConsolidationState, cap_tokens: int | None = None) -> str | None:
-        cap = state.block_cap_tokens or self.summary_cap_tokens
+        cap = self._block_cap(state)
         return render_block(state.ranges, self.counter, cap if cap_tokens is None else min(cap, cap_tokens))
 
     def summary_text_under(self, cap_tokens: int) -> str | None:
@@ -667,7 +676,7 @@ class Consolidator:
         oldest ranges instead of showing them)."""
         state = self.state()
         ranges = state.ranges
-        cap = state.block_cap_tokens or self.summary_cap_tokens
+        cap = self._block_cap(state)
         if len(ranges) < 2:
             return
         whole = "\n".join(["x", *(r.line() for r in ranges)])
