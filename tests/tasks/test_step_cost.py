@@ -128,8 +128,12 @@ def test_a_call_settled_while_the_tool_ran_keeps_the_first_outcome(mem: Memory) 
     s = mem.session("agent")
     ledger = s.tasks.ledger
 
-    def book(i: int) -> dict:  # a person resolves it by hand while the tool still runs
-        ledger.resolve(s.task.id, ledger_key("book", {"i": 3}), result={"booking": "by hand"})
+    def book(i: int) -> dict:  # another writer settles the row while the tool still runs
+        # (resolve refuses a running call: this is the ledger's own write, as a second
+        # process's finish of the same row would be)
+        row = ledger.get(s.task.id, ledger_key("book", {"i": 3}))
+        assert row is not None
+        ledger.finish(row, result={"booking": "by hand"}, reconciled=True)
         return {"booking": "late"}
 
     with s.tool_call("book", {"i": 3}) as call:

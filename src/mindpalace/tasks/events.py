@@ -80,6 +80,8 @@ class ToolCallRecorded(TaskEvent):
     args: dict[str, Any] = Field(default_factory=dict)
     idempotent: bool = False
     attempt: int = Field(1, ge=1)
+    owner: dict[str, Any] | None = Field(
+        None, description="Who runs the call (host, node, pid, start, call): tells in flight from crashed.")
 
 
 class ToolCallCompleted(TaskEvent):
