@@ -313,6 +313,9 @@ class OutcomeUnknownError(MindPalaceError):
             f"reconcile hook or `mindpalace task resolve {task} {key}`"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable: a worker process raises it to its pool
+        return type(self), (self.task, self.key, self.tool, self.attempt, self.why)
+
 
 class ToolCallInFlightError(MindPalaceError):
     """A non-idempotent tool call with this ledger key is running right now — in another
@@ -328,7 +331,7 @@ class ToolCallInFlightError(MindPalaceError):
             only a person can tell — then ``resolve(..., force=True)``).
     """
 
-    def __init__(self, task: str, key: str, tool: str, attempt: int, owner: str, *, checked: bool = True) -> None:
+    def __init__(self, task: str, key: str, tool: str, attempt: int, owner: str, checked: bool = True) -> None:
         self.task, self.key, self.tool, self.attempt, self.owner = task, key, tool, attempt, owner
         self.checked = checked
         where = (f"is running now in {owner}" if checked else
@@ -339,6 +342,9 @@ class ToolCallInFlightError(MindPalaceError):
             then += ("; only if you know that process is gone, check the external system and "
                      f"settle it with `mindpalace task resolve {task} {key} --force`")
         super().__init__(f"task {task!r}: tool call {tool!r} (ledger key {key!r}, attempt {attempt}) {where}; {then}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable: a worker process raises it to its pool
+        return type(self), (self.task, self.key, self.tool, self.attempt, self.owner, self.checked)
 
 
 class EffectNotApplied(MindPalaceError):

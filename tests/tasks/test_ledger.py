@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -410,6 +411,15 @@ class TestInFlight:
             ledger.resolve(session.task.id, key, error="gone")
         assert ledger.resolve(session.task.id, key, error="worker-7 died before sending", force=True).status == "failed"
         assert book(session, Booker())["booking_id"] == "TK001"
+
+    @pytest.mark.parametrize("error", [
+        ToolCallInFlightError("t", "book:k", "book", 2, "process 7 on host 'h'", checked=False),
+        OutcomeUnknownError("t", "book:k", "book", 2, "ConnectionResetError"),
+    ])
+    def test_the_errors_cross_a_process_boundary(self, error: Exception) -> None:
+        # a worker process raises them to its pool (pickled): each comes back whole
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
 
     def test_force_never_overrides_a_live_owner_of_this_host(self, session: Session) -> None:
         with claim() as owner:
