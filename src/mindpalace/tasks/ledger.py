@@ -42,8 +42,7 @@ from mindpalace.errors import (
     ToolCallInFlightError,
     ValidationError,
 )
-from mindpalace.tasks.events import TaskEvent, payload_of
-from mindpalace.tasks.eventstore import LEDGER_NS, EventLike, TaskEventStore
+from mindpalace.tasks.eventstore import LEDGER_NS, EventLike, PreparedEvent, TaskEventStore
 from mindpalace.tasks.owner import CallOwner, claim, owner_liveness
 from mindpalace.textsafe import clean_json, require_name, require_text
 
@@ -282,7 +281,7 @@ class Ledger:
         error: str | None = None,
         unknown: bool = False,
         reconciled: bool = False,
-        also: Sequence[TaskEvent] = (),
+        also: Sequence[EventLike] = (),
     ) -> LedgerEntry:
         """Record the outcome of a started call: ``completed`` with `result`; ``failed`` when
         `error` is given (the effect did not happen); ``unknown`` when `unknown` (the call raised
@@ -490,7 +489,7 @@ class ToolCall:
         return self.entry.result
 
     def _outcome(
-        self, started: LedgerEntry, fn: Callable[..., Any], also: Sequence[TaskEvent]
+        self, started: LedgerEntry, fn: Callable[..., Any], also: Sequence[EventLike]
     ) -> tuple[LedgerEntry, bool]:
         """Run `fn` and record its outcome: (the row after it, True when `fn` returned
         :data:`NOT_RUN`). The tool's exception is re-raised once its outcome is recorded."""
@@ -506,16 +505,12 @@ class ToolCall:
             return self.ledger.finish(started, error="the tool returned NOT_RUN: the side effect did not happen"), True
         return self.ledger.finish(started, result=value, also=also), False
 
-    def _checkpoint_event(self, checkpoint: Mapping[str, Any]) -> TaskEvent:
+    def _checkpoint_event(self, checkpoint: Mapping[str, Any]) -> PreparedEvent:
         if not isinstance(checkpoint, Mapping):
             raise ValidationError(f"checkpoint must be a mapping (step, artifacts, pending), got {type(checkpoint).__name__}")
         data = dict(checkpoint)
         data["artifacts"] = clean_json(data.get("artifacts") or {})
-        event = self.ledger.events.registry.coerce(("checkpoint", data))
-        # What the append will write, checked now: refused after the tool ran, the side effect
-        # would have happened with no outcome recorded (every retry: OutcomeUnknownError).
-        try:
-            json.dumps(payload_of(event), allow_nan=False)
-        except ValueError as exc:
-            raise ValidationError(f"checkpoint: a value is not JSON ({exc})") from exc
-        return event
+        # Validated and encoded now, once, and written as is with the outcome: refused after
+        # the tool ran, the side effect would have happened with no outcome recorded (every
+        # retry: OutcomeUnknownError).
+        return self.ledger.events.prepare(("checkpoint", data))
