@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         StoreBusyError,
         StoreError,
         TokenBudgetExceededError,
+        ToolCallInFlightError,
         ValidationError,
         WorkspaceError,
     )
@@ -85,7 +86,7 @@ _ERRORS = (
     "MindPalaceError", "NotFoundError", "OutcomeUnknownError", "PermissionDeniedError",
     "ProviderError", "ProviderResponseError", "ProviderTimeoutError", "ReadOnlyWorkspaceError",
     "RemoteError", "SchemaVersionError", "StoreBusyError", "StoreError",
-    "TokenBudgetExceededError", "ValidationError", "WorkspaceError",
+    "TokenBudgetExceededError", "ToolCallInFlightError", "ValidationError", "WorkspaceError",
 )
 _LOCATIONS: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "mindpalace.errors"),
@@ -179,6 +180,7 @@ __all__ = [
     "Tasks",
     "TokenBudgetExceededError",
     "Tool",
+    "ToolCallInFlightError",
     "ValidationError",
     "Workspace",
     "WorkspaceError",

@@ -28,6 +28,7 @@
     ├── RemoteError                         REST client: server unreachable or no problem reply
     ├── ConstraintError                     protected-constraint refusal or guard violation
     ├── OutcomeUnknownError                 a side effect started but its outcome is unknown
+    ├── ToolCallInFlightError               the same keyed tool call is running now elsewhere
     └── EffectNotApplied                    raised BY a tool: its side effect did not happen
 
 Constructors take structured arguments and build a message that says what to do next.
@@ -311,6 +312,39 @@ class OutcomeUnknownError(MindPalaceError):
             "it is not re-run automatically — check the external system, then resolve it with a "
             f"reconcile hook or `mindpalace task resolve {task} {key}`"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable: a worker process raises it to its pool
+        return type(self), (self.task, self.key, self.tool, self.attempt, self.why)
+
+
+class ToolCallInFlightError(MindPalaceError):
+    """A non-idempotent tool call with this ledger key is running right now — in another
+    thread of this process, in another live process of this host, or in a process on another
+    host whose liveness cannot be checked from here. Its outcome is not known *yet*: this is
+    not an :class:`OutcomeUnknownError`, and settling it by hand now could run the side effect
+    twice. Wait for the running call to finish and ask again (a repeat then returns its
+    recorded result).
+
+    Attributes:
+        task, key, tool, attempt: the ledger row. owner: who runs it (``process 123 on host
+            'h'``). checked: False when the owner is on another host (it may have died there;
+            only a person can tell — then ``resolve(..., force=True)``).
+    """
+
+    def __init__(self, task: str, key: str, tool: str, attempt: int, owner: str, checked: bool = True) -> None:
+        self.task, self.key, self.tool, self.attempt, self.owner = task, key, tool, attempt, owner
+        self.checked = checked
+        where = (f"is running now in {owner}" if checked else
+                 f"was started by {owner}, which cannot be checked from this host")
+        then = ("wait for it to finish and call again (a repeat returns its recorded result); "
+                "do not resolve it while it runs — that could run the side effect twice")
+        if not checked:
+            then += ("; only if you know that process is gone, check the external system and "
+                     f"settle it with `mindpalace task resolve {task} {key} --force`")
+        super().__init__(f"task {task!r}: tool call {tool!r} (ledger key {key!r}, attempt {attempt}) {where}; {then}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable: a worker process raises it to its pool
+        return type(self), (self.task, self.key, self.tool, self.attempt, self.owner, self.checked)
 
 
 class EffectNotApplied(MindPalaceError):

@@ -31,7 +31,7 @@ def test_one_key_raced_by_many_requests_writes_once(tmp_path: Path) -> None:
             r = await tools.remember("user:city", "Kyoto", importance=0.9, idempotency_key="race")
             outcomes.append("replayed" if r.replayed else "wrote")
         except ToolError as exc:  # the key is in flight in another request: nothing written
-            assert "still running or was interrupted" in str(exc)
+            assert "ToolCallInFlightError" in str(exc) and "still running" in str(exc)
             outcomes.append("in flight")
 
     async def main() -> None:

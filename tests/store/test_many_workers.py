@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mindpalace import Memory
-from mindpalace.errors import OutcomeUnknownError
+from mindpalace.errors import ToolCallInFlightError
 
 WORKERS = 8
 ROUNDS = 6
@@ -61,7 +61,7 @@ def _worker(url: str, folder: str, p: int, effects: str, start: Any) -> dict[str
             try:
                 with task.tool_call("book", {"slot": i}, key=f"book-{i}") as call:
                     call.run(book)
-            except OutcomeUnknownError:  # another worker is mid-call: never run it twice
+            except ToolCallInFlightError:  # another worker is mid-call: never run it twice
                 refused += 1
     return {"acked": acked, "forgotten": forgotten, "shared": shared, "ran": ran,
             "refused": refused}

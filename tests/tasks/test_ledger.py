@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import pickle
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 from mindpalace import Memory
-from mindpalace.errors import EffectNotApplied, OutcomeUnknownError, ValidationError
+from mindpalace.errors import (
+    EffectNotApplied,
+    OutcomeUnknownError,
+    ToolCallInFlightError,
+    ValidationError,
+)
 from mindpalace.memory import Session
 from mindpalace.tasks import NOT_RUN, ledger_key
+from mindpalace.tasks.owner import claim
 
 
 class Booker:
@@ -302,3 +312,178 @@ class TestOutcomeWithCheckpoint:
         with session.tool_call("book_ticket", ARGS) as call, pytest.raises(EffectNotApplied):
             call.run(broken, checkpoint={"artifacts": {"n": 1}})
         assert "checkpoint" not in [e.type for e in session.task.history()]
+
+
+class BlockingBooker(Booker):
+    """A side-effecting tool that stays inside the call until released (no sleeps)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, place: str, date: str) -> dict:
+        result = super().__call__(place, date)
+        self.entered.set()
+        assert self.release.wait(60), "never released"
+        return result
+
+
+class TestInFlight:
+    """A call running in another thread or live process is in flight, not an unknown outcome:
+    a second caller is refused with ToolCallInFlightError, resolve refuses, no hook is asked,
+    and the side effect runs once (the new-user report: resolve-then-retry ran it twice)."""
+
+    def run_in_thread(self, session: Session, tool: Booker) -> tuple[threading.Thread, list[object]]:
+        out: list[object] = []
+        thread = threading.Thread(target=lambda: out.append(book(session, tool)))
+        thread.start()
+        return thread, out
+
+    def test_a_second_caller_is_told_the_call_is_in_flight(self, session: Session) -> None:
+        tool, asked = BlockingBooker(), []
+        session.tasks.ledger.reconciler("book_ticket", lambda entry: asked.append(entry) or NOT_RUN)
+        thread, out = self.run_in_thread(session, tool)
+        try:
+            assert tool.entered.wait(60)
+            key = ledger_key("book_ticket", ARGS)
+            with pytest.raises(ToolCallInFlightError, match=rf"running now in process {os.getpid()}") as err:
+                book(session, tool)
+            assert err.value.key == key and err.value.checked
+            with pytest.raises(ToolCallInFlightError):
+                session.task.resolve(key, error="looked like a crash")
+            with pytest.raises(ToolCallInFlightError):
+                session.task.clear()
+            r = session.task.resume()
+            assert r.running_calls == [key] and r.unknown_calls == []
+            assert session.tasks.ledger.get(session.task.id, key).status == "started"
+        finally:
+            tool.release.set()
+            thread.join()
+        assert asked == [] and tool.calls == 1 and out == [{"booking_id": "TK001", "place": "Senso-ji"}]
+        assert book(session, tool) == out[0] and tool.calls == 1  # the repeat returns its result
+        assert session.task.resume().running_calls == []
+
+    def test_a_caller_that_looked_before_the_call_started_is_refused_at_run(self, session: Session) -> None:
+        tool, second = BlockingBooker(), Booker()
+        with session.tool_call("book_ticket", ARGS) as call:
+            assert not call.done  # nothing recorded yet when this caller looked
+            thread, _ = self.run_in_thread(session, tool)
+            try:
+                assert tool.entered.wait(60)
+                with pytest.raises(ToolCallInFlightError):
+                    call.run(second)
+            finally:
+                tool.release.set()
+                thread.join()
+        assert second.calls == 0 and tool.calls == 1
+
+    def test_a_call_whose_owner_left_without_an_outcome_is_unknown(self, session: Session) -> None:
+        ledger = session.tasks.ledger
+        with claim() as owner:  # the low-level protocol: the claim is held while it runs
+            ledger.start(session.task.id, "book_ticket", ARGS, owner=owner)
+            with pytest.raises(ToolCallInFlightError):
+                book(session, Booker())
+        with pytest.raises(OutcomeUnknownError):  # the claim ended with no outcome written
+            book(session, Booker())
+        key = ledger_key("book_ticket", ARGS)
+        assert session.task.resume().unknown_calls == [key]
+        assert session.task.resolve(key, result={"booking_id": "TK1"}).status == "completed"
+
+    def test_an_interrupt_inside_the_tool_records_an_unknown_outcome(self, session: Session) -> None:
+        def interrupted(place: str, date: str) -> dict:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            book(session, interrupted)  # type: ignore[arg-type]
+        entry = session.tasks.ledger.get(session.task.id, ledger_key("book_ticket", ARGS))
+        assert entry.status == "unknown" and "KeyboardInterrupt" in entry.error
+
+    def test_an_owner_on_another_host_is_in_flight_until_forced(self, session: Session) -> None:
+        with claim() as mine:
+            elsewhere = dataclasses.replace(mine, host="worker-7")
+        ledger, key = session.tasks.ledger, ledger_key("book_ticket", ARGS)
+        ledger.start(session.task.id, "book_ticket", ARGS, owner=elsewhere)
+        with pytest.raises(ToolCallInFlightError, match=r"cannot be checked.*--force") as err:
+            book(session, Booker())
+        assert not err.value.checked
+        with pytest.raises(ToolCallInFlightError):
+            ledger.resolve(session.task.id, key, error="gone")
+        assert ledger.resolve(session.task.id, key, error="worker-7 died before sending", force=True).status == "failed"
+        assert book(session, Booker())["booking_id"] == "TK001"
+
+    @pytest.mark.parametrize("error", [
+        ToolCallInFlightError("t", "book:k", "book", 2, "process 7 on host 'h'", checked=False),
+        OutcomeUnknownError("t", "book:k", "book", 2, "ConnectionResetError"),
+    ])
+    def test_the_errors_cross_a_process_boundary(self, error: Exception) -> None:
+        # a worker process raises them to its pool (pickled): each comes back whole
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
+
+    def test_force_never_overrides_a_live_owner_of_this_host(self, session: Session) -> None:
+        with claim() as owner:
+            session.tasks.ledger.start(session.task.id, "book_ticket", ARGS, owner=owner)
+            with pytest.raises(ToolCallInFlightError):
+                session.task.resolve(ledger_key("book_ticket", ARGS), error="x", force=True)
+
+
+CHILD_BLOCKED = textwrap.dedent("""
+    import sys
+    from mindpalace import Memory
+    mem = Memory.open(sys.argv[1], embed={"provider": "none"})
+    s = mem.session("trip", user="u1")
+    def book(place, date):
+        with open(sys.argv[2], "a") as f:   # the external side effect
+            f.write(place + "\\n")
+        print("in the tool", flush=True)
+        sys.stdin.readline()                # stays inside the call until told (or killed)
+        return {"booking_id": "TK-child"}
+    with s.tool_call("book_ticket", {"place": "Senso-ji", "date": "2025-05-20"}) as call:
+        print(call.run(book)["booking_id"], flush=True)
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+class TestAnotherProcessMidCall:
+    def start_child(self, tmp_path: Path) -> subprocess.Popen[str]:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD_BLOCKED, str(tmp_path / "ws"), str(tmp_path / "world.txt")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline() == "in the tool\n", child.stderr
+        return child
+
+    def test_a_live_process_mid_call_is_in_flight_then_its_result_is_returned(self, tmp_path: Path) -> None:
+        child = self.start_child(tmp_path)
+        try:
+            with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+                s, tool = mem.session("trip", user="u1"), Booker()
+                with pytest.raises(ToolCallInFlightError, match=f"process {child.pid} "):
+                    book(s, tool)
+                with pytest.raises(ToolCallInFlightError):
+                    s.task.resolve(ledger_key("book_ticket", ARGS), error="crashed?")
+                out, err = child.communicate("go\n", timeout=60)
+                assert child.returncode == 0 and out == "TK-child\n", err
+                assert book(s, tool) == {"booking_id": "TK-child"} and tool.calls == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+        assert (tmp_path / "world.txt").read_text().splitlines() == ["Senso-ji"]
+
+    def test_a_process_killed_mid_call_leaves_an_unknown_outcome(self, tmp_path: Path) -> None:
+        child = self.start_child(tmp_path)
+        with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+            s, tool = mem.session("trip", user="u1"), Booker()
+            with pytest.raises(ToolCallInFlightError):
+                book(s, tool)
+            child.kill()  # SIGKILL: no outcome is ever written
+            child.communicate()
+            assert child.returncode == -signal.SIGKILL
+            with pytest.raises(OutcomeUnknownError):
+                book(s, tool)
+            key = ledger_key("book_ticket", ARGS)
+            assert s.task.resume().unknown_calls == [key]
+            assert s.task.resolve(key, result={"booking_id": "TK-child"}).status == "completed"
+            assert book(s, tool) == {"booking_id": "TK-child"} and tool.calls == 0
+        assert (tmp_path / "world.txt").read_text().splitlines() == ["Senso-ji"]

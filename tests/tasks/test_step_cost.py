@@ -5,6 +5,7 @@ not read the whole stream. Plus the shortcut of an event's payload cleaning (sam
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,8 +129,12 @@ def test_a_call_settled_while_the_tool_ran_keeps_the_first_outcome(mem: Memory) 
     s = mem.session("agent")
     ledger = s.tasks.ledger
 
-    def book(i: int) -> dict:  # a person resolves it by hand while the tool still runs
-        ledger.resolve(s.task.id, ledger_key("book", {"i": 3}), result={"booking": "by hand"})
+    def book(i: int) -> dict:  # another writer settles the row while the tool still runs
+        # (resolve refuses a running call: this is the ledger's own write, as a second
+        # process's finish of the same row would be)
+        row = ledger.get(s.task.id, ledger_key("book", {"i": 3}))
+        assert row is not None
+        ledger.finish(row, result={"booking": "by hand"}, reconciled=True)
         return {"booking": "late"}
 
     with s.tool_call("book", {"i": 3}) as call:
@@ -137,6 +142,32 @@ def test_a_call_settled_while_the_tool_ran_keeps_the_first_outcome(mem: Memory) 
     assert ledger.get(s.task.id, ledger_key("book", {"i": 3})).result == {"booking": "by hand"}  # type: ignore[union-attr]
     completions = [r for r in s.task.read() if type(r.event).__name__ == "ToolCallCompleted"]
     assert len(completions) == 1
+
+
+def test_a_checkpoint_written_with_a_tool_outcome_is_encoded_once(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # checked before the tool runs (a checkpoint the store would refuse must not be found only
+    # after the side effect) and written with the outcome: one JSON encode serves both (there
+    # were four: the check, the payload check twice, the store's)
+    s = mem.session("agent")
+    tool_step(s, 0)
+    encodes: list[str] = []
+    real = json.JSONEncoder.encode
+
+    def counted(self: json.JSONEncoder, o: object) -> str:
+        text = real(self, o)
+        if "marker-ck" in text:
+            encodes.append(text)
+        return text
+
+    monkeypatch.setattr(json.JSONEncoder, "encode", counted)
+    with s.tool_call("book", {"i": 1}) as call:
+        call.run(lambda i: {"booking": i}, checkpoint={"step": 1, "artifacts": {"marker-ck": 1}})
+    assert len(encodes) == 1, encodes
+    monkeypatch.undo()
+    assert s.task.state().artifacts["marker-ck"] == 1
+    assert [r.data for r in s.task.read()][-1] == {"step": 1, "artifacts": {"marker-ck": 1}, "pending": None}
 
 
 def _vm_steps(mem: Memory, fn) -> int:  # type: ignore[no-untyped-def]

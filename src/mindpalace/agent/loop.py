@@ -45,6 +45,7 @@ from mindpalace.errors import (
     OutcomeUnknownError,
     ProviderError,
     TokenBudgetExceededError,
+    ToolCallInFlightError,
     ValidationError,
 )
 from mindpalace.providers.llm import ChatReply, LLMProvider, TokenBudget, ToolCallRequest
@@ -479,6 +480,8 @@ class Agent:
             return "refused", f"refused: {exc}; the tool did not run"
         except OutcomeUnknownError as exc:
             return "unknown", f"outcome unknown, not run again: {exc}"
+        except ToolCallInFlightError as exc:  # running elsewhere now: its result comes later
+            return "refused", f"not run: the same call is running now elsewhere ({exc})"
         except Exception as exc:
             entry = call.entry
             if entry is None or entry.status not in ("failed", "unknown"):

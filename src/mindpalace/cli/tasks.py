@@ -109,6 +109,7 @@ def task_resume(
         "next_step": None if nxt is None else {"index": nxt.index, "name": nxt.name,
                                                "retry": nxt.retry},
         "unknown_calls": r.unknown_calls,
+        "running_calls": r.running_calls,
     }
     if as_json:
         print_json(data)
@@ -123,6 +124,9 @@ def task_resume(
     for key in r.unknown_calls:
         console.print(Text.assemble(("outcome unknown", "yellow"),
                                     f" {key}: not re-run automatically; reconcile it first"))
+    for key in r.running_calls:
+        console.print(Text.assemble(("running", "cyan"),
+                                    f" {key}: in flight in a live process; wait for its outcome"))
 
 
 @task_app.command("resolve")
@@ -134,6 +138,11 @@ def task_resolve(
     result: str | None = typer.Option(None, "--result", help="It happened: its result as JSON."),
     error: str | None = typer.Option(
         None, "--error", help="It did not happen: why (the call may then run again)."
+    ),
+    force: bool = typer.Option(
+        False, "--force",
+        help="The call's owner is a process on another host that you know is gone "
+             "(never overrides a live owner on this host).",
     ),
     workspace: Path = WorkspaceOpt,
     session: str | None = SessionOpt,
@@ -158,7 +167,7 @@ def task_resolve(
         raise ValidationError(f"--result is not valid JSON: {exc} (NaN, Infinity, 1e999)") from exc
     with open_memory(workspace) as mem:
         t = mem.find_task(task, session=session, user=user, agent=agent)
-        entry = t.resolve(key, result=value, error=error)
+        entry = t.resolve(key, result=value, error=error, force=force)
     console.print(f"{key}: {entry.status} (reconciled by hand)")
 
 

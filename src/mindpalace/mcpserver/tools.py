@@ -34,7 +34,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from mindpalace.aio import AsyncMemory, AsyncSession
-from mindpalace.errors import MindPalaceError, OutcomeUnknownError
+from mindpalace.errors import MindPalaceError, OutcomeUnknownError, ToolCallInFlightError
 from mindpalace.mcpserver.idempotency import LEDGER_SESSION, run_once
 from mindpalace.mcpserver.keys import caller_key
 from mindpalace.mcpserver.models import (
@@ -122,8 +122,12 @@ class MemoryTools:
             raise
         except OutcomeUnknownError as exc:
             raise ToolError(f"OutcomeUnknownError: idempotency_key {exc.key.split(':', 1)[-1]!r}: "
-                            "a call with this key is still running or was interrupted; nothing "
-                            f"was written now ({exc})") from exc
+                            "a call with this key was interrupted; nothing was written now "
+                            f"({exc})") from exc
+        except ToolCallInFlightError as exc:
+            raise ToolError(f"ToolCallInFlightError: idempotency_key {exc.key.split(':', 1)[-1]!r}: "
+                            "a call with this key is still running; nothing was written now — "
+                            f"repeat it later for its result ({exc})") from exc
         except MindPalaceError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 

@@ -44,6 +44,7 @@ STATUS_OF: Final[tuple[tuple[type[e.MindPalaceError], int], ...]] = (
     (e.DiskFullError, 507),
     (e.ConstraintError, 409),  # a protected constraint refused the change
     (e.OutcomeUnknownError, 409),
+    (e.ToolCallInFlightError, 409),  # the same keyed call runs now: ask again after it
     (e.ProviderTimeoutError, 504),
     (e.CircuitOpenError, 503),
     (e.TokenBudgetExceededError, 503),

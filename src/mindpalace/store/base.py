@@ -43,10 +43,16 @@ from mindpalace.scope import Scope
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:
-    """An event to append: a type name and a JSON-serialisable payload."""
+    """An event to append: a type name and a JSON-serialisable payload.
+
+    ``text``: the payload's JSON exactly as :func:`mindpalace.store.codec.dumps` gives it, when
+    the caller already encoded it (the task store does, to check it): the backend stores it
+    instead of encoding `data` a second time. It must equal ``dumps(data)``.
+    """
 
     type: str
     data: dict[str, Any] = field(default_factory=dict)
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

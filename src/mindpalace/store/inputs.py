@@ -27,7 +27,8 @@ def event_payloads(scope: Scope, stream: str, events: Sequence[NewEvent]) -> lis
     """
     scope.require_concrete()
     require_text("stream", stream, allow_empty=False)
-    return [(require_text("event.type", e.type, allow_empty=False), dumps(e.data)) for e in events]
+    return [(require_text("event.type", e.type, allow_empty=False), dumps(e.data) if e.text is None else e.text)
+            for e in events]
 
 
 def record_fields(record: Record) -> tuple[Scope, datetime, str]:

@@ -80,6 +80,8 @@ class ToolCallRecorded(TaskEvent):
     args: dict[str, Any] = Field(default_factory=dict)
     idempotent: bool = False
     attempt: int = Field(1, ge=1)
+    owner: dict[str, Any] | None = Field(
+        None, description="Who runs the call (host, node, pid, start, call): tells in flight from crashed.")
 
 
 class ToolCallCompleted(TaskEvent):
@@ -257,23 +259,35 @@ def payload_of(event: TaskEvent) -> dict[str, Any]:
         ValidationError: a value is not JSON (an arbitrary object); NaN / ±inf are refused by
             the store when written.
     """
+    return encoded_payload(event)[0]
+
+
+def encoded_payload(event: TaskEvent) -> tuple[dict[str, Any], str | None]:
+    """:func:`payload_of` and, when this one encode proves it, the payload's JSON text exactly
+    as the store would write it (:func:`mindpalace.store.codec.dumps`; same encoder settings,
+    pure ASCII); None otherwise (the store encodes it then, and refuses NaN / ±inf).
+
+    Raises:
+        ValidationError: as :func:`payload_of`.
+    """
     try:
         data = event.model_dump(mode="json", exclude={"type"})
     except PydanticSerializationError as exc:
         raise ValidationError(f"task event {event.type!r}: a value is not JSON-serialisable: {exc}") from exc
-    # A json-mode dump is plain JSON data (str keys, lists, no NaN). When its text is ASCII (no
-    # lone surrogate), holds no NUL escape and has fewer brackets than clean_json's depth limit,
-    # clean_json would return it unchanged: one C-speed encode instead of a Python walk.
+    # A json-mode dump is plain JSON data (str keys, lists). When its text is ASCII (no lone
+    # surrogate), holds no NUL escape and has fewer brackets than clean_json's depth limit,
+    # clean_json would return it unchanged: one C-speed encode instead of a Python walk — and
+    # that text is what the store writes.
     try:
         text = _PLAIN_JSON.encode(data)
-    except (TypeError, ValueError, RecursionError):
-        return clean_json(data)
+    except (TypeError, ValueError, RecursionError):  # ValueError: NaN / ±inf
+        return clean_json(data), None
     if text.isascii() and "\\u0000" not in text and text.count("{") + text.count("[") < MAX_JSON_DEPTH:
-        return data
-    return clean_json(data)
+        return data, text
+    return clean_json(data), None
 
 
-_PLAIN_JSON = json.JSONEncoder(ensure_ascii=False)
+_PLAIN_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # = the store's codec.dumps
 
 
 DEFAULT_REGISTRY = EventRegistry(frozen=True)

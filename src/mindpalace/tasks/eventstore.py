@@ -32,11 +32,12 @@ from typing import Any
 from pydantic import ValidationError as PydanticValidationError
 
 from mindpalace.checks import require_int
-from mindpalace.errors import ConcurrencyError, NotFoundError
+from mindpalace.errors import ConcurrencyError, NotFoundError, ValidationError
 from mindpalace.scope import Scope
 from mindpalace.settings import TaskSettings
 from mindpalace.store import NewEvent, Store, StoredEvent
-from mindpalace.tasks.events import DEFAULT_REGISTRY, EventRegistry, TaskEvent, payload_of
+from mindpalace.store.codec import dumps
+from mindpalace.tasks.events import DEFAULT_REGISTRY, EventRegistry, TaskEvent, encoded_payload
 from mindpalace.tasks.state import TaskState, apply, initial_state
 from mindpalace.textsafe import require_name
 
@@ -46,7 +47,17 @@ LEDGER_NS = "task_ledger"
 WORKING_NS = "task_working"
 """kv namespaces holding task-scoped working state (keys of the ledger/working ones: ``<task>/…``)."""
 
-EventLike = TaskEvent | tuple[str, dict[str, Any]]
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """An event validated and encoded ahead of its append (:meth:`TaskEventStore.prepare`):
+    the append writes it as is — refused before a tool runs, never after."""
+
+    event: TaskEvent
+    new: NewEvent
+    registry: EventRegistry
+
+
+EventLike = TaskEvent | tuple[str, dict[str, Any]] | PreparedEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +131,11 @@ class TaskEventStore:
             ValidationError: an event does not fit its model / is of an unregistered type.
         """
         stream = stream_of(task)
-        models = [self.registry.coerce(e) for e in events]
-        if not models:
+        prepared = [self._prepared(e) for e in events]
+        if not prepared:
             return []
-        new = [NewEvent(m.type, payload_of(m)) for m in models]
+        models = [p.event for p in prepared]
+        new = [p.new for p in prepared]
         every = self.settings.snapshot_every_events
         top_level = not self.store.in_transaction()
         pending: dict[str, _Folded] | None = getattr(self._local, "pending", None)
@@ -147,6 +159,33 @@ class TaskEventStore:
             TaskEventRecord(task, s.version, s.type, m, n.data, s.created_at)
             for s, n, m in zip(stored, new, models, strict=True)
         ]
+
+    def prepare(self, event: EventLike) -> PreparedEvent:
+        """Validate `event` and encode its payload now, once: :meth:`append` then writes it
+        without doing either again (e.g. a checkpoint checked before a tool runs and written
+        with its outcome).
+
+        Raises:
+            ValidationError: the event does not fit its model, or a value is not JSON (an
+                arbitrary object, NaN, ±inf) — as the append would.
+        """
+        p = self._prepared(event)
+        if p.new.text is not None:
+            return p
+        try:  # the slow path (non-ASCII text, deep nesting): the store's own encoder, now
+            text = dumps(p.new.data)
+        except ValidationError as exc:
+            raise ValidationError(f"task event {p.event.type!r}: {exc}") from exc
+        return PreparedEvent(p.event, NewEvent(p.new.type, p.new.data, text), self.registry)
+
+    def _prepared(self, event: EventLike) -> PreparedEvent:
+        """`event` validated and with its payload (and, when one encode proves it, its stored
+        text); a :class:`PreparedEvent` of this registry as is."""
+        if isinstance(event, PreparedEvent) and event.registry is self.registry:
+            return event
+        model = self.registry.coerce(event.event if isinstance(event, PreparedEvent) else event)
+        data, text = encoded_payload(model)
+        return PreparedEvent(model, NewEvent(model.type, data, text), self.registry)
 
     def _fold_appended(
         self, task: str, stored: Sequence[StoredEvent], pending: dict[str, _Folded] | None

@@ -11,9 +11,13 @@ never disagree. On a repeat of the same call:
 
 * ``completed`` → the recorded result is returned; the tool is not run again;
 * ``failed`` → the tool may run again (a new attempt);
-* ``unknown``, or ``started`` with no outcome (the process died mid-call) → for a
-  non-idempotent tool it is **never** re-run automatically: a registered reconcile hook is
-  asked, else :class:`~mindpalace.errors.OutcomeUnknownError` is raised (settle it with
+* ``started`` while its owner still runs it (another thread, another live process — see
+  :mod:`~mindpalace.tasks.owner`) → :class:`~mindpalace.errors.ToolCallInFlightError` for a
+  non-idempotent tool: its outcome is not known *yet*; no reconcile hook is asked and
+  :meth:`Ledger.resolve` refuses (either could run the side effect twice);
+* ``unknown``, or ``started`` with no outcome and its owner gone (the process died mid-call)
+  → for a non-idempotent tool it is **never** re-run automatically: a registered reconcile
+  hook is asked, else :class:`~mindpalace.errors.OutcomeUnknownError` is raised (settle it with
   :meth:`Ledger.resolve` / ``mindpalace task resolve``); idempotent / read-only tools
   (``idempotent=True`` or :meth:`Ledger.mark_safe`) simply run again.
 
@@ -35,10 +39,11 @@ from mindpalace.errors import (
     EffectNotApplied,
     NotFoundError,
     OutcomeUnknownError,
+    ToolCallInFlightError,
     ValidationError,
 )
-from mindpalace.tasks.events import TaskEvent, payload_of
-from mindpalace.tasks.eventstore import LEDGER_NS, EventLike, TaskEventStore
+from mindpalace.tasks.eventstore import LEDGER_NS, EventLike, PreparedEvent, TaskEventStore
+from mindpalace.tasks.owner import CallOwner, claim, owner_liveness
 from mindpalace.textsafe import clean_json, require_name, require_text
 
 Status = Literal["started", "completed", "failed", "unknown"]
@@ -118,14 +123,20 @@ class LedgerEntry:
     reconciled: bool = False
     version: int = 0
     """Task version of the event that wrote this row."""
+    owner: dict[str, Any] | None = None
+    """Who runs (ran) this attempt: :meth:`CallOwner.to_json`; None when not recorded."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "task": self.task, "key": self.key, "tool": self.tool, "args": self.args,
             "status": self.status, "attempt": self.attempt, "idempotent": self.idempotent,
             "result": self.result, "error": self.error, "reconciled": self.reconciled,
-            "version": self.version,
+            "version": self.version, "owner": self.owner,
         }
+
+
+def _unknown(task: str, entry: LedgerEntry) -> OutcomeUnknownError:
+    return OutcomeUnknownError(task, entry.key, entry.tool, entry.attempt, entry.error or "")
 
 
 def _normalize_result(result: Any) -> Any:
@@ -181,48 +192,85 @@ class Ledger:
 
     # -- the protocol ----------------------------------------------------------------------
     def start(
-        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None
+        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None,
+        owner: CallOwner | None = None,
     ) -> LedgerEntry:
         """Record ``started`` for a call about to run (one transaction with its event).
 
+        Args:
+            owner: from :func:`mindpalace.tasks.owner.claim`, held until :meth:`finish` has
+                returned: other callers then see the call as in flight. Without one the row
+                names no owner, and a repeat treats it as a call whose process died.
         Raises:
             ValidationError: the call is already ``completed`` (use :meth:`prepare` / the result).
+            ToolCallInFlightError: a previous attempt of a non-idempotent call is still running.
             OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
         """
-        entry = self.begin(task, tool, args, idempotent=idempotent, key=key)
+        entry = self.begin(task, tool, args, idempotent=idempotent, key=key, owner=owner)
         if entry.status == "completed":
             raise ValidationError(f"tool call {entry.key!r} of task {task!r} already completed; use its recorded result")
         return entry
 
     def begin(
-        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None
+        self, task: str, tool: str, args: dict[str, Any], *, idempotent: bool = False, key: str | None = None,
+        owner: CallOwner | None = None,
     ) -> LedgerEntry:
         """:meth:`start`, except that a call another process completed since this one looked
         (:meth:`prepare`) returns that ``completed`` entry instead of raising: the read and the
         ``started`` row are one write transaction, so two processes never both run it.
 
         Raises:
+            ToolCallInFlightError: a previous attempt of a non-idempotent call is still running.
             OutcomeUnknownError: a previous attempt of a non-idempotent call has no outcome.
         """
         k, clean_args = _keyed(tool, args, key)
-        return self._begin(task, tool, k, clean_args, idempotent=idempotent)
+        return self._begin(task, tool, k, clean_args, idempotent=idempotent, owner=owner)
 
-    def _begin(self, task: str, tool: str, k: str, clean_args: dict[str, Any], *, idempotent: bool) -> LedgerEntry:
+    def _begin(
+        self, task: str, tool: str, k: str, clean_args: dict[str, Any], *, idempotent: bool,
+        owner: CallOwner | None,
+    ) -> LedgerEntry:
         """:meth:`begin` with the key and stored args already computed (:func:`_keyed`)."""
         safe = idempotent or self.is_safe(tool)
         with self.events._transaction():  # the task's fold cache follows these appends
             prev = self.get(task, k)
+            if prev is not None and prev.status in UNSETTLED and not safe:
+                prev = self._unless_running(task, prev)  # re-read if its owner just finished
             if prev is not None and prev.status == "completed":
                 return prev
             if prev is not None and prev.status in UNSETTLED and not safe:
-                raise OutcomeUnknownError(task, k, tool, prev.attempt, prev.error or "")
+                raise _unknown(task, prev)
             attempt = 1 if prev is None else prev.attempt + 1
-            [rec] = self.events.append(
-                task, [("tool_call_recorded",  # validated once, by the append (a model would be twice)
-                        {"key": k, "tool": tool, "args": clean_args, "idempotent": safe, "attempt": attempt})]
-            )
-            entry = LedgerEntry(task, k, tool, clean_args, "started", attempt, safe, version=rec.version)
+            data: dict[str, Any] = {"key": k, "tool": tool, "args": clean_args, "idempotent": safe, "attempt": attempt}
+            who = None if owner is None else owner.to_json()
+            if who is not None:
+                data["owner"] = who
+            # validated once, by the append (a model would be twice)
+            [rec] = self.events.append(task, [("tool_call_recorded", data)])
+            entry = LedgerEntry(task, k, tool, clean_args, "started", attempt, safe, version=rec.version, owner=who)
             self._put(entry)
+        return entry
+
+    def _unless_running(self, task: str, entry: LedgerEntry, *, force: bool = False) -> LedgerEntry | None:
+        """`entry` when it is not a ``started`` row whose owner still runs it; when the owner is
+        gone, the row as it is now (an owner writes its outcome before it lets go of the call,
+        so a row that changed since `entry` was read is re-judged; None: it was removed).
+
+        Args:
+            force: treat an owner on another host (``"unchecked"``) as gone — a person's word.
+        Raises:
+            ToolCallInFlightError: the owner runs it (or cannot be checked, without `force`).
+        """
+        while entry.status == "started":
+            owner = CallOwner.from_json(entry.owner)
+            liveness = owner_liveness(owner)
+            if owner is not None and (liveness == "alive" or (liveness == "unchecked" and not force)):
+                raise ToolCallInFlightError(task, entry.key, entry.tool, entry.attempt, owner.describe(),
+                                            checked=liveness == "alive")
+            now = self.get(task, entry.key)
+            if now is None or (now.attempt, now.status, now.version) == (entry.attempt, entry.status, entry.version):
+                return now
+            entry = now
         return entry
 
     def finish(
@@ -233,7 +281,7 @@ class Ledger:
         error: str | None = None,
         unknown: bool = False,
         reconciled: bool = False,
-        also: Sequence[TaskEvent] = (),
+        also: Sequence[EventLike] = (),
     ) -> LedgerEntry:
         """Record the outcome of a started call: ``completed`` with `result`; ``failed`` when
         `error` is given (the effect did not happen); ``unknown`` when `unknown` (the call raised
@@ -273,22 +321,31 @@ class Ledger:
             self._put(done)
         return done
 
-    def resolve(self, task: str, key: str, *, result: Any = None, error: str | None = None) -> LedgerEntry:
+    def resolve(
+        self, task: str, key: str, *, result: Any = None, error: str | None = None, force: bool = False
+    ) -> LedgerEntry:
         """Settle an unknown outcome by hand (after checking the external system): `result` if
         it happened, `error` if it did not (the call may then run again). Returns the settled
         entry: if the live call settled it first (between this check and the write), that
         outcome stands and is returned.
 
+        A ``started`` call whose owner still runs it is refused (its outcome is not known yet).
+        `force` settles one whose owner is on another host and cannot be checked from here —
+        only when you know that process is gone; it never overrides a provably live owner.
+
         Raises:
             NotFoundError: no such ledger row. ValidationError: the row is not ``started`` or
                 ``unknown``, or `result` is not JSON (NaN, Infinity, a set, nested over 64
                 levels) — nothing is recorded.
+            ToolCallInFlightError: the call is running now (nothing is recorded).
         """
         try:  # a person's answer is input: refused, not wrapped like a tool's odd return value
             json.dumps(clean_json(result), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValidationError(f"ledger entry {key!r}: the result must be JSON: {exc}") from exc
         entry = self.get(task, key)
+        if entry is not None:
+            entry = self._unless_running(task, entry, force=force)
         if entry is None:
             raise NotFoundError("ledger entry", key, self.scope)
         if entry.status not in UNSETTLED:
@@ -306,6 +363,7 @@ class Ledger:
 
         Raises:
             OutcomeUnknownError: never re-run automatically (I8).
+            ToolCallInFlightError: the call is running now (the hook is not asked).
         """
         return self._prepare(task, tool, ledger_key(tool, args, key), idempotent=idempotent)
 
@@ -318,10 +376,15 @@ class Ledger:
             return entry
         if idempotent or entry.idempotent or self.is_safe(tool):
             return None
+        entry = self._unless_running(task, entry)  # never ask a hook about a running call
+        if entry is None or entry.status == "failed":
+            return None
+        if entry.status == "completed":
+            return entry
         hook = self._reconcilers.get(tool)
         verdict = hook(entry) if hook is not None else None
         if verdict is None:
-            raise OutcomeUnknownError(task, entry.key, tool, entry.attempt, entry.error or "")
+            raise _unknown(task, entry)
         if verdict is NOT_RUN:
             self.finish(entry, error="reconciled: the side effect did not happen", reconciled=True)
             return None
@@ -401,6 +464,8 @@ class ToolCall:
                 that completes the call; a replay of a completed call writes nothing.
         Raises:
             ValidationError: `checkpoint` does not fit a checkpoint event (before anything runs).
+            ToolCallInFlightError: the same call is running now in another thread or process.
+            OutcomeUnknownError: an earlier attempt of this non-idempotent call has no outcome.
         """
         if self.done:
             return self.result
@@ -408,36 +473,44 @@ class ToolCall:
         if self.before_run is not None:
             self.before_run(self.tool, self.args)
         k, clean_args = self._key_and_args()
-        started = self.ledger._begin(self.task, self.tool, k, clean_args, idempotent=self.idempotent)
-        if started.status == "completed":  # another process ran it since __enter__ looked
-            self.entry = started
-            return started.result
+        # The claim marks the call running in this process until its outcome is written: a
+        # repeat meanwhile (another thread or process) is told it is in flight, not unknown.
+        with claim() as owner:
+            started = self.ledger._begin(self.task, self.tool, k, clean_args, idempotent=self.idempotent,
+                                         owner=owner)
+            if started.status == "completed":  # another process ran it since __enter__ looked
+                self.entry = started
+                return started.result
+            self.entry, not_run = self._outcome(started, fn, also)
+        if not_run:
+            return NOT_RUN
+        if self.after_run is not None:
+            self.notes.extend(self.after_run(self.tool, self.entry.result) or [])
+        return self.entry.result
+
+    def _outcome(
+        self, started: LedgerEntry, fn: Callable[..., Any], also: Sequence[EventLike]
+    ) -> tuple[LedgerEntry, bool]:
+        """Run `fn` and record its outcome: (the row after it, True when `fn` returned
+        :data:`NOT_RUN`). The tool's exception is re-raised once its outcome is recorded."""
         try:
             value = fn(**self.args)
         except EffectNotApplied as exc:
             self.entry = self.ledger.finish(started, error=f"{type(exc).__name__}: {exc}")
             raise
-        except Exception as exc:
+        except BaseException as exc:  # also KeyboardInterrupt / SystemExit: it may have happened
             self.entry = self.ledger.finish(started, error=f"{type(exc).__name__}: {exc}", unknown=True)
             raise
         if value is NOT_RUN:
-            self.entry = self.ledger.finish(started, error="the tool returned NOT_RUN: the side effect did not happen")
-            return NOT_RUN
-        self.entry = self.ledger.finish(started, result=value, also=also)
-        if self.after_run is not None:
-            self.notes.extend(self.after_run(self.tool, self.entry.result) or [])
-        return self.entry.result
+            return self.ledger.finish(started, error="the tool returned NOT_RUN: the side effect did not happen"), True
+        return self.ledger.finish(started, result=value, also=also), False
 
-    def _checkpoint_event(self, checkpoint: Mapping[str, Any]) -> TaskEvent:
+    def _checkpoint_event(self, checkpoint: Mapping[str, Any]) -> PreparedEvent:
         if not isinstance(checkpoint, Mapping):
             raise ValidationError(f"checkpoint must be a mapping (step, artifacts, pending), got {type(checkpoint).__name__}")
         data = dict(checkpoint)
         data["artifacts"] = clean_json(data.get("artifacts") or {})
-        event = self.ledger.events.registry.coerce(("checkpoint", data))
-        # What the append will write, checked now: refused after the tool ran, the side effect
-        # would have happened with no outcome recorded (every retry: OutcomeUnknownError).
-        try:
-            json.dumps(payload_of(event), allow_nan=False)
-        except ValueError as exc:
-            raise ValidationError(f"checkpoint: a value is not JSON ({exc})") from exc
-        return event
+        # Validated and encoded now, once, and written as is with the outcome: refused after
+        # the tool ran, the side effect would have happened with no outcome recorded (every
+        # retry: OutcomeUnknownError).
+        return self.ledger.events.prepare(("checkpoint", data))

@@ -67,13 +67,16 @@ class Feedback(_Frozen):
 
 
 class InFlight(_Frozen):
-    """A ledger row without a known outcome (``started`` and the process died, or ``unknown``:
-    the tool raised after dispatch): the side effect may or may not have happened."""
+    """A ledger row without a known outcome (``started``: running, or its process died; or
+    ``unknown``: the tool raised after dispatch): the side effect may or may not have happened.
+    ``owner`` is who runs a ``started`` call (see :mod:`mindpalace.tasks.owner`); None once
+    its outcome is ``unknown`` (nobody runs it any more) or when not recorded."""
 
     tool: str
     attempt: int
     version: int
     idempotent: bool
+    owner: dict[str, Any] | None = None
 
 
 class ErrorInfo(_Frozen):
@@ -157,12 +160,16 @@ def apply(state: TaskState, event: TaskEvent, registry: EventRegistry = DEFAULT_
         case ToolCallRecorded():
             upd["in_flight"] = {
                 **state.in_flight,
-                event.key: InFlight(tool=event.tool, attempt=event.attempt, version=v, idempotent=event.idempotent),
+                event.key: InFlight(tool=event.tool, attempt=event.attempt, version=v,
+                                    idempotent=event.idempotent, owner=event.owner),
             }
             upd["calls"] = {**state.calls, "started": state.calls.get("started", 0) + 1}
         case ToolCallCompleted():
-            if event.status != "unknown":  # an unknown outcome stays in flight until settled (I8)
+            if event.status != "unknown":
                 upd["in_flight"] = {k: f for k, f in state.in_flight.items() if k != event.key}
+            elif event.key in state.in_flight:  # stays in flight until settled (I8); nobody runs it
+                upd["in_flight"] = {**state.in_flight,
+                                    event.key: state.in_flight[event.key].model_copy(update={"owner": None})}
             upd["calls"] = {**state.calls, event.status: state.calls.get(event.status, 0) + 1}
         case ConstraintSet():
             if event.removed:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -26,6 +26,7 @@ from mindpalace.tasks.events import (
 )
 from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore, stream_of
 from mindpalace.tasks.ledger import UNSETTLED, Ledger, LedgerEntry, ToolCall
+from mindpalace.tasks.owner import CallOwner, owner_liveness
 from mindpalace.tasks.state import TaskState
 from mindpalace.textsafe import clean_json, require_name
 
@@ -42,11 +43,14 @@ class NextStep:
 @dataclass(frozen=True, slots=True)
 class Resumption:
     """What ``resume`` found: the exact state, the next step (None when the plan is done or
-    there is no plan) and the ledger keys whose outcome is unknown (never re-run blindly)."""
+    there is no plan), the ledger keys whose outcome is unknown (never re-run blindly) and those
+    of calls running right now in a live owner (their outcome is not known *yet*; see
+    :mod:`mindpalace.tasks.owner`) — non-idempotent calls only."""
 
     state: TaskState
     next_step: NextStep | None
     unknown_calls: list[str]
+    running_calls: list[str] = field(default_factory=list)
 
 
 class Task:
@@ -82,14 +86,16 @@ class Task:
         """This task's idempotency-ledger rows (one per keyed tool call), oldest first."""
         return self.ledger.entries(self.id)
 
-    def resolve(self, key: str, *, result: Any = None, error: str | None = None) -> LedgerEntry:
+    def resolve(self, key: str, *, result: Any = None, error: str | None = None, force: bool = False) -> LedgerEntry:
         """Settle a tool call whose outcome is unknown, after checking the external system:
-        `result` if it happened, `error` if it did not (the call may then run again).
+        `result` if it happened, `error` if it did not (the call may then run again). `force`:
+        the call's owner is on another host and you know it is gone (see :meth:`Ledger.resolve`).
 
         Raises:
             NotFoundError: no ledger row `key`. ValidationError: the row is not ``started``.
+            ToolCallInFlightError: the call is running now; nothing is recorded.
         """
-        return self.ledger.resolve(self.id, key, result=result, error=error)
+        return self.ledger.resolve(self.id, key, result=result, error=error, force=force)
 
     def resume(self) -> Resumption:
         """Recover the state and decide where to continue.
@@ -102,8 +108,13 @@ class Task:
             nxt = NextStep(state.current.index, state.current.name, True)
         elif state.status != "completed" and state.step < len(state.plan):
             nxt = NextStep(state.step, state.plan[state.step], False)
-        unknown = [k for k, f in state.in_flight.items() if not f.idempotent]
-        return Resumption(state, nxt, unknown)
+        unknown: list[str] = []
+        running: list[str] = []
+        for k, f in state.in_flight.items():
+            if not f.idempotent:
+                gone = owner_liveness(CallOwner.from_json(f.owner)) == "gone"
+                (unknown if gone else running).append(k)
+        return Resumption(state, nxt, unknown, running)
 
     # -- writes ----------------------------------------------------------------------------
     def record(self, *events: EventLike, expected_version: int | None = None) -> list[TaskEventRecord]:
@@ -170,6 +181,7 @@ class Task:
         """End of task: drop working state (see :meth:`TaskEventStore.clear_task`).
 
         Raises:
+            ToolCallInFlightError: a non-idempotent call of the task is running now.
             OutcomeUnknownError: a non-idempotent call of the task is started or unknown —
                 dropping its ledger row would let it run again (I8); settle it first with
                 :meth:`resolve` or a reconcile hook. Nothing is removed.
@@ -177,8 +189,9 @@ class Task:
         with self.events.store.transaction():
             for entry in self.ledger.entries(self.id):
                 if entry.status in UNSETTLED and not entry.idempotent:
-                    raise OutcomeUnknownError(self.id, entry.key, entry.tool, entry.attempt,
-                                              entry.error or "")
+                    now = self.ledger._unless_running(self.id, entry)
+                    if now is not None and now.status in UNSETTLED:
+                        raise OutcomeUnknownError(self.id, now.key, now.tool, now.attempt, now.error or "")
             return self.events.clear_task(self.id, drop_events=drop_events)
 
     def tool_call(
@@ -191,6 +204,7 @@ class Task:
             ...     result = call.result if call.done else call.run(book_ticket)
 
         Raises (from ``__enter__`` / ``run``):
+            ToolCallInFlightError: the same call is running now in another thread or process.
             OutcomeUnknownError: an earlier attempt of this non-idempotent call never finished.
             ConstraintError: a guard blocked the call (recorded; the tool did not run).
         """
