@@ -12,8 +12,10 @@ the process's start time and a per-process call number — and a second caller a
   *and* same start time, so a recycled pid is not mistaken for it);
 * ``"gone"``: provably not — no such process, a zombie, a recycled pid, or this process without
   the call in its registry (the thread left the tool without recording an outcome);
-* ``"unchecked"``: the owner is on another node (host, reboot or container): nothing here can
-  prove it gone, so it is treated as running (never re-run on a guess).
+* ``"gone"`` too when the owner ran on this very machine (same host name and machine id) in an
+  earlier boot: a reboot (a power cut) ended every process of that boot;
+* ``"unchecked"``: the owner is on another node (host or container): nothing here can prove it
+  gone, so it is treated as running (never re-run on a guess).
 
 The process checks read ``/proc`` (Linux); elsewhere a POSIX ``kill(pid, 0)`` tells a missing
 pid only (no start time: a recycled pid counts as alive, the safe side), and on Windows only
@@ -40,8 +42,9 @@ class CallOwner:
 
     Attributes:
         host: ``socket.gethostname()``.
-        node: what processes that can see each other's pids share: the kernel boot id and the
-            pid namespace (Linux); ``""`` where there is no ``/proc``.
+        node: ``<machine id>/<boot id>/<pid namespace>`` (Linux): what processes that can see
+            each other's pids share, and the machine that tells a reboot from another host;
+            ``""`` where there is no ``/proc``.
         pid: the owner's process id (in its pid namespace).
         start: the process start time in clock ticks since boot (``/proc/<pid>/stat`` field
             22), None where unknown — with the pid, it names one process even after the pid
@@ -117,7 +120,14 @@ def _node() -> str:
         pidns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         pidns = 0
-    return f"{boot.strip()}/{pidns}"
+    machine = _read("/etc/machine-id") or _read("/var/lib/dbus/machine-id") or ""
+    return f"{machine.strip()}/{boot.strip()}/{pidns}"
+
+
+def _earlier_boot(theirs: str, mine: str) -> bool:
+    """True when node `theirs` is this machine (same non-empty machine id) in another boot."""
+    a, b = theirs.split("/"), mine.split("/")
+    return len(a) == len(b) == 3 and a[0] != "" and a[0] == b[0] and a[1] != b[1]
 
 
 def _identity() -> _Self:
@@ -167,6 +177,8 @@ def owner_liveness(owner: CallOwner | None) -> Liveness:
     if owner is None:
         return "gone"
     me = _identity()
+    if owner.host == me.host and _earlier_boot(owner.node, me.node):
+        return "gone"  # this machine rebooted since: no process of that boot runs anything
     if owner.host != me.host or owner.node != me.node:
         return "unchecked"
     if owner.pid == me.pid and owner.start == me.start:
