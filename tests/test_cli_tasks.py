@@ -118,3 +118,20 @@ def test_a_session_id_that_is_not_a_task_name_finds_that_sessions_task(tmp_path:
     # `task events` read the argument's stream instead of the found task's (session-<hash>)
     events = json.loads(invoke("task", "events", "东京行程", "-w", str(root), "--json").output)
     assert [e["type"] for e in events] == ["constraint_set"]
+
+
+def test_task_show_tells_a_running_call_from_an_unknown_outcome(ws: Path) -> None:
+    from mindpalace.tasks.owner import claim
+
+    result = invoke("task", "show", "trip-42", "-w", str(ws))
+    assert result.exit_code == 0 and "book_ticket:" in _row(result.output, "outcome unknown")
+    with claim() as owner, Memory.open(ws, embed={"provider": "none"}) as mem:
+        s = mem.session("trip-42", user="u1", agent="planner")
+        s.tasks.ledger.start(s.task.id, "send_mail", {"to": "x"}, idempotent=True, owner=owner)
+        result = invoke("task", "show", "trip-42", "-w", str(ws))  # while this process runs it
+    assert "send_mail:" in _row(result.output, "calls running")
+    assert "send_mail:" not in _row(result.output, "outcome unknown")
+
+
+def _row(output: str, name: str) -> str:
+    return next((line for line in output.splitlines() if line.startswith(f"│ {name} ")), "")

@@ -12,6 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mindpalace.cli.app import WorkspaceOpt, app, console, open_memory, print_json
+from mindpalace.tasks.owner import CallOwner, owner_liveness
+from mindpalace.tasks.state import InFlight
 
 task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.",
                        no_args_is_help=True)
@@ -54,13 +56,20 @@ def task_show(
         ("guards", "; ".join(f"{g.tool}: {g.expr}" for g in state.guards.values()) or "-"),
         ("corrections", len(state.feedback)),
         ("tool calls", ", ".join(f"{k} {v}" for k, v in state.calls.items())),
-        ("outcome unknown", ", ".join(state.in_flight) or "-"),
+        ("calls running", ", ".join(k for k, f in state.in_flight.items() if running(f)) or "-"),
+        ("outcome unknown", ", ".join(k for k, f in state.in_flight.items() if not running(f)) or "-"),
         ("errors / refusals", f"{state.errors} / {state.refusals}"),
         ("artifacts", len(state.artifacts)),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
     console.print(table)
+
+
+def running(call: InFlight) -> bool:
+    """True when a call without an outcome is still run by a live owner (or one on another
+    host that cannot be checked): it is in flight, not an unknown outcome."""
+    return owner_liveness(CallOwner.from_json(call.owner)) != "gone"
 
 
 @task_app.command("events")
