@@ -551,32 +551,14 @@ class HybridRetriever:
 
         where = tuple(scopes)
 
-        def uses(anchor: Document, word: str) -> int:
-            # the speaker's statements containing `word` (keyword hits: BM25 puts the short
-            # statements of a frequent word first, so `reach` hits see past max_uses of them);
-            # the hits are remembered while the store's search generation stays (None: not
-            # remembered), for every speaker at once
+        def uses(anchor: Document, words: Sequence[str]) -> list[int]:
+            # the speaker's statements containing each word, counted among the word's top
+            # keyword hits (see _word_users)
             key = _speaker_key(anchor)
-            memo = (where, anchor.kind, word)
-            hits: list[tuple[tuple[object, ...], bool]] | None = None
-            if generation is not None:
-                with self._uses_lock:
-                    if self._uses_generation != generation:
-                        self._uses, self._uses_generation = {}, generation
-                    hits = self._uses.get(memo)
-            if hits is None:
-                reach = 4 * (s.supersede_followup_max_uses + 1)
-                hits = [
-                    (_speaker_key(h.doc), asks(h.doc.text)) for scope in scopes
-                    for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
-                ]
-                if generation is not None:
-                    with self._uses_lock:
-                        if self._uses_generation == generation:
-                            if len(self._uses) >= _USES_MEMO:
-                                self._uses = {}
-                            self._uses[memo] = hits
-            return sum(1 for who, asking in hits if who == key and not asking)
+            return [
+                sum(1 for who, asking in hits if who == key and not asking)
+                for hits in self._word_users(scopes, anchor.kind, words, generation)
+            ]
 
         answers: _FollowupAnswers | None = None  # each step's answer, while the store stays
         if generation is not None:
@@ -620,6 +602,42 @@ class HybridRetriever:
             if newer.supersedes is None:
                 newer.supersedes = _label(anchor.doc)
         return order
+
+    def _word_users(
+        self, scopes: Sequence[Scope], kind: str, words: Sequence[str], generation: object
+    ) -> list[list[tuple[tuple[object, ...], bool]]]:
+        """Per word, the speaker key and whether it asks of each of the word's top
+        ``4 · (supersede_followup_max_uses + 1)`` keyword hits of `kind` in `scopes` (BM25 puts
+        the short statements of a frequent word first, so that many hits see past max_uses of
+        one speaker's). Remembered per (scopes, kind, word) while the store's search
+        `generation` stays (None: not remembered), for every speaker at once; the words not
+        remembered are searched together (one store read per scope, not one per word)."""
+        where = tuple(scopes)
+        found: dict[str, list[tuple[tuple[object, ...], bool]]] = {}
+        if generation is not None:
+            with self._uses_lock:
+                if self._uses_generation != generation:
+                    self._uses, self._uses_generation = {}, generation
+                for w in words:
+                    held = self._uses.get((where, kind, w))
+                    if held is not None:
+                        found[w] = held
+        missing = [w for w in dict.fromkeys(words) if w not in found]
+        if missing:
+            reach = 4 * (self.settings.supersede_followup_max_uses + 1)
+            fresh: dict[str, list[tuple[tuple[object, ...], bool]]] = {w: [] for w in missing}
+            for scope in scopes:
+                lists = self.store.keyword_search_many(scope, missing, k=reach, kinds=[kind])
+                for w, hits in zip(missing, lists, strict=True):
+                    fresh[w] += [(_speaker_key(h.doc), asks(h.doc.text)) for h in hits]
+            found.update(fresh)
+            if generation is not None:
+                with self._uses_lock:
+                    if self._uses_generation == generation:
+                        if len(self._uses) + len(fresh) > _USES_MEMO:
+                            self._uses = {}
+                        self._uses.update(((where, kind, w), h) for w, h in fresh.items())
+        return [found[w] for w in words]
 
     def _warm_sentences(self, docs: list[Document]) -> None:
         """Embed into the sentence memo the :func:`~mindpalace.retrieval.supersession.
