@@ -35,6 +35,10 @@ EXTERNAL_DOC_TOKENS = 1_000
 """Word-index tokens above which a document counts as a long one for a build: a bounded part
 of a huge output holds 2–4k, a fact or message rarely 1k."""
 
+# Empty the contentless scratch tokenizer tables (see KeywordSearchMixin._scratch_tables).
+_EMPTY_QTOK = "INSERT INTO temp.mp_qtok (mp_qtok) VALUES ('delete-all')"
+_EMPTY_NTOK = "INSERT INTO temp.mp_ntok (mp_ntok) VALUES ('delete-all')"
+
 
 class KeywordSearchMixin(SQLiteBase):
     """:meth:`keyword_search`: BM25 over the word index, then trigram, then substring.
@@ -398,7 +402,7 @@ class KeywordSearchMixin(SQLiteBase):
             for r in conn.execute(sql + " ORDER BY id", (after,))
         ]
         self._scratch_tables(conn)
-        conn.execute("DELETE FROM temp.mp_ntok")
+        conn.execute(_EMPTY_NTOK)
         conn.executemany("INSERT INTO temp.mp_ntok (rowid, x) VALUES (?, ?)", rows)
         index: dict[str, int] = {}
         tok: list[int] = []
@@ -406,19 +410,23 @@ class KeywordSearchMixin(SQLiteBase):
         for term, doc in conn.execute("SELECT term, doc FROM temp.mp_ntok_v"):
             tok.append(index.setdefault(term, len(index)))
             docs.append(doc)
-        conn.execute("DELETE FROM temp.mp_ntok")
+        conn.execute(_EMPTY_NTOK)
         return list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64)
 
     def _scratch_tables(self, conn: sqlite3.Connection) -> None:
         """Scratch FTS5 tables with the word index's tokenizer in this connection's temp
-        schema: ``mp_qtok`` for query terms, ``mp_ntok`` for new documents."""
+        schema: ``mp_qtok`` for query terms, ``mp_ntok`` for new documents. Contentless
+        (only the index the tokenizer fills, which the ``instance`` vocabulary reads) and
+        emptied by ``delete-all``: a round of tokenizing a few query words is about half the
+        SQLite work of a content table's row inserts and deletes (same tokens)."""
         made = getattr(self._local, "qtok", ())  # connections of this thread that have them
         if conn in made:  # per connection: group commit hands threads a shared one
             return
         tok = self._fts_tokenizer.replace("'", "")
         for name in ("mp_qtok", "mp_ntok"):
             conn.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5(x, tokenize='{tok}')"
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} "
+                f"USING fts5(x, tokenize='{tok}', content='', columnsize=0)"
             )
             conn.execute(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name}_v "
@@ -480,7 +488,8 @@ class KeywordSearchMixin(SQLiteBase):
 
     def _hits_many(self, tops: Sequence[list[tuple[int, float]]]) -> list[list[SearchHit]]:
         """The hits of each (doc id, score) list, their documents read in one fetch."""
-        docs = self.get_documents(list(dict.fromkeys(i for top in tops for i, _ in top)))
+        ids = [i for i, _ in tops[0]] if len(tops) == 1 else list({i: None for top in tops for i, _ in top})
+        docs = self.get_documents(ids)
         return [
             [SearchHit(docs[i], score, rank, "bm25") for rank, (i, score) in enumerate(top, 1)]
             for top in tops
@@ -507,7 +516,7 @@ class KeywordSearchMixin(SQLiteBase):
         resolved: dict[str, tuple[str, ...]] = {}
         if missing:
             self._scratch_tables(conn)
-            conn.execute("DELETE FROM temp.mp_qtok")
+            conn.execute(_EMPTY_QTOK)
             conn.executemany(
                 "INSERT INTO temp.mp_qtok (rowid, x) VALUES (?, ?)",
                 [(i, t) for i, t in enumerate(missing, 1)],
@@ -515,7 +524,7 @@ class KeywordSearchMixin(SQLiteBase):
             found: dict[int, list[tuple[int, str]]] = {}
             for term, doc, offset in conn.execute("SELECT term, doc, offset FROM temp.mp_qtok_v"):
                 found.setdefault(int(doc), []).append((int(offset), term))
-            conn.execute("DELETE FROM temp.mp_qtok")
+            conn.execute(_EMPTY_QTOK)
             if len(cache) > 10_000:
                 cache.clear()
             for i, t in enumerate(missing, 1):
