@@ -219,6 +219,9 @@ class HybridRetriever:
         # _FollowupAnswers: each step's current value and its sentence vector, or None)
         self._followups: dict[tuple[Scope, ...], _FollowupAnswers] = {}
         self._followups_generation: object = None
+        # the scopes holding any document, per (scopes, kinds) asked, of one search generation
+        self._searchable_memo: dict[tuple[tuple[Scope, ...], tuple[str, ...] | None], list[Scope]] = {}
+        self._searchable_generation: object = None
 
     # -- embedding sync --------------------------------------------------------------------
     def sync_embeddings(self) -> int:
@@ -307,14 +310,14 @@ class HybridRetriever:
         n = max(k, self.settings.recall_candidates)
         keyword: list[SearchHit] = []
         vector: list[SearchHit] = []
-        searchable = searchable_scopes(self.store, scope_list, kinds)
+        # One generation read per query, shared by the embedding sync, the searchable scopes,
+        # the neighbour cache and the vector cache; read before any document the query reads.
+        _, generation = self._sync()
+        searchable = self._searchable(scope_list, kinds, generation)
         for scope in searchable:
             keyword += self.store.keyword_search(
                 scope, query, k=n, kinds=kinds, max_df_ratio=self.settings.keyword_max_df_ratio
             )
-        # One generation read per query, shared by the embedding sync, the neighbour cache and
-        # the vector cache (each read it again before: three SQL reads per query).
-        _, generation = self._sync()
         if self.embedder is not None:
             dense_query = query
             if self.settings.dense_without_speakers:
@@ -351,6 +354,26 @@ class HybridRetriever:
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
+
+    def _searchable(
+        self, scopes: list[Scope], kinds: Sequence[str] | None, generation: object
+    ) -> list[Scope]:
+        """:func:`~mindpalace.retrieval.fetch.searchable_scopes`, remembered while the store's
+        search `generation` stays (a document added or removed anywhere moves it; None: not
+        remembered): recall after recall asks the same scopes (one indexed read each)."""
+        if generation is None or len(scopes) <= 1:
+            return searchable_scopes(self.store, scopes, kinds)
+        key = (tuple(scopes), tuple(kinds) if kinds is not None else None)
+        with self._uses_lock:
+            if self._searchable_generation != generation:
+                self._searchable_memo, self._searchable_generation = {}, generation
+            held = self._searchable_memo.get(key)
+        if held is None:
+            held = searchable_scopes(self.store, scopes, kinds)
+            with self._uses_lock:
+                if self._searchable_generation == generation and len(self._searchable_memo) < 256:
+                    self._searchable_memo[key] = held
+        return list(held)
 
     def _fuse(self, keyword: list[SearchHit], vector: list[SearchHit]) -> dict[int, _Candidate]:
         s = self.settings
