@@ -213,6 +213,8 @@ class HybridRetriever:
         # for one store search generation (follow-ups ask the same words again across queries)
         self._uses: dict[tuple[tuple[Scope, ...], str, str], list[tuple[tuple[object, ...], bool]]] = {}
         self._uses_generation: object = None
+        # doc id → (_speaker_key, asks) of the documents those hits were, same generation
+        self._doc_users: dict[int, tuple[tuple[object, ...], bool]] = {}
         self._uses_lock = threading.Lock()
         self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
         # follow-up answers of one store search generation, per searched scopes (see
@@ -637,10 +639,12 @@ class HybridRetriever:
         remembered are searched together (one store read per scope, not one per word)."""
         where = tuple(scopes)
         found: dict[str, list[tuple[tuple[object, ...], bool]]] = {}
+        users: dict[int, tuple[tuple[object, ...], bool]] = {}  # per document, this call only
         if generation is not None:
             with self._uses_lock:
                 if self._uses_generation != generation:
-                    self._uses, self._uses_generation = {}, generation
+                    self._uses, self._doc_users, self._uses_generation = {}, {}, generation
+                users = self._doc_users  # a document's speaker and text stay with the generation
                 for w in words:
                     held = self._uses.get((where, kind, w))
                     if held is not None:
@@ -652,13 +656,15 @@ class HybridRetriever:
             for scope in scopes:
                 lists = self.store.keyword_search_many(scope, missing, k=reach, kinds=[kind])
                 for w, hits in zip(missing, lists, strict=True):
-                    fresh[w] += [(_speaker_key(h.doc), asks(h.doc.text)) for h in hits]
+                    fresh[w] += [_user_of(h.doc, users) for h in hits]
             found.update(fresh)
             if generation is not None:
                 with self._uses_lock:
                     if self._uses_generation == generation:
                         if len(self._uses) + len(fresh) > _USES_MEMO:
                             self._uses = {}
+                        if len(self._doc_users) > _USES_MEMO:
+                            self._doc_users = {}
                         self._uses.update(((where, kind, w), h) for w, h in fresh.items())
         return [found[w] for w in words]
 
@@ -912,6 +918,16 @@ def _query_similarity(c: _Candidate) -> float:
 def _label(doc: Document) -> str:
     """``<session>/<ref>`` of a document (a message index is only unique within its session)."""
     return f"{doc.scope.session}/{doc.ref}"
+
+
+def _user_of(
+    doc: Document, memo: dict[int, tuple[tuple[object, ...], bool]]
+) -> tuple[tuple[object, ...], bool]:
+    """(:func:`_speaker_key`, :func:`asks`) of `doc`, held in `memo` by document id."""
+    held = memo.get(doc.id)
+    if held is None:
+        held = memo[doc.id] = (_speaker_key(doc), asks(doc.text))
+    return held
 
 
 def _speaker_key(doc: Document) -> tuple[object, ...]:
