@@ -143,3 +143,29 @@ def test_changing_the_embedder_re_embeds(tmp_path: Path, uid: str) -> None:
         hits = mem.session("s2", user=uid).recall("ramenn noodle", k=2)
         assert mem.store.embedding_models() == {"hashing-32": (32, 2)}
         assert any(h.why.vector_rank is not None for h in hits)
+
+
+class TestSearchableScopes:
+    def test_empty_scopes_are_asked_once_per_store_state_and_a_write_is_seen(
+        self, memory: Memory, uid: str
+    ) -> None:
+        # a recall searches the user's sessions and knowledge scopes, most of them empty: which
+        # hold documents is read once while the store is unchanged, and read again after a write
+        sessions = user_scope(memory, uid)
+        notes = memory.scope(user=uid, agent="")  # empty until the write below
+        memory.session("s1", user=uid, agent="a").add_message({"role": "user", "content": "the hotel in Asakusa"})
+        r = HybridRetriever(memory.store, memory.embedder, memory.settings.facts)
+        asked: list[Scope] = []
+        inner = memory.store.has_documents
+
+        def has_documents(scope: Scope, *, kinds: object = None) -> bool:
+            asked.append(scope)
+            return inner(scope, kinds=kinds)  # type: ignore[arg-type]
+
+        memory.store.has_documents = has_documents  # type: ignore[method-assign]
+        first = r.search([sessions, notes], "hotel", k=5)
+        assert {h.scope.agent for h in first} == {"a"} and len(asked) == 2
+        assert r.search([sessions, notes], "hotel", k=5) == first and len(asked) == 2  # remembered
+        memory.store.index_document(notes, "note", "n1", "hotel note for the user")
+        assert {h.scope.agent for h in r.search([sessions, notes], "hotel", k=5)} == {"a", ""}
+        assert len(asked) == 4

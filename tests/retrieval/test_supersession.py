@@ -142,7 +142,7 @@ class TestFollowups:
 
         kw = {"search": search, "same_speaker": lambda a, b: True, "later": lambda a, b: a.id < b.id,
               "states": lambda d: True, "embed": lambda ts: np.ones((len(ts), 4)) / 2.0, "similarity": 0.4,
-              "uses": lambda a, w: 2, "max_uses": 5}
+              "uses": lambda a, ws: [2] * len(ws), "max_uses": 5}
         qvec = np.ones(4) / 2.0
         assert find_followups(corpus[:1], qvec, **kw) == {1: corpus[1]}  # type: ignore[arg-type]
         searched.clear()

@@ -244,3 +244,53 @@ def test_a_build_holds_a_huge_outputs_parts_external(
     finally:
         fast.close()
         sql.close()
+
+
+class TestManyQueries:
+    """``keyword_search_many``: each query's hits exactly as alone, on every scoring path, the
+    word-index parts read in one snapshot."""
+
+    def _fill(self, store: SQLiteStore) -> None:
+        rng = random.Random(11)
+        for i in range(200):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 10)))
+            store.index_document(SCOPE, rng.choice(["fact", "message"]), f"r{i}", text)
+
+    def test_each_query_as_alone_fresh_stale_and_in_a_write_transaction(
+        self, stores: tuple[SQLiteStore, SQLiteStore]
+    ) -> None:
+        fast, other = stores
+        self._fill(fast)
+
+        def same() -> None:
+            for kinds in (None, ["message"]):
+                alone = [_key(fast.keyword_search(SCOPE, q, k=7, kinds=kinds)) for q in QUERIES]
+                assert [_key(h) for h in fast.keyword_search_many(SCOPE, QUERIES, k=7, kinds=kinds)] == alone
+
+        same()
+        assert _fresh(fast)
+        other.delete_documents(SCOPE, "fact", ["r3", "r4"])  # stale: the SQL path serves
+        assert [_key(h) for h in fast.keyword_search_many(SCOPE, QUERIES, k=7)] == [
+            _key(other.keyword_search(SCOPE, q, k=7)) for q in QUERIES
+        ]
+        with fast.transaction():
+            fast.index_document(SCOPE, "fact", "new", "hotel zebra")
+            same()
+        same()
+
+    def test_the_word_index_is_read_in_one_snapshot(
+        self, stores: tuple[SQLiteStore, SQLiteStore]
+    ) -> None:
+        fast, _ = stores
+        self._fill(fast)
+        words = ["hotel", "budget", "paris", "zebra", "dinner", "london"]
+        fast.keyword_search_many(SCOPE, words)  # builds the cache, tokenizes the words
+        statements: list[str] = []
+        fast._conn().set_trace_callback(statements.append)
+        try:
+            got = fast.keyword_search_many(SCOPE, words, k=24)
+        finally:
+            fast._conn().set_trace_callback(None)
+        assert all(got)
+        assert statements.count("BEGIN") == 1
+        assert sum("FROM docs WHERE id IN" in s for s in statements) <= 1

@@ -213,12 +213,17 @@ class HybridRetriever:
         # for one store search generation (follow-ups ask the same words again across queries)
         self._uses: dict[tuple[tuple[Scope, ...], str, str], list[tuple[tuple[object, ...], bool]]] = {}
         self._uses_generation: object = None
+        # doc id → (_speaker_key, asks) of the documents those hits were, same generation
+        self._doc_users: dict[int, tuple[tuple[object, ...], bool]] = {}
         self._uses_lock = threading.Lock()
         self._sentence_vectors: dict[tuple[str, str], np.ndarray] = {}  # (model, text) → vector
         # follow-up answers of one store search generation, per searched scopes (see
         # _FollowupAnswers: each step's current value and its sentence vector, or None)
         self._followups: dict[tuple[Scope, ...], _FollowupAnswers] = {}
         self._followups_generation: object = None
+        # the scopes holding any document, per (scopes, kinds) asked, of one search generation
+        self._searchable_memo: dict[tuple[tuple[Scope, ...], tuple[str, ...] | None], list[Scope]] = {}
+        self._searchable_generation: object = None
 
     # -- embedding sync --------------------------------------------------------------------
     def sync_embeddings(self) -> int:
@@ -307,14 +312,14 @@ class HybridRetriever:
         n = max(k, self.settings.recall_candidates)
         keyword: list[SearchHit] = []
         vector: list[SearchHit] = []
-        searchable = searchable_scopes(self.store, scope_list, kinds)
+        # One generation read per query, shared by the embedding sync, the searchable scopes,
+        # the neighbour cache and the vector cache; read before any document the query reads.
+        _, generation = self._sync()
+        searchable = self._searchable(scope_list, kinds, generation)
         for scope in searchable:
             keyword += self.store.keyword_search(
                 scope, query, k=n, kinds=kinds, max_df_ratio=self.settings.keyword_max_df_ratio
             )
-        # One generation read per query, shared by the embedding sync, the neighbour cache and
-        # the vector cache (each read it again before: three SQL reads per query).
-        _, generation = self._sync()
         if self.embedder is not None:
             dense_query = query
             if self.settings.dense_without_speakers:
@@ -351,6 +356,26 @@ class HybridRetriever:
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
+
+    def _searchable(
+        self, scopes: list[Scope], kinds: Sequence[str] | None, generation: object
+    ) -> list[Scope]:
+        """:func:`~mindpalace.retrieval.fetch.searchable_scopes`, remembered while the store's
+        search `generation` stays (a document added or removed anywhere moves it; None: not
+        remembered): recall after recall asks the same scopes (one indexed read each)."""
+        if generation is None or len(scopes) <= 1:
+            return searchable_scopes(self.store, scopes, kinds)
+        key = (tuple(scopes), tuple(kinds) if kinds is not None else None)
+        with self._uses_lock:
+            if self._searchable_generation != generation:
+                self._searchable_memo, self._searchable_generation = {}, generation
+            held = self._searchable_memo.get(key)
+        if held is None:
+            held = searchable_scopes(self.store, scopes, kinds)
+            with self._uses_lock:
+                if self._searchable_generation == generation and len(self._searchable_memo) < 256:
+                    self._searchable_memo[key] = held
+        return list(held)
 
     def _fuse(self, keyword: list[SearchHit], vector: list[SearchHit]) -> dict[int, _Candidate]:
         s = self.settings
@@ -551,32 +576,14 @@ class HybridRetriever:
 
         where = tuple(scopes)
 
-        def uses(anchor: Document, word: str) -> int:
-            # the speaker's statements containing `word` (keyword hits: BM25 puts the short
-            # statements of a frequent word first, so `reach` hits see past max_uses of them);
-            # the hits are remembered while the store's search generation stays (None: not
-            # remembered), for every speaker at once
+        def uses(anchor: Document, words: Sequence[str]) -> list[int]:
+            # the speaker's statements containing each word, counted among the word's top
+            # keyword hits (see _word_users)
             key = _speaker_key(anchor)
-            memo = (where, anchor.kind, word)
-            hits: list[tuple[tuple[object, ...], bool]] | None = None
-            if generation is not None:
-                with self._uses_lock:
-                    if self._uses_generation != generation:
-                        self._uses, self._uses_generation = {}, generation
-                    hits = self._uses.get(memo)
-            if hits is None:
-                reach = 4 * (s.supersede_followup_max_uses + 1)
-                hits = [
-                    (_speaker_key(h.doc), asks(h.doc.text)) for scope in scopes
-                    for h in self.store.keyword_search(scope, word, k=reach, kinds=[anchor.kind])
-                ]
-                if generation is not None:
-                    with self._uses_lock:
-                        if self._uses_generation == generation:
-                            if len(self._uses) >= _USES_MEMO:
-                                self._uses = {}
-                            self._uses[memo] = hits
-            return sum(1 for who, asking in hits if who == key and not asking)
+            return [
+                sum(1 for who, asking in hits if who == key and not asking)
+                for hits in self._word_users(scopes, anchor.kind, words, generation)
+            ]
 
         answers: _FollowupAnswers | None = None  # each step's answer, while the store stays
         if generation is not None:
@@ -620,6 +627,46 @@ class HybridRetriever:
             if newer.supersedes is None:
                 newer.supersedes = _label(anchor.doc)
         return order
+
+    def _word_users(
+        self, scopes: Sequence[Scope], kind: str, words: Sequence[str], generation: object
+    ) -> list[list[tuple[tuple[object, ...], bool]]]:
+        """Per word, the speaker key and whether it asks of each of the word's top
+        ``4 · (supersede_followup_max_uses + 1)`` keyword hits of `kind` in `scopes` (BM25 puts
+        the short statements of a frequent word first, so that many hits see past max_uses of
+        one speaker's). Remembered per (scopes, kind, word) while the store's search
+        `generation` stays (None: not remembered), for every speaker at once; the words not
+        remembered are searched together (one store read per scope, not one per word)."""
+        where = tuple(scopes)
+        found: dict[str, list[tuple[tuple[object, ...], bool]]] = {}
+        users: dict[int, tuple[tuple[object, ...], bool]] = {}  # per document, this call only
+        if generation is not None:
+            with self._uses_lock:
+                if self._uses_generation != generation:
+                    self._uses, self._doc_users, self._uses_generation = {}, {}, generation
+                users = self._doc_users  # a document's speaker and text stay with the generation
+                for w in words:
+                    held = self._uses.get((where, kind, w))
+                    if held is not None:
+                        found[w] = held
+        missing = [w for w in dict.fromkeys(words) if w not in found]
+        if missing:
+            reach = 4 * (self.settings.supersede_followup_max_uses + 1)
+            fresh: dict[str, list[tuple[tuple[object, ...], bool]]] = {w: [] for w in missing}
+            for scope in scopes:
+                lists = self.store.keyword_search_many(scope, missing, k=reach, kinds=[kind])
+                for w, hits in zip(missing, lists, strict=True):
+                    fresh[w] += [_user_of(h.doc, users) for h in hits]
+            found.update(fresh)
+            if generation is not None:
+                with self._uses_lock:
+                    if self._uses_generation == generation:
+                        if len(self._uses) + len(fresh) > _USES_MEMO:
+                            self._uses = {}
+                        if len(self._doc_users) > _USES_MEMO:
+                            self._doc_users = {}
+                        self._uses.update(((where, kind, w), h) for w, h in fresh.items())
+        return [found[w] for w in words]
 
     def _warm_sentences(self, docs: list[Document]) -> None:
         """Embed into the sentence memo the :func:`~mindpalace.retrieval.supersession.
@@ -871,6 +918,16 @@ def _query_similarity(c: _Candidate) -> float:
 def _label(doc: Document) -> str:
     """``<session>/<ref>`` of a document (a message index is only unique within its session)."""
     return f"{doc.scope.session}/{doc.ref}"
+
+
+def _user_of(
+    doc: Document, memo: dict[int, tuple[tuple[object, ...], bool]]
+) -> tuple[tuple[object, ...], bool]:
+    """(:func:`_speaker_key`, :func:`asks`) of `doc`, held in `memo` by document id."""
+    held = memo.get(doc.id)
+    if held is None:
+        held = memo[doc.id] = (_speaker_key(doc), asks(doc.text))
+    return held
 
 
 def _speaker_key(doc: Document) -> tuple[object, ...]:

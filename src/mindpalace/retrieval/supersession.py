@@ -270,7 +270,7 @@ def find_followups(
     states: Callable[[Document], bool],
     embed: Callable[[list[str]], np.ndarray],
     similarity: float,
-    uses: Callable[[Document, str], int] | None = None,
+    uses: Callable[[Document, Sequence[str]], Sequence[int]] | None = None,
     max_uses: int = 0,
     known: dict[int, Document] | None = None,
     depth: int = 1,
@@ -281,7 +281,7 @@ def find_followups(
     speaker's later statements, if one is about the same subject.
 
     For anchor A: the sentence of A closest to the query; its subject words are its content
-    words that the speaker uses in at most `max_uses` statements (``uses(A, word)``): a word
+    words that the speaker uses in at most `max_uses` statements (``uses(A, words)``): a word
     the speaker says all the time ("my violin lessons start next week", "my garden tomatoes
     start next week": start, next, week) names no subject, so sharing it makes no follow-up.
     ``search(A, words)`` (a keyword search for the subject words, in the scopes the query may
@@ -300,9 +300,10 @@ def find_followups(
             statement tests (the caller's, so scopes and speakers mean what they mean there).
         embed: texts → (n, dim) unit vectors.
         similarity: the cosine threshold of :func:`choose_followup`.
-        uses / max_uses: how many of the anchor speaker's statements contain a word (the
-            caller's count, in the same scopes); None or `max_uses` 0 = every content word is
-            a subject word.
+        uses / max_uses: how many of the anchor speaker's statements contain each of the
+            words (the caller's counts, one per word, in the same scopes; asked for all of a
+            sentence's words at once, so a store answers them in one read); None or
+            `max_uses` 0 = every content word is a subject word.
         known: ``{anchor id: a later statement already taken as its correction}`` (the
             caller's choice among the retrieved statements): one more candidate, compared on
             the same terms, so a closer statement found by the search replaces it.
@@ -340,8 +341,8 @@ def find_followups(
         said = query_terms(sentence)
         label = [w for w in said if w in own_label]  # kept in the search: it favours the speaker's statements
         words = [w for w in said if w not in own_label and len(w) > 1]
-        if uses is not None and max_uses > 0:
-            words = [w for w in words if uses(anchor, w) <= max_uses]
+        if uses is not None and max_uses > 0 and words:
+            words = [w for w, n in zip(words, uses(anchor, words), strict=True) if n <= max_uses]
         if not words:
             return None
         terms = frozenset(stem_words(words))

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from mindpalace.scope import Scope
+from mindpalace.textsafe import require_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +381,33 @@ class DocumentIndex(abc.ABC):
 
         `max_df_ratio`: query terms found in more than this share of the scope's documents
         are left out while a rarer term remains; None keeps every term."""
+
+    def keyword_search_many(
+        self,
+        scope: Scope,
+        queries: Sequence[str],
+        *,
+        k: int = 10,
+        kinds: Sequence[str] | None = None,
+        max_df_ratio: float | None = None,
+    ) -> list[list[SearchHit]]:
+        """:meth:`keyword_search` of each of `queries` (same scope, `k`, `kinds`,
+        `max_df_ratio`): one hit list per query, in order, each exactly what
+        :meth:`keyword_search` returns for it alone.
+
+        Recall's follow-ups ask for a statement's every word at once (how often its speaker
+        says it); a backend answers them from one snapshot, paying a query's fixed cost
+        (transaction, freshness checks, document fetch) once. The default asks
+        :meth:`keyword_search` once per query.
+
+        Raises:
+            InvalidTextError: a query is not storable text (nothing is searched)."""
+        for i, query in enumerate(queries):
+            require_text(f"queries[{i}]", query)
+        return [
+            self.keyword_search(scope, q, k=k, kinds=kinds, max_df_ratio=max_df_ratio)
+            for q in queries
+        ]
 
     @abc.abstractmethod
     def put_embeddings(

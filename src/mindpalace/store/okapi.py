@@ -42,4 +42,5 @@ def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, float]]
         cand, s = cand[keep], s[keep]
     found = ids[cand]
     order = np.lexsort((found, -s))[:k]
-    return [(int(found[i]), float(s[i])) for i in order]
+    # one conversion per array, not two numpy scalars per hit: the same ints and doubles
+    return list(zip(found[order].tolist(), s[order].tolist(), strict=True))

@@ -435,6 +435,25 @@ class TestKeywordSearch:
         assert store.keyword_search(scope, "zebra") == []
         assert store.keyword_search(scope, "ebra") == []  # the trigram index too
 
+    def test_many_queries_answer_as_each_alone(self, store: Store) -> None:
+        scope = fresh_scope(user="carol")
+        other = scope.with_(user="dave")
+        texts = ["hotel budget hotel", "the hotel was booked", "budget talk", "booking ref XQ7Z9K2",
+                 "我的猫", "trip notes", "hotel hotel hotel notes"]
+        for i, text in enumerate(texts):
+            store.index_document(scope, "note" if i % 2 else "fact", f"n{i}", text)
+        store.index_document(other, "note", "o1", "hotel budget")
+        store.delete_documents(scope, "note", ["n5"])
+        # word hits, a repeated query, trigram and substring fallbacks, nothing, no term at all
+        queries = ["hotel", "budget hotel", "hotel", "Q7Z9", "猫", "zebra", "", "the"]
+        for kinds in (None, ["note"]):
+            for k in (1, 2, 10):
+                alone = [store.keyword_search(scope, q, k=k, kinds=kinds) for q in queries]
+                assert store.keyword_search_many(scope, queries, k=k, kinds=kinds) == alone
+        assert store.keyword_search_many(scope, []) == []
+        with pytest.raises(InvalidTextError):
+            store.keyword_search_many(scope, ["hotel", "bad\x00"])
+
 
 class TestVectors:
     def _docs(self, store: Store, scope: Scope, n: int) -> list[int]:

@@ -167,11 +167,12 @@ class EmbeddingsMixin(SQLiteBase):
             _, first = np.unique(ids, return_index=True)
             keep = np.sort(first)[:k]
             ids, sims = ids[keep], sims[keep]
-        docs = self.get_documents(ids.tolist())
+        id_list = ids.tolist()  # Python ints and floats (float32 widens exactly), no numpy scalars
+        docs = self.get_documents(id_list)
         return [
-            SearchHit(docs[int(i)], float(s), rank, "vector")
-            for rank, (i, s) in enumerate(zip(ids, sims, strict=True), 1)
-            if int(i) in docs
+            SearchHit(docs[i], s, rank, "vector")
+            for rank, (i, s) in enumerate(zip(id_list, sims.tolist(), strict=True), 1)
+            if i in docs
         ]
 
     def get_embeddings(self, doc_ids: Sequence[int], model: str) -> dict[int, np.ndarray]:

@@ -35,6 +35,10 @@ EXTERNAL_DOC_TOKENS = 1_000
 """Word-index tokens above which a document counts as a long one for a build: a bounded part
 of a huge output holds 2–4k, a fact or message rarely 1k."""
 
+# Empty the contentless scratch tokenizer tables (see KeywordSearchMixin._scratch_tables).
+_EMPTY_QTOK = "INSERT INTO temp.mp_qtok (mp_qtok) VALUES ('delete-all')"
+_EMPTY_NTOK = "INSERT INTO temp.mp_ntok (mp_ntok) VALUES ('delete-all')"
+
 
 class KeywordSearchMixin(SQLiteBase):
     """:meth:`keyword_search`: BM25 over the word index, then trigram, then substring.
@@ -114,10 +118,34 @@ class KeywordSearchMixin(SQLiteBase):
         max_df_ratio: float | None = None,
     ) -> list[SearchHit]:
         require_text("query", query)
-        match = build_match_query(query)
-        hits = self._word_bm25(scope, match, k, kinds, max_df_ratio)
-        if not hits:  # identifiers/substrings the word index cannot split the same way
-            hits = self._fts(scope, "docs_tri", build_trigram_query(query), k, kinds, "trigram")
+        hits = self._word_bm25(scope, build_match_query(query), k, kinds, max_df_ratio)
+        return hits or self._keyword_fallback(scope, query, k, kinds)
+
+    def keyword_search_many(
+        self,
+        scope: Scope,
+        queries: Sequence[str],
+        *,
+        k: int = 10,
+        kinds: Sequence[str] | None = None,
+        max_df_ratio: float | None = None,
+    ) -> list[list[SearchHit]]:
+        """:meth:`keyword_search` per query, the word-index parts scored in one snapshot
+        (one transaction, one freshness check, one document fetch for every query's hits);
+        a query the word index finds nothing for takes the fallbacks on its own."""
+        for i, query in enumerate(queries):
+            require_text(f"queries[{i}]", query)
+        found = self._word_bm25_many(scope, [build_match_query(q) for q in queries], k, kinds, max_df_ratio)
+        return [
+            hits or self._keyword_fallback(scope, q, k, kinds)
+            for q, hits in zip(queries, found, strict=True)
+        ]
+
+    def _keyword_fallback(
+        self, scope: Scope, query: str, k: int, kinds: Sequence[str] | None
+    ) -> list[SearchHit]:
+        """The word index found nothing: trigram, then (1–2 characters) substring."""
+        hits = self._fts(scope, "docs_tri", build_trigram_query(query), k, kinds, "trigram")
         if not hits and 0 < len(query.strip()) < 3:  # e.g. one ideograph: below bigram/trigram
             hits = self._substring(scope, query.strip(), k, kinds)
         return hits
@@ -127,26 +155,41 @@ class KeywordSearchMixin(SQLiteBase):
         self, scope: Scope, match: str, k: int, kinds: Sequence[str] | None,
         max_df_ratio: float | None,
     ) -> list[SearchHit]:
-        if not match or k <= 0:
-            return []
+        return self._word_bm25_many(scope, [match], k, kinds, max_df_ratio)[0]
+
+    def _word_bm25_many(
+        self, scope: Scope, matches: Sequence[str], k: int, kinds: Sequence[str] | None,
+        max_df_ratio: float | None,
+    ) -> list[list[SearchHit]]:
+        """:meth:`_word_bm25` of each MATCH string (empty: no hits), in one read snapshot."""
+        wanted = [i for i, m in enumerate(matches) if m] if k > 0 else []
+        out: list[list[SearchHit]] = [[] for _ in matches]
+        if not wanted:
+            return out
         conn = self._conn()
-        terms = [t[1:-1].replace('""', '"') for t in match.split(" OR ")]
+        terms = [[t[1:-1].replace('""', '"') for t in matches[i].split(" OR ")] for i in wanted]
         try:
             if conn.in_transaction:  # uncommitted rows are seen; nothing is cached from them
-                return self._scored_by_sql(conn, scope, terms, k, kinds, max_df_ratio, cache=False)
-            self._retry(lambda: conn.execute("BEGIN"))  # one snapshot for generation + data
-            try:
-                hits = None
-                if self._in_process_bm25:
-                    hits = self._fast_bm25_in_snapshot(conn, scope, terms, k, kinds, max_df_ratio)
-                if hits is None:
-                    hits = self._scored_by_sql(conn, scope, terms, k, kinds, max_df_ratio, cache=True)
-                return hits
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
+                found = self._hits_many(
+                    [self._scored_by_sql(conn, scope, t, k, kinds, max_df_ratio, cache=False) for t in terms]
+                )
+            else:
+                self._retry(lambda: conn.execute("BEGIN"))  # one snapshot for generation + data
+                try:
+                    fast = None
+                    if self._in_process_bm25:
+                        fast = self._fast_bm25_in_snapshot(conn, scope, terms, k, kinds, max_df_ratio)
+                    found = self._hits_many(fast if fast is not None else [
+                        self._scored_by_sql(conn, scope, t, k, kinds, max_df_ratio, cache=True) for t in terms
+                    ])
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
         except sqlite3.OperationalError as exc:
             raise StoreError(f"{self.path}: keyword search failed: {exc}") from exc
+        for i, hits in zip(wanted, found, strict=True):
+            out[i] = hits
+        return out
 
     def _scope_ids(
         self, conn: sqlite3.Connection, scope: Scope, kinds: Sequence[str] | None,
@@ -162,13 +205,14 @@ class KeywordSearchMixin(SQLiteBase):
         return ids
 
     def _fast_bm25_in_snapshot(
-        self, conn: sqlite3.Connection, scope: Scope, terms: list[str], k: int,
+        self, conn: sqlite3.Connection, scope: Scope, terms: list[list[str]], k: int,
         kinds: Sequence[str] | None, max_df_ratio: float | None,
-    ) -> list[SearchHit] | None:
-        """Scored from the posting cache, brought up to this snapshot in place; None = the
-        cache cannot follow (another process deleted or changed documents) and its rebuild is
-        not due yet."""
-        tokens = self._index_tokens(conn, terms)
+    ) -> list[list[tuple[int, float]]] | None:
+        """(doc id, score) best first of each query's `terms`, scored from the posting cache,
+        brought up to this snapshot in place; None = the cache cannot follow (another
+        process deleted or changed documents) and its rebuild is not due yet."""
+        self._index_tokens(conn, [t for query in terms for t in query])  # one tokenizer pass
+        tokens = [self._index_tokens(conn, query) for query in terms]
         row = conn.execute(
             "SELECT (SELECT value FROM meta WHERE key = 'index_generation'), "
             "(SELECT coalesce(max(id), 0) FROM docs)"
@@ -196,9 +240,8 @@ class KeywordSearchMixin(SQLiteBase):
                 index.extend_view(view, self._scope_ids(conn, scope, kinds, after=after))
             extra: dict[str, tuple[np.ndarray, np.ndarray]] = {}
             if index.external_ids(view).size:
-                extra = self._external_postings(conn, index, tokens)
-            top = index.top(tokens, view, k, max_df_ratio=max_df_ratio, extra=extra)
-        return self._hits(top)
+                extra = self._external_postings(conn, index, [t for query in tokens for t in query])
+            return [index.top(query, view, k, max_df_ratio=max_df_ratio, extra=extra) for query in tokens]
 
     def _external_postings(
         self, conn: sqlite3.Connection, index: PostingIndex, tokens: list[str]
@@ -359,7 +402,7 @@ class KeywordSearchMixin(SQLiteBase):
             for r in conn.execute(sql + " ORDER BY id", (after,))
         ]
         self._scratch_tables(conn)
-        conn.execute("DELETE FROM temp.mp_ntok")
+        conn.execute(_EMPTY_NTOK)
         conn.executemany("INSERT INTO temp.mp_ntok (rowid, x) VALUES (?, ?)", rows)
         index: dict[str, int] = {}
         tok: list[int] = []
@@ -367,19 +410,23 @@ class KeywordSearchMixin(SQLiteBase):
         for term, doc in conn.execute("SELECT term, doc FROM temp.mp_ntok_v"):
             tok.append(index.setdefault(term, len(index)))
             docs.append(doc)
-        conn.execute("DELETE FROM temp.mp_ntok")
+        conn.execute(_EMPTY_NTOK)
         return list(index), np.asarray(tok, np.int64), np.asarray(docs, np.int64)
 
     def _scratch_tables(self, conn: sqlite3.Connection) -> None:
         """Scratch FTS5 tables with the word index's tokenizer in this connection's temp
-        schema: ``mp_qtok`` for query terms, ``mp_ntok`` for new documents."""
+        schema: ``mp_qtok`` for query terms, ``mp_ntok`` for new documents. Contentless
+        (only the index the tokenizer fills, which the ``instance`` vocabulary reads) and
+        emptied by ``delete-all``: a round of tokenizing a few query words is about half the
+        SQLite work of a content table's row inserts and deletes (same tokens)."""
         made = getattr(self._local, "qtok", ())  # connections of this thread that have them
         if conn in made:  # per connection: group commit hands threads a shared one
             return
         tok = self._fts_tokenizer.replace("'", "")
         for name in ("mp_qtok", "mp_ntok"):
             conn.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5(x, tokenize='{tok}')"
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} "
+                f"USING fts5(x, tokenize='{tok}', content='', columnsize=0)"
             )
             conn.execute(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name}_v "
@@ -390,8 +437,8 @@ class KeywordSearchMixin(SQLiteBase):
     def _scored_by_sql(
         self, conn: sqlite3.Connection, scope: Scope, terms: list[str], k: int,
         kinds: Sequence[str] | None, max_df_ratio: float | None, *, cache: bool,
-    ) -> list[SearchHit]:
-        """The same scores from postings read per token (``fts5vocab`` instance rows) and the
+    ) -> list[tuple[int, float]]:
+        """The same (doc id, score) best first from postings read per token (``fts5vocab`` instance rows) and the
         scope's document lengths (``docs_fts_docsize``)."""
         tokens = self._index_tokens(conn, terms)
         if not tokens:
@@ -413,7 +460,7 @@ class KeywordSearchMixin(SQLiteBase):
             postings.append((pos[inside], tf[inside].astype(np.float64)))
         avgdl = float(lengths.mean())
         score = score_postings(postings, lengths, avgdl, int(ids.shape[0]), max_df_ratio=max_df_ratio)
-        return self._hits(top_k(score, ids, k))
+        return top_k(score, ids, k)
 
     def _scope_lengths(
         self, conn: sqlite3.Connection, scope: Scope, kinds: Sequence[str] | None, *, cache: bool
@@ -439,9 +486,14 @@ class KeywordSearchMixin(SQLiteBase):
                 self._scope_docs[key] = (ids, lengths)
         return ids, lengths
 
-    def _hits(self, top: list[tuple[int, float]]) -> list[SearchHit]:
-        docs = self.get_documents([i for i, _ in top])
-        return [SearchHit(docs[i], score, rank, "bm25") for rank, (i, score) in enumerate(top, 1)]
+    def _hits_many(self, tops: Sequence[list[tuple[int, float]]]) -> list[list[SearchHit]]:
+        """The hits of each (doc id, score) list, their documents read in one fetch."""
+        ids = [i for i, _ in tops[0]] if len(tops) == 1 else list({i: None for top in tops for i, _ in top})
+        docs = self.get_documents(ids)
+        return [
+            [SearchHit(docs[i], score, rank, "bm25") for rank, (i, score) in enumerate(top, 1)]
+            for top in tops
+        ]
 
     def _bm25_rebuild_due(self, generation: object) -> bool:
         """Whether to rebuild the stale cache for `generation`: only when an earlier query
@@ -464,7 +516,7 @@ class KeywordSearchMixin(SQLiteBase):
         resolved: dict[str, tuple[str, ...]] = {}
         if missing:
             self._scratch_tables(conn)
-            conn.execute("DELETE FROM temp.mp_qtok")
+            conn.execute(_EMPTY_QTOK)
             conn.executemany(
                 "INSERT INTO temp.mp_qtok (rowid, x) VALUES (?, ?)",
                 [(i, t) for i, t in enumerate(missing, 1)],
@@ -472,7 +524,7 @@ class KeywordSearchMixin(SQLiteBase):
             found: dict[int, list[tuple[int, str]]] = {}
             for term, doc, offset in conn.execute("SELECT term, doc, offset FROM temp.mp_qtok_v"):
                 found.setdefault(int(doc), []).append((int(offset), term))
-            conn.execute("DELETE FROM temp.mp_qtok")
+            conn.execute(_EMPTY_QTOK)
             if len(cache) > 10_000:
                 cache.clear()
             for i, t in enumerate(missing, 1):
