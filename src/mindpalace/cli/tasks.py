@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from mindpalace.cli.app import WorkspaceOpt, app, console, open_memory, print_json
-from mindpalace.tasks.owner import CallOwner, owner_liveness
-from mindpalace.tasks.state import InFlight
+
+if TYPE_CHECKING:
+    from mindpalace.tasks.state import InFlight
 
 task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.",
                        no_args_is_help=True)
@@ -69,6 +70,11 @@ def task_show(
 def running(call: InFlight) -> bool:
     """True when a call without an outcome is still run by a live owner (or one on another
     host that cannot be checked): it is in flight, not an unknown outcome."""
+    from mindpalace.tasks.owner import (  # not at import: --help stays light
+        CallOwner,
+        owner_liveness,
+    )
+
     return owner_liveness(CallOwner.from_json(call.owner)) != "gone"
 
 
