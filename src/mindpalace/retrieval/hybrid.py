@@ -348,6 +348,7 @@ class HybridRetriever:
             ranked = self._supersede(ranked, window, qvec, generation)
             if self.settings.supersede_followups:
                 ranked = self._follow_up(ranked, qvec, searchable, generation)
+            ranked = _newest_first(ranked)
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
@@ -866,6 +867,38 @@ def _matches_directly(c: _Candidate) -> bool:
 def _query_similarity(c: _Candidate) -> float:
     """How well the document answers the query on its own: cosine if in the vector list."""
     return c.vec.score if c.vec is not None else float("-inf")
+
+
+def _newest_first(order: list[_Candidate]) -> list[_Candidate]:
+    """`order` with every correction above what it corrects, along whole chains.
+
+    :meth:`HybridRetriever._supersede` and :meth:`HybridRetriever._follow_up` each move a
+    correction just above the statement it corrects, one link at a time; a chain A → B → C
+    whose links were made by the two steps apart could end with B above C (the follow-up moved
+    B above A after C had been placed above B: the middle value first). Here each link
+    (``superseded_by``) whose newer candidate ranks below its older one moves the newer just
+    above the older, until none does; the newest of a chain then ranks above every older
+    value, and only corrections move up. Links point to later statements (no cycle), so the
+    passes settle; they are bounded all the same (one more pass than there are links).
+    """
+    by_label = {_label(c.doc): c for c in order}
+    links = [(c, by_label[c.superseded_by]) for c in order
+             if c.superseded_by is not None and c.superseded_by in by_label]
+    if not links:
+        return order
+    out = list(order)
+    for _ in range(len(links) + 1):
+        moved = False
+        for older, newer in links:
+            i, j = out.index(older), out.index(newer)
+            if j > i:
+                out.pop(j)
+                out.insert(i, newer)
+                newer.final = max(newer.final, older.final)
+                moved = True
+        if not moved:
+            break
+    return out
 
 
 def _label(doc: Document) -> str:
