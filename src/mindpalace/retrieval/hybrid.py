@@ -48,7 +48,9 @@ from mindpalace.retrieval.supersession import (
     choose_corrections,
     find_followups,
     followup_texts,
+    holder,
     sentences,
+    without_label,
 )
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
@@ -447,13 +449,16 @@ class HybridRetriever:
         the same kind for other tiers), both match the query themselves (keyword or vector
         list, not only through a neighbour), B is later (timestamp, then insertion order), the
         two are the same subject and B matches the query nearly as well — the choice is
-        :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the stored
-        vectors of their sentences closest to the query — a sentence pasted verbatim into
-        several of the speaker's statements passed over — at least ``supersede_similarity``,
-        a property of the embedder: 0.5 measured for the default ``use``; or both among the
-        speaker's ``supersede_answers`` statements
-        closest to the query at ``supersede_answer_similarity``; score at least
-        ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
+        :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the vectors of
+        their sentences closest to the query, without the speaker label — a sentence pasted
+        verbatim into several of the speaker's statements passed over — at least
+        ``supersede_similarity``, a property of the embedder: 0.5 measured for the default
+        ``use``; or both among the speaker's ``supersede_answers`` statements closest to the
+        query, each at least ``supersede_answer_share`` of the best one's query cosine, at
+        ``supersede_answer_similarity``; never two statements of different holders, "I live
+        in Lisbon" and "My brother lives in Paris" (:func:`~mindpalace.retrieval.supersession.
+        holder`); score at least ``supersede_min_score_ratio`` × A's). B then ranks directly
+        above A (if it was below),
         A is marked ``superseded_by`` B. Questions, assistant replies, tool output and system
         text take no part (:func:`_states`): they state no speaker's fact.
         """
@@ -480,16 +485,19 @@ class HybridRetriever:
             # message, whose vector also holds an aside, a pasted text or an attachment note
             # ("[shares a photo: a photo of …]") that makes unrelated messages look alike;
             # a sentence found verbatim in another of the speaker's statements is passed over
-            texts = [c.doc.text for c in members]
+            texts = [_statement(c.doc) for c in members]
             counts = Counter(p for t in texts for p in set(sentences(t)))
             repeated = frozenset(p for p, n in counts.items() if n > 1)
-            mat = self._embed_sentences([best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts])
+            compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
+            mat = self._embed_sentences(compared)
             chosen = choose_corrections(
                 mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
                 answer_similarity=self.settings.supersede_answer_similarity,
                 answers=self.settings.supersede_answers,
                 min_score_ratio=self.settings.supersede_min_score_ratio,
+                answer_share=self.settings.supersede_answer_share,
+                holders=[holder(t) for t in compared],
             )
             for i, j in chosen.items():
                 newer_of[members[i].doc.id] = members[j]
@@ -595,7 +603,7 @@ class HybridRetriever:
             similarity=s.supersede_followup_similarity,
             uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
             depth=s.supersede_followup_depth, answers=answers,
-            speaker_terms=lambda d: query_terms(str(d.meta.get("name") or d.meta.get("role") or "")),
+            speaker_terms=lambda d: query_terms(_speaker(d)), statement=_statement,
         )
         if not found:
             return ranked
@@ -632,7 +640,7 @@ class HybridRetriever:
         texts = [
             t for d in docs
             if d.kind == MESSAGE_KIND and len(d.text) <= _WARM_MAX_CHARS and _states(d)
-            for t in followup_texts(d.text)
+            for t in followup_texts(_statement(d))
         ]
         model = self.embedder.model_id
         memo = self._sentence_vectors
@@ -906,10 +914,20 @@ def _label(doc: Document) -> str:
     return f"{doc.scope.session}/{doc.ref}"
 
 
+def _speaker(doc: Document) -> str:
+    """The speaker label of a message's search text (its ``name``, else its ``role``)."""
+    return str(doc.meta.get("name") or doc.meta.get("role") or "")
+
+
+def _statement(doc: Document) -> str:
+    """What a statement says, as supersession compares it: the text without the speaker
+    label (:func:`~mindpalace.retrieval.supersession.without_label`)."""
+    return without_label(doc.text, _speaker(doc))
+
+
 def _speaker_key(doc: Document) -> tuple[object, ...]:
     scope = doc.scope
-    who = doc.meta.get("name") or doc.meta.get("role") or ""
-    return (scope.tenant, scope.user, scope.agent, doc.kind, str(who).lower())
+    return (scope.tenant, scope.user, scope.agent, doc.kind, _speaker(doc).lower())
 
 
 def _time_key(c: _Candidate) -> tuple[str, int]:

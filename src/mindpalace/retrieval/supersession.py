@@ -50,6 +50,8 @@ def same_subject(
     similarity: float,
     answer_similarity: float,
     answers: int,
+    answer_share: float = 0.0,
+    holders: Sequence[str | None] | None = None,
 ) -> np.ndarray:
     """Which pairs of one speaker's statements are about the same subject (bool matrix).
 
@@ -64,15 +66,29 @@ def same_subject(
         query_sims: length n, each statement's cosine to the query (-inf when unknown).
         similarity / answer_similarity: the two cosine thresholds (answer_similarity ≤ 1).
         answers: how many of the best answers to the query are compared with the lower one.
+        answer_share: a best answer's cosine to the query is at least this share of the best
+            one's (0 = any): when the query matches one statement and nothing else of the
+            speaker, the runners-up ("Good morning!", "I'm a bit tired today." for "Where do
+            I live?") are no answers, and two of them are no subject.
+        holders: length n, whose fact each statement states (:func:`holder`); two known and
+            different holders are never the same subject. None = not checked.
     Returns:
         (n, n) bool matrix, symmetric, diagonal False.
     """
     n = sims.shape[0]
     same = sims >= similarity
-    order = np.argsort(-np.asarray(query_sims, dtype=np.float64), kind="stable")[:answers]
+    q = np.asarray(query_sims, dtype=np.float64)
+    order = np.argsort(-q, kind="stable")[:answers]
+    top = float(q[order[0]]) if len(order) else float("-inf")
+    floor = answer_share * top if top > 0 else float("-inf")
     best = np.zeros(n, dtype=bool)
-    best[[i for i in order if np.isfinite(query_sims[i])]] = True
+    best[[i for i in order if np.isfinite(q[i]) and q[i] >= floor]] = True
     same |= np.outer(best, best) & (sims >= answer_similarity)
+    if holders is not None:
+        for i in range(n):
+            for j in range(i + 1, n):
+                if other_holders(holders[i], holders[j]):
+                    same[i, j] = same[j, i] = False
     np.fill_diagonal(same, False)
     return same
 
@@ -86,6 +102,8 @@ def choose_corrections(
     answer_similarity: float,
     answers: int,
     min_score_ratio: float,
+    answer_share: float = 0.0,
+    holders: Sequence[str | None] | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -94,7 +112,8 @@ def choose_corrections(
             first.
         query_sims: length n, each statement's cosine to the query (-inf when unknown).
         scores: length n, how well each statement matches the query (≥ 0, higher is better).
-        similarity / answer_similarity / answers: the thresholds of :func:`same_subject`.
+        similarity / answer_similarity / answers / answer_share / holders: as in
+            :func:`same_subject`.
         min_score_ratio: a correction's score must be at least this share of the score of the
             statement it corrects (≥ 0).
     Returns:
@@ -112,7 +131,8 @@ def choose_corrections(
     if min_score_ratio < 0:
         raise ValueError(f"min_score_ratio must be >= 0, got {min_score_ratio}")
     same = same_subject(
-        sims, query_sims, similarity=similarity, answer_similarity=answer_similarity, answers=answers
+        sims, query_sims, similarity=similarity, answer_similarity=answer_similarity, answers=answers,
+        answer_share=answer_share, holders=holders,
     )
     out: dict[int, int] = {}
     for i in range(n - 1):
@@ -145,6 +165,22 @@ _SENTENCE = re.compile(r"(?<=[.!?。！？\]])\s+|\s+(?=\[)")
 _SPEAKER_ONLY = re.compile(r"^[^\s:][^:\n]{0,63}:$")  # "user:", "Caroline:" — the search text's prefix
 
 
+def without_label(text: str, speaker: str) -> str:
+    """`text` without its leading ``speaker:`` label (the search text of a message starts with
+    its speaker's name or role, see :func:`mindpalace.session.messages.message_text`); `text`
+    unchanged when it does not start with it.
+
+    Statements are compared without it: the label is in every statement of a speaker, and
+    short statements share little else — with ``use``, "user: Good morning!" and "user: I'm a
+    bit tired today." are 0.57 alike (0.43 without the label), "user: I live in Lisbon." and
+    "user: My brother lives in Paris." 0.62 (0.48), so small talk and other people's facts
+    passed for updates."""
+    head = f"{speaker}:"
+    if speaker and text.startswith(head):
+        return text[len(head):].lstrip() or text
+    return text
+
+
 def sentences(text: str) -> list[str]:
     """`text` split after sentence-ending punctuation and around a bracketed aside such as an
     attachment note ("Look at this [shares a photo: …]", "[shares a photo: …] My dog is Rex")
@@ -154,6 +190,74 @@ def sentences(text: str) -> list[str]:
     if len(parts) > 1 and _SPEAKER_ONLY.match(parts[0]):
         parts[:2] = [f"{parts[0]} {parts[1]}"]
     return parts
+
+
+# -- whose fact: the speaker's own or another person's -------------------------------------------
+#
+# "My brother lives in Paris" is as alike to "I live in Lisbon" (use: 0.48) as "We moved, I live
+# in Porto now" is (0.47): the embedder hears the predicate, not whose it is. An English
+# statement usually names its holder first: "I" / "we" / "my car" (the speaker's) or "my
+# brother" / "a colleague" (another person, by a relation word). Two statements with different
+# known holders are not one subject; an unknown holder (a name, "Helped my sister pack up")
+# never vetoes.
+
+_RELATIONS = frozenset([
+    "brother", "brothers", "sister", "sisters", "sibling", "siblings", "mother", "mom", "mum",
+    "father", "dad", "parents", "son", "sons", "daughter", "daughters", "kid", "kids", "child",
+    "children", "baby", "wife", "husband", "partner", "spouse", "boyfriend", "girlfriend",
+    "fiance", "fiancé", "fiancee", "fiancée", "cousin", "aunt", "uncle", "niece", "nephew",
+    "grandmother", "grandfather", "grandma", "grandpa", "grandparents", "friend", "friends",
+    "neighbour", "neighbor", "neighbours", "neighbors", "roommate", "flatmate", "housemate",
+    "colleague", "colleagues", "coworker", "coworkers",
+])
+_SELF = frozenset(["i", "i'm", "i've", "i'd", "i'll", "im", "we", "we're", "we've", "we'd", "we'll"])
+_OPENERS = frozenset([
+    "oh", "so", "well", "also", "and", "but", "anyway", "actually", "btw", "update", "correction",
+    "honestly", "by", "the", "way", "one", "more", "thing", "ok", "okay", "yes", "no", "hey",
+    "fyi", "just", "quick", "note",
+])
+_WORD = re.compile(r"[\w][\w'’]*")
+SELF = "self"  # the holder of the speaker's own facts (see holder)
+
+
+@lru_cache(maxsize=65_536)
+def holder(sentence: str) -> str | None:
+    """Whose fact an (English) sentence states, from how it starts: :data:`SELF` for "I …",
+    "we …", "my car …", "my wife and I …", "my best friend is Hannah" (a relation named by
+    a name is the speaker's fact); the relation word for "my brother lives …", "my older
+    sister's flat …", "a colleague has …"; None when it cannot tell (a name, a verb first).
+    Leading openers ("Oh, one more thing:", "Update:") are skipped."""
+    raw = _WORD.findall(sentence)
+    words = [w.lower().replace("’", "'") for w in raw]
+    at = 0
+    while at < len(words) and words[at] in _OPENERS:
+        at += 1
+    if at >= len(words):
+        return None
+    first = words[at]
+    if first in _SELF:
+        return SELF
+    if first not in ("my", "our", "a", "an"):
+        return None
+    # the relation word right after the determiner, or after one modifier ("my older sister")
+    for r in (at + 1, at + 2):
+        if r < len(words) and _bare(words[r]) in _RELATIONS:
+            rest = words[r + 1:r + 3]
+            if rest[:1] == ["and"] and "i" in words[r + 1:r + 4]:
+                return SELF  # "my wife and I moved"
+            if rest[:1] == ["is"] and len(raw) > r + 2 and raw[r + 2][:1].isupper():
+                return SELF  # "my best friend is Hannah": who the relation is
+            return _bare(words[r])
+    return SELF if first in ("my", "our") else None
+
+
+def _bare(word: str) -> str:
+    return word[:-2] if word.endswith("'s") else word
+
+
+def other_holders(a: str | None, b: str | None) -> bool:
+    """Both holders known (:func:`holder`) and different: two people's facts."""
+    return a is not None and b is not None and a != b
 
 
 @lru_cache(maxsize=65_536)
@@ -246,15 +350,19 @@ def best_sentence(
 
 def followup_similarity(
     terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray],
-    repeated: frozenset[str] = frozenset(),
+    repeated: frozenset[str] = frozenset(), whose: str | None = None,
 ) -> float:
     """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
     `later` that shares one of the anchor's subject `terms` (stemmed, see
     :func:`subject_terms`) with it (-inf when none does): an update inside a long message is
     compared on its own sentence, not on the message's average. Sentences in `repeated` (the
     anchor's own, verbatim) are skipped: the same pasted text in two messages says nothing
-    about an update."""
-    parts = [s for s in sentences(later) if subject_terms(s) & terms and s not in repeated]
+    about an update; so are those stating another person's fact than `whose` (the anchor
+    sentence's :func:`holder`)."""
+    parts = [
+        s for s in sentences(later)
+        if subject_terms(s) & terms and s not in repeated and not other_holders(whose, holder(s))
+    ]
     if not parts:
         return float("-inf")
     return float(np.max(embed(parts) @ anchor_vector))
@@ -276,6 +384,7 @@ def find_followups(
     depth: int = 1,
     answers: MutableMapping[tuple[int, str, int | None], tuple[Document, np.ndarray] | None] | None = None,
     speaker_terms: Callable[[Document], Iterable[str]] | None = None,
+    statement: Callable[[Document], str] | None = None,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -309,7 +418,10 @@ def find_followups(
         depth: follow-up steps from each anchor (≥ 1).
         speaker_terms: the words of a statement's speaker label (its name or role, as the
             search text's ``speaker:`` prefix holds them): never subject words, else every
-            statement of a speaker with few statements shares one.
+            statement of a speaker with few statements shares one; they are added to each
+            search (they favour the speaker's statements).
+        statement: the text of a document that is compared (None = its whole text): the
+            caller's, e.g. without the speaker label (:func:`without_label`).
         answers: ``{(statement id, its sentence compared, the extra candidate's id or None):
             its current value and that value's sentence vector, or None}`` — a step's answer
             depends on nothing else (then store reads), so a caller that keeps this while the
@@ -320,12 +432,13 @@ def find_followups(
     """
     vectors = _SentenceVectors(embed)
     embed = vectors.matrix
-    vectors.load([p for a in anchors if len(parts := sentences(a.text)) > 1 for p in parts])
+    text_of = statement or (lambda d: d.text)
+    vectors.load([p for a in anchors if len(parts := sentences(text_of(a))) > 1 for p in parts])
 
     def step(anchor: Document, towards: np.ndarray, extra: Document | None) -> tuple[Document, np.ndarray] | None:
         """The current value of `anchor` (its sentence closest to `towards`) among its speaker's
         later statements, with the vector of that sentence; None when there is none."""
-        sentence = best_sentence(anchor.text, towards, embed)
+        sentence = best_sentence(text_of(anchor), towards, embed)
         key = (anchor.id, sentence, extra.id if extra is not None else None)
         if answers is not None and key in answers:
             return answers[key]
@@ -337,9 +450,8 @@ def find_followups(
     def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
         # the speaker's own name / role (the search text's "speaker:" prefix) names no subject
         own_label = frozenset(speaker_terms(anchor)) if speaker_terms is not None else frozenset()
-        said = query_terms(sentence)
-        label = [w for w in said if w in own_label]  # kept in the search: it favours the speaker's statements
-        words = [w for w in said if w not in own_label and len(w) > 1]
+        label = sorted(own_label)  # in the search: it favours the speaker's statements
+        words = [w for w in query_terms(sentence) if w not in own_label and len(w) > 1]
         if uses is not None and max_uses > 0:
             words = [w for w in words if uses(anchor, w) <= max_uses]
         if not words:
@@ -355,13 +467,16 @@ def find_followups(
             return None
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
         anchor_vector = embed([sentence])[0]
-        own_sentences = frozenset(sentences(anchor.text))
-        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed, own_sentences) for d in found]
+        own_sentences = frozenset(sentences(text_of(anchor)))
+        whose = holder(sentence)
+        to_anchor = [
+            followup_similarity(terms, anchor_vector, text_of(d), embed, own_sentences, whose) for d in found
+        ]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
             return None
         kept = [found[i] for i in keep]
-        own = embed([best_sentence(d.text, anchor_vector, embed, own_sentences) for d in kept])
+        own = embed([best_sentence(text_of(d), anchor_vector, embed, own_sentences) for d in kept])
         chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
         if chosen is None:
             return None
