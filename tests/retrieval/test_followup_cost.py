@@ -152,8 +152,8 @@ class TestSentencesAtSync:
         # the statements' sentences were embedded by the sync; the question's were not
         model = memory.embedder.model_id  # type: ignore[union-attr]
         memo = warm._sentence_vectors
-        assert (model, "The hills are lovely.") in memo and (model, "My manager is Olumide.") in memo
-        assert (model, "Is the printer fixed?") not in memo
+        assert (model, "The hills are lovely.") in memo and (model, "user: My manager is Olumide.") in memo
+        assert (model, "user: Is the printer fixed?") not in memo
         count.texts.clear()
         scope = self._scope(memory, uid)
         got = [[(h.ref, h.score, h.meta.get("superseded_by")) for h in warm.search(scope, q, k=4)]

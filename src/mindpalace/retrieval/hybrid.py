@@ -50,7 +50,7 @@ from mindpalace.retrieval.supersession import (
     followup_texts,
     holder,
     sentences,
-    without_label,
+    subject_terms,
 )
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
@@ -485,7 +485,7 @@ class HybridRetriever:
             # message, whose vector also holds an aside, a pasted text or an attachment note
             # ("[shares a photo: a photo of …]") that makes unrelated messages look alike;
             # a sentence found verbatim in another of the speaker's statements is passed over
-            texts = [_statement(c.doc) for c in members]
+            texts = [c.doc.text for c in members]
             counts = Counter(p for t in texts for p in set(sentences(t)))
             repeated = frozenset(p for p, n in counts.items() if n > 1)
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
@@ -497,7 +497,7 @@ class HybridRetriever:
                 answers=self.settings.supersede_answers,
                 min_score_ratio=self.settings.supersede_min_score_ratio,
                 answer_share=self.settings.supersede_answer_share,
-                holders=[holder(t) for t in compared],
+                holders=[holder(t) for t in compared], shared=_share_words(compared, members[0].doc),
             )
             for i, j in chosen.items():
                 newer_of[members[i].doc.id] = members[j]
@@ -603,7 +603,7 @@ class HybridRetriever:
             similarity=s.supersede_followup_similarity,
             uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
             depth=s.supersede_followup_depth, answers=answers,
-            speaker_terms=lambda d: query_terms(_speaker(d)), statement=_statement,
+            speaker_terms=lambda d: query_terms(_speaker(d)),
         )
         if not found:
             return ranked
@@ -640,7 +640,7 @@ class HybridRetriever:
         texts = [
             t for d in docs
             if d.kind == MESSAGE_KIND and len(d.text) <= _WARM_MAX_CHARS and _states(d)
-            for t in followup_texts(_statement(d))
+            for t in followup_texts(d.text)
         ]
         model = self.embedder.model_id
         memo = self._sentence_vectors
@@ -914,15 +914,18 @@ def _label(doc: Document) -> str:
     return f"{doc.scope.session}/{doc.ref}"
 
 
+def _share_words(texts: Sequence[str], doc: Document) -> np.ndarray:
+    """(n, n) bool: which of one speaker's `texts` share a subject word
+    (:func:`~mindpalace.retrieval.supersession.subject_terms`), the words of the speaker's
+    label (`doc`'s, the search text's ``user:`` prefix) not counted."""
+    label = frozenset(stem_words(query_terms(_speaker(doc))))
+    terms = [subject_terms(t) - label for t in texts]
+    return np.array([[bool(a & b) for b in terms] for a in terms], dtype=bool)
+
+
 def _speaker(doc: Document) -> str:
     """The speaker label of a message's search text (its ``name``, else its ``role``)."""
     return str(doc.meta.get("name") or doc.meta.get("role") or "")
-
-
-def _statement(doc: Document) -> str:
-    """What a statement says, as supersession compares it: the text without the speaker
-    label (:func:`~mindpalace.retrieval.supersession.without_label`)."""
-    return without_label(doc.text, _speaker(doc))
 
 
 def _speaker_key(doc: Document) -> tuple[object, ...]:

@@ -52,6 +52,7 @@ def same_subject(
     answers: int,
     answer_share: float = 0.0,
     holders: Sequence[str | None] | None = None,
+    shared: np.ndarray | None = None,
 ) -> np.ndarray:
     """Which pairs of one speaker's statements are about the same subject (bool matrix).
 
@@ -72,11 +73,17 @@ def same_subject(
             I live?") are no answers, and two of them are no subject.
         holders: length n, whose fact each statement states (:func:`holder`); two known and
             different holders are never the same subject. None = not checked.
+        shared: (n, n) bool, whether two statements share a subject word
+            (:func:`subject_terms`); alike on their own (`similarity`) counts only for those
+            that do: "I'm a bit tired today." and "Haha, fair enough." are 0.61 alike with
+            ``use`` through their common "user:" label and shortness alone. None = not checked.
     Returns:
         (n, n) bool matrix, symmetric, diagonal False.
     """
     n = sims.shape[0]
     same = sims >= similarity
+    if shared is not None:
+        same &= shared
     q = np.asarray(query_sims, dtype=np.float64)
     order = np.argsort(-q, kind="stable")[:answers]
     top = float(q[order[0]]) if len(order) else float("-inf")
@@ -104,6 +111,7 @@ def choose_corrections(
     min_score_ratio: float,
     answer_share: float = 0.0,
     holders: Sequence[str | None] | None = None,
+    shared: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -112,7 +120,7 @@ def choose_corrections(
             first.
         query_sims: length n, each statement's cosine to the query (-inf when unknown).
         scores: length n, how well each statement matches the query (≥ 0, higher is better).
-        similarity / answer_similarity / answers / answer_share / holders: as in
+        similarity / answer_similarity / answers / answer_share / holders / shared: as in
             :func:`same_subject`.
         min_score_ratio: a correction's score must be at least this share of the score of the
             statement it corrects (≥ 0).
@@ -132,7 +140,7 @@ def choose_corrections(
         raise ValueError(f"min_score_ratio must be >= 0, got {min_score_ratio}")
     same = same_subject(
         sims, query_sims, similarity=similarity, answer_similarity=answer_similarity, answers=answers,
-        answer_share=answer_share, holders=holders,
+        answer_share=answer_share, holders=holders, shared=shared,
     )
     out: dict[int, int] = {}
     for i in range(n - 1):
@@ -163,22 +171,6 @@ def choose_corrections(
 
 _SENTENCE = re.compile(r"(?<=[.!?。！？\]])\s+|\s+(?=\[)")
 _SPEAKER_ONLY = re.compile(r"^[^\s:][^:\n]{0,63}:$")  # "user:", "Caroline:" — the search text's prefix
-
-
-def without_label(text: str, speaker: str) -> str:
-    """`text` without its leading ``speaker:`` label (the search text of a message starts with
-    its speaker's name or role, see :func:`mindpalace.session.messages.message_text`); `text`
-    unchanged when it does not start with it.
-
-    Statements are compared without it: the label is in every statement of a speaker, and
-    short statements share little else — with ``use``, "user: Good morning!" and "user: I'm a
-    bit tired today." are 0.57 alike (0.43 without the label), "user: I live in Lisbon." and
-    "user: My brother lives in Paris." 0.62 (0.48), so small talk and other people's facts
-    passed for updates."""
-    head = f"{speaker}:"
-    if speaker and text.startswith(head):
-        return text[len(head):].lstrip() or text
-    return text
 
 
 def sentences(text: str) -> list[str]:
@@ -217,6 +209,7 @@ _OPENERS = frozenset([
     "fyi", "just", "quick", "note",
 ])
 _WORD = re.compile(r"[\w][\w'’]*")
+_LABEL = re.compile(r"^\s*[^\s:][^:\n]{0,63}:\s")  # "user: ", "Caroline: ", "Update: "
 SELF = "self"  # the holder of the speaker's own facts (see holder)
 
 
@@ -226,8 +219,9 @@ def holder(sentence: str) -> str | None:
     "we …", "my car …", "my wife and I …", "my best friend is Hannah" (a relation named by
     a name is the speaker's fact); the relation word for "my brother lives …", "my older
     sister's flat …", "a colleague has …"; None when it cannot tell (a name, a verb first).
-    Leading openers ("Oh, one more thing:", "Update:") are skipped."""
-    raw = _WORD.findall(sentence)
+    A leading label (the search text's ``user:`` / ``Caroline:``) and openers ("Oh, one more
+    thing:", "Update:") are skipped."""
+    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
     words = [w.lower().replace("’", "'") for w in raw]
     at = 0
     while at < len(words) and words[at] in _OPENERS:
@@ -384,7 +378,6 @@ def find_followups(
     depth: int = 1,
     answers: MutableMapping[tuple[int, str, int | None], tuple[Document, np.ndarray] | None] | None = None,
     speaker_terms: Callable[[Document], Iterable[str]] | None = None,
-    statement: Callable[[Document], str] | None = None,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -418,10 +411,7 @@ def find_followups(
         depth: follow-up steps from each anchor (≥ 1).
         speaker_terms: the words of a statement's speaker label (its name or role, as the
             search text's ``speaker:`` prefix holds them): never subject words, else every
-            statement of a speaker with few statements shares one; they are added to each
-            search (they favour the speaker's statements).
-        statement: the text of a document that is compared (None = its whole text): the
-            caller's, e.g. without the speaker label (:func:`without_label`).
+            statement of a speaker with few statements shares one.
         answers: ``{(statement id, its sentence compared, the extra candidate's id or None):
             its current value and that value's sentence vector, or None}`` — a step's answer
             depends on nothing else (then store reads), so a caller that keeps this while the
@@ -432,13 +422,12 @@ def find_followups(
     """
     vectors = _SentenceVectors(embed)
     embed = vectors.matrix
-    text_of = statement or (lambda d: d.text)
-    vectors.load([p for a in anchors if len(parts := sentences(text_of(a))) > 1 for p in parts])
+    vectors.load([p for a in anchors if len(parts := sentences(a.text)) > 1 for p in parts])
 
     def step(anchor: Document, towards: np.ndarray, extra: Document | None) -> tuple[Document, np.ndarray] | None:
         """The current value of `anchor` (its sentence closest to `towards`) among its speaker's
         later statements, with the vector of that sentence; None when there is none."""
-        sentence = best_sentence(text_of(anchor), towards, embed)
+        sentence = best_sentence(anchor.text, towards, embed)
         key = (anchor.id, sentence, extra.id if extra is not None else None)
         if answers is not None and key in answers:
             return answers[key]
@@ -450,8 +439,9 @@ def find_followups(
     def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
         # the speaker's own name / role (the search text's "speaker:" prefix) names no subject
         own_label = frozenset(speaker_terms(anchor)) if speaker_terms is not None else frozenset()
-        label = sorted(own_label)  # in the search: it favours the speaker's statements
-        words = [w for w in query_terms(sentence) if w not in own_label and len(w) > 1]
+        said = query_terms(sentence)
+        label = [w for w in said if w in own_label]  # kept in the search: it favours the speaker's statements
+        words = [w for w in said if w not in own_label and len(w) > 1]
         if uses is not None and max_uses > 0:
             words = [w for w in words if uses(anchor, w) <= max_uses]
         if not words:
@@ -467,16 +457,16 @@ def find_followups(
             return None
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
         anchor_vector = embed([sentence])[0]
-        own_sentences = frozenset(sentences(text_of(anchor)))
+        own_sentences = frozenset(sentences(anchor.text))
         whose = holder(sentence)
         to_anchor = [
-            followup_similarity(terms, anchor_vector, text_of(d), embed, own_sentences, whose) for d in found
+            followup_similarity(terms, anchor_vector, d.text, embed, own_sentences, whose) for d in found
         ]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
             return None
         kept = [found[i] for i in keep]
-        own = embed([best_sentence(text_of(d), anchor_vector, embed, own_sentences) for d in kept])
+        own = embed([best_sentence(d.text, anchor_vector, embed, own_sentences) for d in kept])
         chosen = choose_followup([to_anchor[i] for i in keep], own @ own.T, similarity=similarity)
         if chosen is None:
             return None
