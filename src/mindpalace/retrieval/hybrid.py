@@ -450,10 +450,10 @@ class HybridRetriever:
         list, not only through a neighbour), B is later (timestamp, then insertion order), the
         two are the same subject and B matches the query nearly as well — the choice is
         :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the vectors of
-        their sentences closest to the query, without the speaker label — a sentence pasted
-        verbatim into several of the speaker's statements passed over — at least
-        ``supersede_similarity``, a property of the embedder: 0.5 measured for the default
-        ``use``; or both among the speaker's ``supersede_answers`` statements closest to the
+        their sentences closest to the query — a sentence pasted verbatim into several of the
+        speaker's statements passed over — at least ``supersede_similarity``, a property of
+        the embedder: 0.5 measured for the default ``use``, and a subject word in common
+        (:func:`_share_words`); or both among the speaker's ``supersede_answers`` statements closest to the
         query, each at least ``supersede_answer_share`` of the best one's query cosine, at
         ``supersede_answer_similarity``; never two statements of different holders, "I live
         in Lisbon" and "My brother lives in Paris" (:func:`~mindpalace.retrieval.supersession.
