@@ -256,6 +256,38 @@ class TestFollowups:
         assert all("superseded_by" not in h.meta for h in hits)
 
 
+class TestCorrectionChains:
+    """A value stated, corrected, and corrected again in three sessions: the newest ranks above
+    both older values and is the current one, whichever step (supersession among the hits or
+    a follow-up) made each link."""
+
+    TEXTS = (
+        ("s1", "my dentist appointment is on tuesday at the city clinic"),
+        ("s1", "I like hiking on weekends"),
+        ("s2", "the dentist rebooked me for wednesday, same city clinic"),
+        ("s3", "rebooked for wednesday? no, the dentist rebooked me for friday, same city clinic"),
+    )
+
+    def test_the_newest_of_a_chain_ranks_first_and_is_current(self, memory: Memory, uid: str) -> None:
+        start = datetime(2025, 3, 1, tzinfo=UTC)
+        for n, (session, text) in enumerate(self.TEXTS):
+            s = memory.session(session, user=uid, agent="a")
+            s.add_message({"role": "user", "content": text}, timestamp=start + timedelta(days=n))
+            s.add_message({"role": "assistant", "content": FILLER * 3}, timestamp=start + timedelta(days=n, minutes=1))
+        # the follow-up links tuesday → wednesday, supersession among the hits wednesday → friday
+        r = HybridRetriever(memory.store, memory.embedder, FactSettings(supersede_answers=0, supersede_followups=5))
+        hits = r.search(user_scope(memory, uid), "when is my dentist appointment at the city clinic", k=4,
+                        kinds=["message"])
+        texts = [h.text for h in hits]
+        first = next(i for i, t in enumerate(texts) if "tuesday at" in t)
+        middle = next(i for i, t in enumerate(texts) if t.endswith("wednesday, same city clinic"))
+        newest = next(i for i, t in enumerate(texts) if "friday" in t)
+        assert newest < min(middle, first)
+        assert hits[newest].why.current  # type: ignore[attr-defined]
+        assert not hits[middle].why.current and not hits[first].why.current  # type: ignore[attr-defined]
+        assert hits[middle].meta["superseded_by"] == f"{hits[newest].scope.session}/{hits[newest].ref}"
+
+
 class TestAttachmentNotes:
     """LoCoMo turns end in "[shares a photo: a photo of …]": compared whole, two unrelated turns
     of one speaker looked alike for the note alone, and the later one was taken as the update

@@ -48,7 +48,9 @@ from mindpalace.retrieval.supersession import (
     choose_corrections,
     find_followups,
     followup_texts,
+    holder,
     sentences,
+    subject_terms,
 )
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
@@ -353,6 +355,7 @@ class HybridRetriever:
             ranked = self._supersede(ranked, window, qvec, generation)
             if self.settings.supersede_followups:
                 ranked = self._follow_up(ranked, qvec, searchable, generation)
+            ranked = _newest_first(ranked)
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
@@ -471,13 +474,16 @@ class HybridRetriever:
         the same kind for other tiers), both match the query themselves (keyword or vector
         list, not only through a neighbour), B is later (timestamp, then insertion order), the
         two are the same subject and B matches the query nearly as well — the choice is
-        :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the stored
-        vectors of their sentences closest to the query — a sentence pasted verbatim into
-        several of the speaker's statements passed over — at least ``supersede_similarity``,
-        a property of the embedder: 0.5 measured for the default ``use``; or both among the
-        speaker's ``supersede_answers`` statements
-        closest to the query at ``supersede_answer_similarity``; score at least
-        ``supersede_min_score_ratio`` × A's). B then ranks directly above A (if it was below),
+        :func:`mindpalace.retrieval.supersession.choose_corrections` (cosine of the vectors of
+        their sentences closest to the query — a sentence pasted verbatim into several of the
+        speaker's statements passed over — at least ``supersede_similarity``, a property of
+        the embedder: 0.5 measured for the default ``use``, and a subject word in common
+        (:func:`_share_words`); or both among the speaker's ``supersede_answers`` statements closest to the
+        query, each at least ``supersede_answer_share`` of the best one's query cosine, at
+        ``supersede_answer_similarity``; never two statements of different holders, "I live
+        in Lisbon" and "My brother lives in Paris" (:func:`~mindpalace.retrieval.supersession.
+        holder`); score at least ``supersede_min_score_ratio`` × A's). B then ranks directly
+        above A (if it was below),
         A is marked ``superseded_by`` B. Questions, assistant replies, tool output and system
         text take no part (:func:`_states`): they state no speaker's fact.
         """
@@ -507,13 +513,16 @@ class HybridRetriever:
             texts = [c.doc.text for c in members]
             counts = Counter(p for t in texts for p in set(sentences(t)))
             repeated = frozenset(p for p, n in counts.items() if n > 1)
-            mat = self._embed_sentences([best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts])
+            compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
+            mat = self._embed_sentences(compared)
             chosen = choose_corrections(
                 mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
                 answer_similarity=self.settings.supersede_answer_similarity,
                 answers=self.settings.supersede_answers,
                 min_score_ratio=self.settings.supersede_min_score_ratio,
+                answer_share=self.settings.supersede_answer_share,
+                holders=[holder(t) for t in compared], shared=_share_words(compared, members[0].doc),
             )
             for i, j in chosen.items():
                 newer_of[members[i].doc.id] = members[j]
@@ -601,7 +610,7 @@ class HybridRetriever:
             similarity=s.supersede_followup_similarity,
             uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
             depth=s.supersede_followup_depth, answers=answers,
-            speaker_terms=lambda d: query_terms(str(d.meta.get("name") or d.meta.get("role") or "")),
+            speaker_terms=lambda d: query_terms(_speaker(d)),
         )
         if not found:
             return ranked
@@ -915,6 +924,38 @@ def _query_similarity(c: _Candidate) -> float:
     return c.vec.score if c.vec is not None else float("-inf")
 
 
+def _newest_first(order: list[_Candidate]) -> list[_Candidate]:
+    """`order` with every correction above what it corrects, along whole chains.
+
+    :meth:`HybridRetriever._supersede` and :meth:`HybridRetriever._follow_up` each move a
+    correction just above the statement it corrects, one link at a time; a chain A → B → C
+    whose links were made by the two steps apart could end with B above C (the follow-up moved
+    B above A after C had been placed above B: the middle value first). Here each link
+    (``superseded_by``) whose newer candidate ranks below its older one moves the newer just
+    above the older, until none does; the newest of a chain then ranks above every older
+    value, and only corrections move up. Links point to later statements (no cycle), so the
+    passes settle; they are bounded all the same (one more pass than there are links).
+    """
+    by_label = {_label(c.doc): c for c in order}
+    links = [(c, by_label[c.superseded_by]) for c in order
+             if c.superseded_by is not None and c.superseded_by in by_label]
+    if not links:
+        return order
+    out = list(order)
+    for _ in range(len(links) + 1):
+        moved = False
+        for older, newer in links:
+            i, j = out.index(older), out.index(newer)
+            if j > i:
+                out.pop(j)
+                out.insert(i, newer)
+                newer.final = max(newer.final, older.final)
+                moved = True
+        if not moved:
+            break
+    return out
+
+
 def _label(doc: Document) -> str:
     """``<session>/<ref>`` of a document (a message index is only unique within its session)."""
     return f"{doc.scope.session}/{doc.ref}"
@@ -930,10 +971,23 @@ def _user_of(
     return held
 
 
+def _share_words(texts: Sequence[str], doc: Document) -> np.ndarray:
+    """(n, n) bool: which of one speaker's `texts` share a subject word
+    (:func:`~mindpalace.retrieval.supersession.subject_terms`), the words of the speaker's
+    label (`doc`'s, the search text's ``user:`` prefix) not counted."""
+    label = frozenset(stem_words(query_terms(_speaker(doc))))
+    terms = [subject_terms(t) - label for t in texts]
+    return np.array([[bool(a & b) for b in terms] for a in terms], dtype=bool)
+
+
+def _speaker(doc: Document) -> str:
+    """The speaker label of a message's search text (its ``name``, else its ``role``)."""
+    return str(doc.meta.get("name") or doc.meta.get("role") or "")
+
+
 def _speaker_key(doc: Document) -> tuple[object, ...]:
     scope = doc.scope
-    who = doc.meta.get("name") or doc.meta.get("role") or ""
-    return (scope.tenant, scope.user, scope.agent, doc.kind, str(who).lower())
+    return (scope.tenant, scope.user, scope.agent, doc.kind, _speaker(doc).lower())
 
 
 def _time_key(c: _Candidate) -> tuple[str, int]:

@@ -50,6 +50,9 @@ def same_subject(
     similarity: float,
     answer_similarity: float,
     answers: int,
+    answer_share: float = 0.0,
+    holders: Sequence[str | None] | None = None,
+    shared: np.ndarray | None = None,
 ) -> np.ndarray:
     """Which pairs of one speaker's statements are about the same subject (bool matrix).
 
@@ -64,15 +67,35 @@ def same_subject(
         query_sims: length n, each statement's cosine to the query (-inf when unknown).
         similarity / answer_similarity: the two cosine thresholds (answer_similarity ≤ 1).
         answers: how many of the best answers to the query are compared with the lower one.
+        answer_share: a best answer's cosine to the query is at least this share of the best
+            one's (0 = any): when the query matches one statement and nothing else of the
+            speaker, the runners-up ("Good morning!", "I'm a bit tired today." for "Where do
+            I live?") are no answers, and two of them are no subject.
+        holders: length n, whose fact each statement states (:func:`holder`); two known and
+            different holders are never the same subject. None = not checked.
+        shared: (n, n) bool, whether two statements share a subject word
+            (:func:`subject_terms`); alike on their own (`similarity`) counts only for those
+            that do: "I'm a bit tired today." and "Haha, fair enough." are 0.61 alike with
+            ``use`` through their common "user:" label and shortness alone. None = not checked.
     Returns:
         (n, n) bool matrix, symmetric, diagonal False.
     """
     n = sims.shape[0]
     same = sims >= similarity
-    order = np.argsort(-np.asarray(query_sims, dtype=np.float64), kind="stable")[:answers]
+    if shared is not None:
+        same &= shared
+    q = np.asarray(query_sims, dtype=np.float64)
+    order = np.argsort(-q, kind="stable")[:answers]
+    top = float(q[order[0]]) if len(order) else float("-inf")
+    floor = answer_share * top if top > 0 else float("-inf")
     best = np.zeros(n, dtype=bool)
-    best[[i for i in order if np.isfinite(query_sims[i])]] = True
+    best[[i for i in order if np.isfinite(q[i]) and q[i] >= floor]] = True
     same |= np.outer(best, best) & (sims >= answer_similarity)
+    if holders is not None:
+        for i in range(n):
+            for j in range(i + 1, n):
+                if other_holders(holders[i], holders[j]):
+                    same[i, j] = same[j, i] = False
     np.fill_diagonal(same, False)
     return same
 
@@ -86,6 +109,9 @@ def choose_corrections(
     answer_similarity: float,
     answers: int,
     min_score_ratio: float,
+    answer_share: float = 0.0,
+    holders: Sequence[str | None] | None = None,
+    shared: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -94,7 +120,8 @@ def choose_corrections(
             first.
         query_sims: length n, each statement's cosine to the query (-inf when unknown).
         scores: length n, how well each statement matches the query (≥ 0, higher is better).
-        similarity / answer_similarity / answers: the thresholds of :func:`same_subject`.
+        similarity / answer_similarity / answers / answer_share / holders / shared: as in
+            :func:`same_subject`.
         min_score_ratio: a correction's score must be at least this share of the score of the
             statement it corrects (≥ 0).
     Returns:
@@ -112,7 +139,8 @@ def choose_corrections(
     if min_score_ratio < 0:
         raise ValueError(f"min_score_ratio must be >= 0, got {min_score_ratio}")
     same = same_subject(
-        sims, query_sims, similarity=similarity, answer_similarity=answer_similarity, answers=answers
+        sims, query_sims, similarity=similarity, answer_similarity=answer_similarity, answers=answers,
+        answer_share=answer_share, holders=holders, shared=shared,
     )
     out: dict[int, int] = {}
     for i in range(n - 1):
@@ -154,6 +182,76 @@ def sentences(text: str) -> list[str]:
     if len(parts) > 1 and _SPEAKER_ONLY.match(parts[0]):
         parts[:2] = [f"{parts[0]} {parts[1]}"]
     return parts
+
+
+# -- whose fact: the speaker's own or another person's -------------------------------------------
+#
+# "My brother lives in Paris" is as alike to "I live in Lisbon" (use: 0.48) as "We moved, I live
+# in Porto now" is (0.47): the embedder hears the predicate, not whose it is. An English
+# statement usually names its holder first: "I" / "we" / "my car" (the speaker's) or "my
+# brother" / "a colleague" (another person, by a relation word). Two statements with different
+# known holders are not one subject; an unknown holder (a name, "Helped my sister pack up")
+# never vetoes.
+
+_RELATIONS = frozenset([
+    "brother", "brothers", "sister", "sisters", "sibling", "siblings", "mother", "mom", "mum",
+    "father", "dad", "parents", "son", "sons", "daughter", "daughters", "kid", "kids", "child",
+    "children", "baby", "wife", "husband", "partner", "spouse", "boyfriend", "girlfriend",
+    "fiance", "fiancé", "fiancee", "fiancée", "cousin", "aunt", "uncle", "niece", "nephew",
+    "grandmother", "grandfather", "grandma", "grandpa", "grandparents", "friend", "friends",
+    "neighbour", "neighbor", "neighbours", "neighbors", "roommate", "flatmate", "housemate",
+    "colleague", "colleagues", "coworker", "coworkers",
+])
+_SELF = frozenset(["i", "i'm", "i've", "i'd", "i'll", "im", "we", "we're", "we've", "we'd", "we'll"])
+_OPENERS = frozenset([
+    "oh", "so", "well", "also", "and", "but", "anyway", "actually", "btw", "update", "correction",
+    "honestly", "by", "the", "way", "one", "more", "thing", "ok", "okay", "yes", "no", "hey",
+    "fyi", "just", "quick", "note",
+])
+_WORD = re.compile(r"[\w][\w'’]*")
+_LABEL = re.compile(r"^\s*[^\s:][^:\n]{0,63}:\s")  # "user: ", "Caroline: ", "Update: "
+SELF = "self"  # the holder of the speaker's own facts (see holder)
+
+
+@lru_cache(maxsize=65_536)
+def holder(sentence: str) -> str | None:
+    """Whose fact an (English) sentence states, from how it starts: :data:`SELF` for "I …",
+    "we …", "my car …", "my wife and I …", "my best friend is Hannah" (a relation named by
+    a name is the speaker's fact); the relation word for "my brother lives …", "my older
+    sister's flat …", "a colleague has …"; None when it cannot tell (a name, a verb first).
+    A leading label (the search text's ``user:`` / ``Caroline:``) and openers ("Oh, one more
+    thing:", "Update:") are skipped."""
+    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
+    words = [w.lower().replace("’", "'") for w in raw]
+    at = 0
+    while at < len(words) and words[at] in _OPENERS:
+        at += 1
+    if at >= len(words):
+        return None
+    first = words[at]
+    if first in _SELF:
+        return SELF
+    if first not in ("my", "our", "a", "an"):
+        return None
+    # the relation word right after the determiner, or after one modifier ("my older sister")
+    for r in (at + 1, at + 2):
+        if r < len(words) and _bare(words[r]) in _RELATIONS:
+            rest = words[r + 1:r + 3]
+            if rest[:1] == ["and"] and "i" in words[r + 1:r + 4]:
+                return SELF  # "my wife and I moved"
+            if rest[:1] == ["is"] and len(raw) > r + 2 and raw[r + 2][:1].isupper():
+                return SELF  # "my best friend is Hannah": who the relation is
+            return _bare(words[r])
+    return SELF if first in ("my", "our") else None
+
+
+def _bare(word: str) -> str:
+    return word[:-2] if word.endswith("'s") else word
+
+
+def other_holders(a: str | None, b: str | None) -> bool:
+    """Both holders known (:func:`holder`) and different: two people's facts."""
+    return a is not None and b is not None and a != b
 
 
 @lru_cache(maxsize=65_536)
@@ -246,15 +344,19 @@ def best_sentence(
 
 def followup_similarity(
     terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray],
-    repeated: frozenset[str] = frozenset(),
+    repeated: frozenset[str] = frozenset(), whose: str | None = None,
 ) -> float:
     """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
     `later` that shares one of the anchor's subject `terms` (stemmed, see
     :func:`subject_terms`) with it (-inf when none does): an update inside a long message is
     compared on its own sentence, not on the message's average. Sentences in `repeated` (the
     anchor's own, verbatim) are skipped: the same pasted text in two messages says nothing
-    about an update."""
-    parts = [s for s in sentences(later) if subject_terms(s) & terms and s not in repeated]
+    about an update; so are those stating another person's fact than `whose` (the anchor
+    sentence's :func:`holder`)."""
+    parts = [
+        s for s in sentences(later)
+        if subject_terms(s) & terms and s not in repeated and not other_holders(whose, holder(s))
+    ]
     if not parts:
         return float("-inf")
     return float(np.max(embed(parts) @ anchor_vector))
@@ -357,7 +459,10 @@ def find_followups(
         found.sort(key=lambda d: (d.meta.get("timestamp") or d.created_at.isoformat(), d.id))
         anchor_vector = embed([sentence])[0]
         own_sentences = frozenset(sentences(anchor.text))
-        to_anchor = [followup_similarity(terms, anchor_vector, d.text, embed, own_sentences) for d in found]
+        whose = holder(sentence)
+        to_anchor = [
+            followup_similarity(terms, anchor_vector, d.text, embed, own_sentences, whose) for d in found
+        ]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
             return None
