@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from mindpalace.cli.app import WorkspaceOpt, app, console, open_memory, print_json
-
-if TYPE_CHECKING:
-    from mindpalace.tasks.state import InFlight
 
 task_app = typer.Typer(help="Durable task state: event log, checkpoints, resume point.",
                        no_args_is_help=True)
@@ -57,25 +54,14 @@ def task_show(
         ("guards", "; ".join(f"{g.tool}: {g.expr}" for g in state.guards.values()) or "-"),
         ("corrections", len(state.feedback)),
         ("tool calls", ", ".join(f"{k} {v}" for k, v in state.calls.items())),
-        ("calls running", ", ".join(k for k, f in state.in_flight.items() if running(f)) or "-"),
-        ("outcome unknown", ", ".join(k for k, f in state.in_flight.items() if not running(f)) or "-"),
+        ("calls running", ", ".join(k for k, f in state.in_flight.items() if f.running()) or "-"),
+        ("outcome unknown", ", ".join(k for k, f in state.in_flight.items() if not f.running()) or "-"),
         ("errors / refusals", f"{state.errors} / {state.refusals}"),
         ("artifacts", len(state.artifacts)),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
     console.print(table)
-
-
-def running(call: InFlight) -> bool:
-    """True when a call without an outcome is still run by a live owner (or one on another
-    host that cannot be checked): it is in flight, not an unknown outcome."""
-    from mindpalace.tasks.owner import (  # not at import: --help stays light
-        CallOwner,
-        owner_liveness,
-    )
-
-    return owner_liveness(CallOwner.from_json(call.owner)) != "gone"
 
 
 @task_app.command("events")

@@ -28,6 +28,7 @@ from mindpalace.tasks.events import (
     ToolCallRecorded,
     UserFeedback,
 )
+from mindpalace.tasks.owner import CallOwner, owner_liveness
 
 REFUSAL_CODES = frozenset({"constraint_refused", "guard_blocked"})
 """error_occurred codes that count as refusals (a protected constraint or guard said no)."""
@@ -77,6 +78,11 @@ class InFlight(_Frozen):
     version: int
     idempotent: bool
     owner: dict[str, Any] | None = None
+
+    def running(self) -> bool:
+        """True while its owner provably runs it, or cannot be checked (another host): in
+        flight, not an unknown outcome (:func:`~mindpalace.tasks.owner.owner_liveness`)."""
+        return owner_liveness(CallOwner.from_json(self.owner)) != "gone"
 
 
 class ErrorInfo(_Frozen):

@@ -26,7 +26,6 @@ from mindpalace.tasks.events import (
 )
 from mindpalace.tasks.eventstore import EventLike, TaskEventRecord, TaskEventStore, stream_of
 from mindpalace.tasks.ledger import UNSETTLED, Ledger, LedgerEntry, ToolCall
-from mindpalace.tasks.owner import CallOwner, owner_liveness
 from mindpalace.tasks.state import TaskState
 from mindpalace.textsafe import clean_json, require_name
 
@@ -112,8 +111,7 @@ class Task:
         running: list[str] = []
         for k, f in state.in_flight.items():
             if not f.idempotent:
-                gone = owner_liveness(CallOwner.from_json(f.owner)) == "gone"
-                (unknown if gone else running).append(k)
+                (running if f.running() else unknown).append(k)
         return Resumption(state, nxt, unknown, running)
 
     # -- writes ----------------------------------------------------------------------------
