@@ -93,8 +93,16 @@ def outcomes(root: Path) -> list[str]:
 class TestCorruptDatabase:
     def test_a_zeroed_page_is_reported_as_corrupt_with_the_doctor_hint(self, pristine: Path, tmp_path: Path) -> None:
         root = copy_of(pristine, tmp_path / "ws")
-        with open(root / "memory.db", "r+b") as fh:  # the issue's case: one zeroed 4 KiB page
-            fh.seek(3 * PAGE)
+        # the issue's case: one zeroed 4 KiB page — the root of the events' (scope, stream,
+        # version) index, which counting the events reads
+        ro = sqlite3.connect(f"{(root / 'memory.db').as_uri()}?mode=ro", uri=True)
+        try:
+            [(root_page,)] = ro.execute(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'sqlite_autoindex_events_1'").fetchall()
+        finally:
+            ro.close()
+        with open(root / "memory.db", "r+b") as fh:
+            fh.seek((root_page - 1) * PAGE)
             fh.write(bytes(PAGE))
         results = outcomes(root)
         assert "DatabaseCorruptError" in results

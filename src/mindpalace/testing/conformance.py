@@ -41,6 +41,7 @@ from mindpalace.errors import (
 )
 from mindpalace.scope import ANY, Scope
 from mindpalace.store.base import NewEvent, Record, Store
+from mindpalace.store.blobs import BLOB_MIN_CHARS
 
 StoreFactory = Callable[[Path], Store]
 
@@ -760,6 +761,27 @@ class TestDocuments:
         assert store.delete_stream(scope, "never") == 0
         with pytest.raises(ValidationError):
             store.delete_stream(scope.with_(session=ANY), "kept")
+
+    @pytest.mark.parametrize("kind", ["one", "several", "long", "blob"])
+    def test_a_deleted_streams_positions_are_never_handed_out_again(self, store: Store, kind: str) -> None:
+        # the stream holding the store's last positions is deleted, then the same stream is
+        # written again: no position repeats (a position names one event for good — the task
+        # cache keys its fold by it)
+        scope = fresh_scope()
+        store.append_events(scope, "early", [NewEvent("a")])
+        gone = store.append_events(scope, "gone", [NewEvent("b"), NewEvent("c"), NewEvent("d")])
+        store.delete_stream(scope, "gone")
+        events = {
+            "one": [NewEvent("e")],
+            "several": [NewEvent("e"), NewEvent("f")],
+            "long": [NewEvent("e", {"i": i}) for i in range(300)],  # past one statement's batch
+            "blob": [NewEvent("e", {"output": "x" * (BLOB_MIN_CHARS + 10)})],
+        }[kind]
+        again = store.append_events(scope, "gone", events)
+        assert min(e.position for e in again) > max(e.position for e in gone)
+        assert [e.position for e in store.read_events(scope, "gone")] == [e.position for e in again]
+        later = store.append_events(scope, "early", [NewEvent("z")])
+        assert later[0].position > max(e.position for e in again)
 
     def test_stats_count_what_was_written(self, store: Store) -> None:
         before = store.stats()

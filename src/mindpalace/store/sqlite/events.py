@@ -15,7 +15,7 @@ from mindpalace.store.blobs import BLOB_MIN_CHARS, SplitJson, join_json, split_j
 from mindpalace.store.inputs import event_payloads
 from mindpalace.store.sqlite.blobstore import put_blob
 from mindpalace.store.sqlite.connection import SQLiteBase
-from mindpalace.store.sqlite.rows import inserted_id, scope_of, scope_where
+from mindpalace.store.sqlite.rows import scope_of, scope_where
 from mindpalace.store.sqlite.schema import SCOPE_COLS
 from mindpalace.timeutil import from_iso, utcnow
 
@@ -28,13 +28,20 @@ _MAX_ONE_STATEMENT = 256  # events per single-statement append (2 bound paramete
 # The max is a scalar subquery of its own: SQLite would push an outer `WHERE v = ?` into an
 # aggregate subquery as a HAVING, which turns the one-row index lookup of max() into a scan of
 # the whole stream (an optimistic append cost O(stream length)).
+# The last position handed out (schema v5): the table's last one, or meta.event_position when
+# higher (raised by delete_stream before it deletes), so no position is ever handed out twice.
+_LAST_POSITION = (
+    "max(coalesce((SELECT max(position) FROM events), 0), "
+    "coalesce((SELECT value FROM meta WHERE key = 'event_position'), 0))"
+)
 _CURRENT = (
     "(SELECT coalesce((SELECT max(version) FROM events "
-    "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?), 0) AS v)"
+    "WHERE tenant = ? AND user = ? AND agent = ? AND session = ? AND stream = ?), 0) AS v, "
+    f"{_LAST_POSITION} AS p)"
 )
 _APPEND_ONE = (
-    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
-    f"SELECT ?, ?, ?, ?, ?, v + 1, ?, ?, ? FROM {_CURRENT}"
+    f"INSERT INTO events (position, {SCOPE_COLS}, stream, version, type, data, created_at) "
+    f"SELECT p + 1, ?, ?, ?, ?, ?, v + 1, ?, ?, ? FROM {_CURRENT}"
 )
 _RETURNING = (
     " RETURNING version, position, (SELECT e.position FROM events AS e WHERE e.tenant = ? AND "
@@ -49,8 +56,8 @@ def _append_sql(n: int, expected: bool) -> str:
     rows = ", ".join(["(?, ?, ?)"] * n)
     return (
         f"WITH new(k, type, data) AS (VALUES {rows}) "
-        f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
-        f"SELECT ?, ?, ?, ?, ?, v + k, type, data, ? FROM {_CURRENT} JOIN new{guard} ORDER BY k"
+        f"INSERT INTO events (position, {SCOPE_COLS}, stream, version, type, data, created_at) "
+        f"SELECT p + k, ?, ?, ?, ?, ?, v + k, type, data, ? FROM {_CURRENT} JOIN new{guard} ORDER BY k"
         + _RETURNING
     )
 
@@ -84,17 +91,20 @@ class EventsMixin(SQLiteBase):
         with self.transaction():
             current = self._checked_version(scope, stream, expected_version)
             conn = self._conn()
+            last = self._last_position()
             out: list[StoredEvent] = []
             for i, (etype, data) in enumerate(payloads, start=1):
-                cur = conn.execute(
-                    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*scope.values(), stream, current + i, etype, data, now_iso),
+                conn.execute(
+                    f"INSERT INTO events (position, {SCOPE_COLS}, stream, version, type, data, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (last + i, *scope.values(), stream, current + i, etype, data, now_iso),
                 )
-                out.append(StoredEvent(
-                    scope, stream, current + i, etype, events[i - 1].data, now, inserted_id(cur)
-                ))
+                out.append(StoredEvent(scope, stream, current + i, etype, events[i - 1].data, now, last + i))
             return out
+
+    def _last_position(self) -> int:
+        """The last event position handed out (inside the caller's write transaction)."""
+        return int(self._conn().execute(f"SELECT {_LAST_POSITION}").fetchone()[0])
 
     def _checked_version(self, scope: Scope, stream: str, expected_version: int | None) -> int:
         """The stream's current version, inside the caller's transaction; ConcurrencyError when
@@ -115,6 +125,7 @@ class EventsMixin(SQLiteBase):
         with self.transaction():
             current = self._checked_version(scope, stream, expected_version)
             conn = self._conn()
+            last = self._last_position()
             out: list[StoredEvent] = []
             for i, ((etype, data), split) in enumerate(zip(payloads, splits, strict=True), 1):
                 blob = at = None
@@ -122,14 +133,13 @@ class EventsMixin(SQLiteBase):
                     put_blob(conn, split.key, split.text)
                     self._remember_blob(split.key, split.text)
                     data, blob, at = split.rest, split.key, json.dumps(list(split.offsets))
-                cur = conn.execute(
-                    f"INSERT INTO events ({SCOPE_COLS}, stream, version, type, data, created_at, "
-                    "blob, blob_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*scope.values(), stream, current + i, etype, data, now.isoformat(), blob, at),
+                conn.execute(
+                    f"INSERT INTO events (position, {SCOPE_COLS}, stream, version, type, data, "
+                    "created_at, blob, blob_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (last + i, *scope.values(), stream, current + i, etype, data, now.isoformat(),
+                     blob, at),
                 )
-                out.append(StoredEvent(
-                    scope, stream, current + i, etype, events[i - 1].data, now, inserted_id(cur)
-                ))
+                out.append(StoredEvent(scope, stream, current + i, etype, events[i - 1].data, now, last + i))
             return out
 
     def _event_data(self, r: sqlite3.Row) -> Any:
@@ -219,6 +229,11 @@ class EventsMixin(SQLiteBase):
     def delete_stream(self, scope: Scope, stream: str) -> int:
         scope.require_concrete()
         with self.transaction():
+            # positions of the deleted events are never handed out again (an append takes the
+            # larger of the table's last position and this one)
+            self._execute(
+                f"UPDATE meta SET value = {_LAST_POSITION} WHERE key = 'event_position'"
+            )
             cur = self._execute(
                 "DELETE FROM events WHERE tenant = ? AND user = ? AND agent = ? AND session = ? "
                 "AND stream = ?",

@@ -155,6 +155,40 @@ MIGRATIONS: list[str] = [
         DELETE FROM blob_chunks WHERE hash = old.hash;
     END;
     """,
+    # v5: an event's position is allocated by the append (one past the table's last position, or
+    # past meta.event_position when higher) instead of AUTOINCREMENT, whose sqlite_sequence row
+    # was a third page written and fsynced by every append (the event's table page, its
+    # (scope, stream, version) index page, sqlite_sequence). The guarantee stays: a position is
+    # never handed out twice — ``delete_stream`` raises meta.event_position to the table's last
+    # position before it deletes (positions key the task-state cache and are cursors). The table
+    # is rebuilt (SQLite cannot drop AUTOINCREMENT in place); legacy_alter_table keeps the
+    # RENAME from re-checking the other tables' triggers that name ``events`` while it is gone.
+    """
+    PRAGMA legacy_alter_table = ON;
+    CREATE TABLE events_v5 (
+        position INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL, user TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL,
+        stream TEXT NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL,
+        data TEXT NOT NULL, created_at TEXT NOT NULL, blob TEXT, blob_at TEXT,
+        UNIQUE (tenant, user, agent, session, stream, version)
+    );
+    INSERT INTO events_v5 (position, tenant, user, agent, session, stream, version, type, data,
+        created_at, blob, blob_at)
+        SELECT position, tenant, user, agent, session, stream, version, type, data, created_at,
+        blob, blob_at FROM events;
+    INSERT INTO meta (key, value) VALUES ('event_position',
+        coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0));
+    DROP TABLE events;
+    ALTER TABLE events_v5 RENAME TO events;
+    CREATE INDEX events_blob ON events (blob) WHERE blob IS NOT NULL;
+    CREATE TRIGGER events_blob_gc AFTER DELETE ON events WHEN old.blob IS NOT NULL BEGIN
+        DELETE FROM blobs WHERE hash = old.blob
+            AND NOT EXISTS (SELECT 1 FROM records WHERE body_blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM events WHERE blob = old.blob)
+            AND NOT EXISTS (SELECT 1 FROM docs WHERE blob = old.blob);
+    END;
+    PRAGMA legacy_alter_table = OFF;
+    """,
 ]
 
 # Data steps run after a migration's script, inside the same transaction (by version).
