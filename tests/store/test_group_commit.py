@@ -34,20 +34,26 @@ def _wait_for(cond: Callable[[], bool]) -> None:
 
 
 def one_batch(store: SQLiteStore, bodies: list[Callable[[], None]],
-              returned: Callable[[int], None] = lambda k: None) -> list[BaseException | None]:
+              returned: Callable[[int], None] = lambda k: None, *, plain: bool = False,
+              ) -> list[BaseException | None]:
     """Run each body in its own thread inside ``store.transaction()`` so that they all join ONE
     batch: the first holds its block open until every other thread waits to start its own.
-    `returned(k)` is called in thread k as soon as its transaction returned."""
+    `returned(k)` is called in thread k as soon as its transaction returned. With `plain`, the
+    bodies after the first run outside any transaction (a single-statement append there joins
+    the batch as a savepoint-free member)."""
     group = store._group
     outcome: list[BaseException | None] = [None] * len(bodies)
     release = threading.Event()
 
     def run(k: int) -> None:
         try:
-            with store.transaction():
-                if k == 0:
-                    release.wait()
+            if plain and k:
                 bodies[k]()
+            else:
+                with store.transaction():
+                    if k == 0:
+                        release.wait()
+                    bodies[k]()
             returned(k)
         except BaseException as exc:
             outcome[k] = exc
@@ -128,6 +134,71 @@ class TestOneCommitForMany:
         outcome = one_batch(store, [failing, append(store, "b", 1)])
         assert isinstance(outcome[0], ValueError) and outcome[1] is None
         assert store.stream_version(SCOPE, "bad") == 0 and store.stream_version(SCOPE, "b") == 1
+
+
+class TestSingleStatementMembers:
+    """An append outside a transaction is one atomic statement: it joins the batch without a
+    savepoint, or commits by itself when it is alone."""
+
+    def test_appends_outside_a_transaction_share_the_batch_commit_and_none_is_acked_before_it(
+        self, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        acked: list[int] = []
+        seen_at_commit: list[int] = []
+        group = store._group
+        real = group._commit
+
+        def commit(conn: object) -> None:
+            seen_at_commit.append(len(acked))
+            real(conn)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(group, "_commit", commit)
+        before = group.commits
+        outcome = one_batch(store, [append(store, f"s{k}", k) for k in range(6)], returned=acked.append,
+                            plain=True)
+        assert outcome == [None] * 6
+        assert group.commits - before == 1 and seen_at_commit == [0] and sorted(acked) == list(range(6))
+        assert [store.stream_version(SCOPE, f"s{k}") for k in range(6)] == [1] * 6
+
+    def test_a_failed_commit_fails_the_single_statement_members_too(
+        self, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def broken(conn: object) -> None:
+            raise StoreError("injected: the disk went away during COMMIT")
+
+        monkeypatch.setattr(store._group, "_commit", broken)
+        outcome = one_batch(store, [append(store, f"s{k}", k) for k in range(4)], plain=True)
+        assert all(isinstance(e, StoreError) and "injected" in str(e) for e in outcome)
+        monkeypatch.undo()
+        assert [store.stream_version(SCOPE, f"s{k}") for k in range(4)] == [0] * 4
+
+    def test_a_failing_statement_undoes_only_itself(self, store: SQLiteStore) -> None:
+        conn = store._write_conn()
+
+        def duplicate() -> None:  # a UNIQUE violation: SQLite undoes the statement, not the batch
+            store._group.atomic(conn, lambda: conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('embedding_generation', 7)"))
+
+        outcome = one_batch(store, [append(store, "a", 0), duplicate, append(store, "c", 2)], plain=True)
+        assert outcome[0] is None and outcome[2] is None
+        assert isinstance(outcome[1], StoreError) and "UNIQUE" in str(outcome[1])
+        assert [store.stream_version(SCOPE, s) for s in ("a", "c")] == [1, 1]
+        assert not conn.in_transaction
+
+    def test_an_append_alone_commits_by_itself(self, store: SQLiteStore) -> None:
+        statements: list[str] = []
+        conn = store._write_conn()
+        conn.set_trace_callback(statements.append)
+        before = store._group.commits
+        store.append_events(SCOPE, "alone", [NewEvent("e", {})])
+        conn.set_trace_callback(None)
+        assert [s.split()[0] for s in statements] == ["INSERT"]
+        assert store._group.commits - before == 1 and not conn.in_transaction
+        other = SQLiteStore(store.path)  # committed: another store object reads it
+        try:
+            assert other.stream_version(SCOPE, "alone") == 1
+        finally:
+            other.close()
 
 
 class TestConcurrentAppends:

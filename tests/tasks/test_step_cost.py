@@ -75,12 +75,45 @@ def tool_step(s: Session, i: int, seen: list[list[str]] | None = None, st: State
             call.run(book, checkpoint={"step": i, "artifacts": {"booked": i}})
 
 
-def test_a_checkpoint_is_one_insert_in_one_commit(mem: Memory) -> None:
+def test_a_checkpoint_is_one_insert_that_commits_itself(mem: Memory, tmp_path: Path) -> None:
+    # no snapshot due: the INSERT alone, its own implicit transaction (SQLite commits it before
+    # execute returns) — no BEGIN / COMMIT statements around it
     s = mem.session("agent")
     s.checkpoint(step=0)  # connections opened, the task's fold cached
     with Statements(mem) as st:
         s.checkpoint(step=1, artifacts={"last": 1})
-    assert st.verbs() == ["BEGIN IMMEDIATE", "INSERT events", "COMMIT"]
+    assert st.verbs() == ["INSERT events"]
+    assert not mem.store._write_conn().in_transaction
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as other:  # committed: seen
+        assert other.session("agent").task.state().artifacts == {"last": 1}
+
+
+def test_a_checkpoint_that_is_due_a_snapshot_writes_it_in_the_same_commit(tmp_path: Path) -> None:
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}, tasks={"snapshot_every_events": 4}) as mem:
+        s = mem.session("agent")
+        for i in range(3):
+            s.checkpoint(step=i)
+        with Statements(mem) as st:
+            s.checkpoint(step=3)  # event 4
+        assert st.verbs() == ["BEGIN IMMEDIATE", "INSERT events", "INSERT kv", "COMMIT"]
+        assert s.task.events.latest_snapshot(s.task.id).version == 4  # type: ignore[union-attr]
+
+
+def test_a_snapshot_made_due_by_another_writers_events_is_written_right_after(tmp_path: Path) -> None:
+    # the cached state said no snapshot was due; another writer's events moved the stream on
+    # so that this append crossed the multiple after all: the snapshot follows in its own commit
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}, tasks={"snapshot_every_events": 4}) as mem, \
+            Memory.open(tmp_path / "ws", embed={"provider": "none"}, tasks={"snapshot_every_events": 1000}) as other:
+        s = mem.session("agent")
+        s.checkpoint(step=0)  # version 1, cached
+        other.session("agent").checkpoint(step=1)  # version 2
+        other.session("agent").checkpoint(step=2)  # version 3
+        with Statements(mem) as st:
+            s.checkpoint(step=3)  # version 4: this process thought it wrote version 2
+        assert st.verbs()[0] == "INSERT events" and "INSERT kv" in st.verbs()
+        snap = s.task.events.latest_snapshot(s.task.id)
+        assert snap is not None and snap.version == 4 and snap.step == 3
+        assert s.task.state() == s.task.events.recover(s.task.id, use_snapshot=False)
 
 
 def test_a_ledger_tool_step_is_two_commits_and_started_is_committed_before_the_tool_runs(mem: Memory) -> None:
@@ -171,19 +204,24 @@ def test_a_checkpoint_written_with_a_tool_outcome_is_encoded_once(
 
 
 def _vm_steps(mem: Memory, fn) -> int:  # type: ignore[no-untyped-def]
-    """SQLite virtual-machine instructions `fn` runs on this thread's connection."""
-    conn = mem.store._conn()
+    """SQLite virtual-machine instructions `fn` runs on the store's connections (an append
+    outside a transaction runs on the shared write connection)."""
+    mem.store._write_conn()
+    mem.store._conn()
+    conns = list(mem.store._conns)
     count = [0]
 
     def tick() -> int:
         count[0] += 1
         return 0
 
-    conn.set_progress_handler(tick, 1)
+    for conn in conns:
+        conn.set_progress_handler(tick, 1)
     try:
         fn()
     finally:
-        conn.set_progress_handler(None, 0)
+        for conn in conns:
+            conn.set_progress_handler(None, 0)
     return count[0]
 
 

@@ -5,6 +5,10 @@ Each task is the event stream ``task:<id>`` in its session's scope. Appends go t
 state is written to kv namespace ``task_snapshots`` **in the same transaction** as the append
 that crosses a multiple of ``settings.tasks.snapshot_every_events`` (so a snapshot can never be
 ahead of, or inconsistent with, the log). Recovery = latest snapshot + replay of later events.
+An append after which the cached state says no snapshot is due is the store's append alone (one
+atomic statement, one commit); if another writer's events made it cross a multiple after all,
+the snapshot follows in a transaction of its own (read under its write lock: still exactly the
+log's state).
 
 The folded state of each task is cached in the process (per ``TaskEventStore`` object) with the
 store position of the event it ends at. ``recover`` reads the stream from that event on — one
@@ -140,6 +144,20 @@ class TaskEventStore:
         top_level = not self.store.in_transaction()
         pending: dict[str, _Folded] | None = getattr(self._local, "pending", None)
         after: _Folded | None = None
+        known = self._folded.get(task) if top_level and pending is None and not snapshot else None
+        if known is not None and (known.state.version + len(new)) // every == known.state.version // every:
+            # No snapshot due after the cached state: the append alone (atomic by itself, one
+            # commit — the store's own, group-committed with concurrent writers).
+            stored = self.store.append_events(self.scope, stream, new, expected_version=expected_version)
+            after = self._fold_appended(task, stored, None)
+            if after is not None:
+                self._remember(task, after)
+            last = stored[-1].version
+            if last // every > (last - len(stored)) // every:
+                # another writer's events came in between, and this append crossed a multiple
+                # of N after all: the snapshot in a transaction of its own, right after it
+                self.snapshot(task)
+            return self._records(task, stored, new, models)
         # Inside this object's own _transaction() block (the ledger's) every write fails
         # together (the block never goes on after one raised): no savepoint of its own.
         with nullcontext() if pending is not None else self.store.transaction():
@@ -155,6 +173,11 @@ class TaskEventStore:
                 self._remember(task, after)
             elif pending is not None:  # remembered when the _transaction() block commits
                 pending[task] = after
+        return self._records(task, stored, new, models)
+
+    @staticmethod
+    def _records(task: str, stored: Sequence[StoredEvent], new: Sequence[NewEvent],
+                 models: Sequence[TaskEvent]) -> list[TaskEventRecord]:
         return [
             TaskEventRecord(task, s.version, s.type, m, n.data, s.created_at)
             for s, n, m in zip(stored, new, models, strict=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ _RETURNING = (
 )
 
 
+@functools.lru_cache(maxsize=64)
 def _append_sql(n: int, expected: bool) -> str:
     guard = " WHERE v = ?" if expected else ""
     if n == 1:
@@ -173,10 +175,14 @@ class EventsMixin(SQLiteBase):
             params.append(expected_version)
         params += where  # the RETURNING lookup of the event before each row
         try:
-            # fetchall() runs the statement to completion, which commits it.
-            rows = self._retry(
-                lambda: self._conn().execute(sql, params).fetchall()
-            )
+            # fetchall() runs the statement to completion. Outside a transaction it is a member
+            # of the group commit without a savepoint (the statement is atomic): alone it
+            # commits itself, else it shares its batch's COMMIT — durable either way on return.
+            if self.in_transaction():
+                rows = self._retry(lambda: self._conn().execute(sql, params).fetchall())
+            else:
+                conn = self._write_conn()
+                rows = self._group.atomic(conn, lambda: conn.execute(sql, params).fetchall())
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"{self.path}: integrity error: {exc}") from exc
         if not rows:  # the WHERE guard failed: another writer appended first

@@ -10,6 +10,12 @@ and every block of the batch returns only after that COMMIT returned: nothing is
 before it is durable, and a failed COMMIT raises in every block of the batch (all of it rolled
 back). A single thread pays exactly what a plain BEGIN IMMEDIATE … COMMIT costs.
 
+A write that is ONE atomic SQL statement (an event append outside a transaction) is a member
+without a savepoint (:meth:`GroupCommit.atomic`): a statement that fails leaves nothing behind,
+so there is nothing of its own to undo. Alone — no batch open, nobody waiting — it runs as its
+own implicit transaction, committed (and at FULL fsynced) before ``execute`` returns: the same
+one commit, without the BEGIN and COMMIT statements.
+
 Readers on other connections see a batch only after its COMMIT (SQLite publishes a WAL commit
 after its fsync at FULL), so nobody can act on a write that may still be lost.
 
@@ -28,12 +34,13 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from mindpalace.errors import StoreBusyError, StoreError
 
 MAX_BATCH = 64  # blocks per COMMIT: bounds how long the first block of a batch waits for it
 _SAVEPOINT = "group_member"
+T = TypeVar("T")
 
 
 @dataclass
@@ -92,23 +99,76 @@ class GroupCommit:
         """
         return _Member(self, conn)
 
+    def atomic(self, conn: sqlite3.Connection, statement: Callable[[], T]) -> T:
+        """Run `statement` — ONE SQL statement on `conn`, which writes all it writes or nothing —
+        as a member of the open batch (or a new one), without the savepoint a block takes; its
+        result is returned once it is durable.
+
+        Alone (no batch open, no other thread waiting to write) it runs as its own implicit
+        transaction: SQLite commits it before ``execute`` returns — the same one commit and one
+        fsync as BEGIN IMMEDIATE … COMMIT, minus two statements. Otherwise it joins the batch
+        and returns after the batch's COMMIT, like a block.
+
+        Raises:
+            StoreBusyError: the write connection stayed taken for ``wait_seconds``.
+            The statement's own error (it wrote nothing; when SQLite rolled the whole batch back
+            with it — a full disk, an I/O error — every block of the batch fails too), or the
+            COMMIT's error.
+        """
+        with self._lock:
+            self._wait_turn()
+            batch = self._batch
+            alone = batch is None and self._entering == 0
+            self.blocks += 1
+            if alone:
+                self.commits += 1
+        if alone:
+            try:
+                return self._retry(statement)
+            finally:
+                self._release()
+        if batch is None:
+            try:
+                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+            except BaseException:
+                self._release()
+                raise
+            batch = _Batch()
+            with self._lock:
+                self._batch = batch
+        with self._lock:
+            batch.size += 1
+        try:
+            result = self._retry(statement)
+        except BaseException as exc:
+            if not conn.in_transaction:  # rolled back whole: the batch's other writes are gone
+                batch.poisoned = StoreError(f"a write failed and took its transaction with it: {exc}")
+            self._finish(conn, batch, wait=False)
+            raise
+        self._finish(conn, batch, wait=True)
+        return result
+
     # -- steps -----------------------------------------------------------------------------
+    def _wait_turn(self) -> None:
+        """Under ``_lock``: wait until the write connection is free, then take it."""
+        self._entering += 1
+        try:
+            deadline = time.monotonic() + self._wait_seconds
+            while self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._turn.notify()  # a hand-on meant for this thread goes to the next
+                    raise StoreBusyError(
+                        f"the store's write connection stayed busy for {self._wait_seconds:g}s "
+                        "(another thread holds a long transaction); retry later")
+                self._turn.wait(remaining)
+        finally:
+            self._entering -= 1
+        self._busy = True
+
     def _join(self, conn: sqlite3.Connection) -> tuple[_Batch, bool]:
         with self._lock:
-            self._entering += 1
-            try:
-                deadline = time.monotonic() + self._wait_seconds
-                while self._busy:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        self._turn.notify()  # a hand-on meant for this thread goes to the next
-                        raise StoreBusyError(
-                            f"the store's write connection stayed busy for {self._wait_seconds:g}s "
-                            "(another thread holds a long transaction); retry later")
-                    self._turn.wait(remaining)
-            finally:
-                self._entering -= 1
-            self._busy = True
+            self._wait_turn()
             batch = self._batch
         if batch is None:
             try:
