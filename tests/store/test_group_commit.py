@@ -226,3 +226,31 @@ class TestConcurrentAppends:
         assert len(set(pairs)) == len(pairs) == threads * per_thread
         for k in range(threads):  # each agent's events in its own order
             assert [i for kk, i in pairs if kk == k] == list(range(per_thread))
+
+
+def test_single_statement_appends_and_blocks_mixed_lose_nothing(store: SQLiteStore) -> None:
+    # appends outside a transaction (alone, or savepoint-free members of a batch) and
+    # transaction blocks from the same threads: every acknowledged event stored once, in order
+    threads, per_thread = 8, 60
+
+    def agent(k: int) -> None:
+        for i in range(per_thread):
+            if i % 5 == 4:
+                with store.transaction():
+                    store.append_events(SCOPE, f"own{k}", [NewEvent("e", {"k": k, "i": i})])
+            else:
+                store.append_events(SCOPE, f"own{k}", [NewEvent("e", {"k": k, "i": i})])
+            store.append_events(SCOPE, "shared", [NewEvent("e", {"k": k, "i": i})])
+
+    workers = [threading.Thread(target=agent, args=(k,)) for k in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    for k in range(threads):
+        own = store.read_events(SCOPE, f"own{k}")
+        assert [e.data["i"] for e in own] == list(range(per_thread))
+    shared = store.read_events(SCOPE, "shared")
+    assert [e.version for e in shared] == list(range(1, threads * per_thread + 1))
+    assert len({(e.data["k"], e.data["i"]) for e in shared}) == threads * per_thread
+    assert not store._write_conn().in_transaction

@@ -77,6 +77,10 @@ class GroupCommit:
         self._busy = False  # a thread runs a block (or commits) on the write connection
         self._entering = 0  # threads waiting to start a block
         self._batch: _Batch | None = None
+        self._solo = True
+        """The last commit had one member: writes come one at a time, so a single statement
+        commits by itself. After a shared commit it opens a batch instead (deciding alone up
+        front would shut out the writers that arrive while it runs)."""
         self.commits = 0
         """COMMITs issued (successful or not)."""
         self.blocks = 0
@@ -104,10 +108,11 @@ class GroupCommit:
         as a member of the open batch (or a new one), without the savepoint a block takes; its
         result is returned once it is durable.
 
-        Alone (no batch open, no other thread waiting to write) it runs as its own implicit
-        transaction: SQLite commits it before ``execute`` returns — the same one commit and one
-        fsync as BEGIN IMMEDIATE … COMMIT, minus two statements. Otherwise it joins the batch
-        and returns after the batch's COMMIT, like a block.
+        Alone (no batch open, no other thread waiting to write, and the last commit had one
+        member) it runs as its own implicit transaction: SQLite commits it before ``execute``
+        returns — the same one commit and one fsync as BEGIN IMMEDIATE … COMMIT, minus two
+        statements. Otherwise it joins the batch (or opens one, so that writers arriving while
+        it runs can share its COMMIT) and returns after the batch's COMMIT, like a block.
 
         Raises:
             StoreBusyError: the write connection stayed taken for ``wait_seconds``.
@@ -118,7 +123,7 @@ class GroupCommit:
         with self._lock:
             self._wait_turn()
             batch = self._batch
-            alone = batch is None and self._entering == 0
+            alone = batch is None and self._entering == 0 and self._solo
             self.blocks += 1
             if alone:
                 self.commits += 1
@@ -235,6 +240,7 @@ class GroupCommit:
             batch.done, batch.error = True, error
             self._batch = None
             self.commits += 1
+            self._solo = batch.size == 1
             self._busy = False
             if batch.size > 1:  # the other blocks of the batch wait for its COMMIT
                 self._committed.notify_all()
