@@ -71,6 +71,10 @@ HISTORY_KIND = "history"
 MESSAGE_STREAM = "messages"
 RECALLED_HEADER = "Recalled memory (quoted, oldest first, UTC; read_files(ref) reads one whole):"
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
+COMPACT_RECALLED_HEADER = "Recalled memory (quoted, UTC; read_files(ref)):"
+"""The header of the compact form (a small prompt, ``context.compact_framing_below_tokens``)."""
+COMPACT_DATES_HEADER = "Message dates (UTC):"
+"""The message-dates note's compact header: runs name their references only (no positions)."""
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 _RRF_K = 60.0  # merging the ranked lists of several queries
 
@@ -309,7 +313,7 @@ class MemoryRecaller:
 
     def pack(
         self, items: Sequence[RecalledItem], cap_tokens: int, *, exclude_messages: frozenset[int] = frozenset(),
-        item_cap: int | None = None,
+        item_cap: int | None = None, compact: bool = False,
     ) -> tuple[str, list[RecalledItem]]:
         """The block text holding the best `items` under `cap_tokens` (tokens of the text),
         and the items shown (with their ``tokens``: what each added), best first.
@@ -327,30 +331,34 @@ class MemoryRecaller:
         once), so a hit and the turns around it cost little more than their text. Once ``recall_excerpt_after`` of the cap is used, items longer
         than ``recall_excerpt_tokens`` show their best-matching excerpt. `item_cap` (tokens) caps
         what one item may show (its best-matching excerpt when longer, with its reference to read
-        it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). Returns ``("", [])``
-        when nothing fits.
+        it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). `compact` (a
+        small prompt): the block is headed :data:`COMPACT_RECALLED_HEADER` and its date lines
+        drop the separator (``[8 May 2023 message:12–14]``); items, quotes, attribution, dates
+        and references are the same. Returns ``("", [])`` when nothing fits.
         """
-        if cap_tokens <= self.counter.count(RECALLED_HEADER) + 1:
+        if cap_tokens <= self.counter.count(_header(compact)) + 1:
             return "", []
         item_cap = self.settings.recall_item_max_tokens if item_cap is None else max(_MIN_ITEM_TOKENS, item_cap)
-        chosen, used = self._choose(items, cap_tokens, cap_tokens, exclude_messages, item_cap)
-        text, shown = self._fit(chosen, cap_tokens)
+        chosen, used = self._choose(items, cap_tokens, cap_tokens, exclude_messages, item_cap, compact)
+        text, shown = self._fit(chosen, cap_tokens, compact)
         if text and used > (exact := self.counter.count(text)):
             # the per-item estimates (a date line, a gap mark, a reference each) came out above
             # the exact count: one more pass with that difference added fills the room they
             # held; kept when it shows more
-            more, _ = self._choose(items, cap_tokens + used - exact, cap_tokens, exclude_messages, item_cap)
-            fuller, fuller_shown = self._fit(more, cap_tokens)
+            more, _ = self._choose(items, cap_tokens + used - exact, cap_tokens, exclude_messages, item_cap, compact)
+            fuller, fuller_shown = self._fit(more, cap_tokens, compact)
             if self.counter.count(fuller) > exact:
                 return fuller, fuller_shown
         return text, shown
 
-    def _fit(self, chosen: list[tuple[RecalledItem, str]], cap_tokens: int) -> tuple[str, list[RecalledItem]]:
+    def _fit(
+        self, chosen: list[tuple[RecalledItem, str]], cap_tokens: int, compact: bool = False
+    ) -> tuple[str, list[RecalledItem]]:
         """The rendered block of `chosen` under `cap_tokens` (exact count), the last-chosen
         items left out until it fits; ``("", [])`` when nothing does."""
         chosen = list(chosen)
         while chosen:
-            text = self._render(chosen)
+            text = self._render(chosen, compact)
             if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
                 return text, [i for i, _ in chosen]
             chosen.pop()
@@ -358,12 +366,12 @@ class MemoryRecaller:
 
     def _choose(
         self, items: Sequence[RecalledItem], limit: int, cap_tokens: int, exclude_messages: frozenset[int],
-        item_cap: int,
+        item_cap: int, compact: bool = False,
     ) -> tuple[list[tuple[RecalledItem, str]], int]:
         """The greedy pass of :meth:`pack`: (items taken best first with their shown text,
         their estimated tokens) under `limit` estimated tokens; `cap_tokens` is the block's
         cap (``recall_excerpt_after`` is a share of it)."""
-        used, seen = self.counter.count(RECALLED_HEADER) + 1, set()
+        used, seen = self.counter.count(_header(compact)) + 1, set()
         chosen: list[tuple[RecalledItem, str]] = []
         days: set[tuple[str, object]] = set()  # (session, day) of the messages taken
         speakers: set[tuple[str, str, str]] = set()  # (session, name, role) in the envelope legend
@@ -386,7 +394,7 @@ class MemoryRecaller:
                 if _day(item) in days:
                     tokens += _JOIN_TOKENS
                 else:
-                    tokens += self.counter.count(self._day_line([item])) + 1
+                    tokens += self.counter.count(self._day_line([item], compact)) + 1
                     tokens += 0 if days else self._shell_tokens()
                 if item.speaker and (item.session, item.speaker, item.source) not in speakers:
                     # the envelope's legend names it once: speakers="Caroline (user), …"
@@ -422,7 +430,7 @@ class MemoryRecaller:
             take(item)
         return chosen, used
 
-    def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
+    def _render(self, chosen: list[tuple[RecalledItem, str]], compact: bool = False) -> str:
         """Oldest first; consecutive messages of one session in one envelope, a date line
         opening each day, in their order, with ``…`` where messages in between were left out."""
         ordered = sorted(chosen, key=_chronological)
@@ -431,7 +439,7 @@ class MemoryRecaller:
 
         def flush() -> None:
             if run:
-                blocks.append(self._message_envelope(run))
+                blocks.append(self._message_envelope(run, compact))
                 run.clear()
 
         for item, body in ordered:
@@ -443,9 +451,9 @@ class MemoryRecaller:
                 flush()
             run.append((item, body))
         flush()
-        return "\n".join([RECALLED_HEADER, *blocks])
+        return "\n".join([_header(compact), *blocks])
 
-    def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]]) -> str:
+    def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]], compact: bool = False) -> str:
         """One envelope for consecutive recalled messages of a session: each day opens with
         its date line (:meth:`_day_line`), ``…`` marks messages left out in between."""
         roles: dict[str, list[str]] = {}  # speaker → the roles they spoke in, first seen first
@@ -455,7 +463,7 @@ class MemoryRecaller:
         lines: list[str] = []
         for _, group in groupby(run, key=lambda entry: _day(entry[0])):
             day = list(group)
-            lines.append(self._day_line([item for item, _ in day]))
+            lines.append(self._day_line([item for item, _ in day], compact))
             for k, (item, text) in enumerate(day):
                 if k and item.index != day[k - 1][0].index + 1:
                     lines.append("…")
@@ -465,9 +473,10 @@ class MemoryRecaller:
         speakers = ", ".join(f"{name} ({said[0]})" for name, said in roles.items() if len(said) == 1)
         return memory_envelope("\n".join(lines), source="conversation", speakers=speakers)
 
-    def _day_line(self, day: Sequence[RecalledItem]) -> str:
+    def _day_line(self, day: Sequence[RecalledItem], compact: bool = False) -> str:
         """``[8 May 2023 · message:7–8,12]``: the day the messages shown were written
-        (:func:`day_date`) and their reference (``@session`` for another session)."""
+        (:func:`day_date`) and their reference (``@session`` for another session);
+        ``[8 May 2023 message:7–8,12]`` when `compact`."""
         first = day[0]
         spans: list[list[int]] = []
         for item in day:
@@ -479,7 +488,7 @@ class MemoryRecaller:
         ref = "message:" + ",".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans) + at
         if first.date is None:
             return f"[{ref}]"
-        return f"[{day_date(first.date)} · {ref}]"
+        return f"[{day_date(first.date)}{' ' if compact else ' · '}{ref}]"
 
     def _shown(self, item: RecalledItem, item_cap: int) -> tuple[str, int]:
         """(text shown, its tokens + 1 for the newline): a message's line, or another item's
@@ -562,13 +571,15 @@ class MemoryRecaller:
                 self.store.read_events(self.scope, MESSAGE_STREAM, from_version=lo, to_version=hi)}
 
     def message_dates(
-        self, indexes: Sequence[int], stamps: Mapping[int, datetime] | None = None
+        self, indexes: Sequence[int], stamps: Mapping[int, datetime] | None = None, *, compact: bool = False
     ) -> str | None:
         """A note saying when the messages `indexes` (this session, shown in this order as
         the conversation) were written: runs of consecutive messages with the same date,
-        e.g. ``#1–18 (message:601–618): 8 May 2023, 13:56``. None when there are none.
+        e.g. ``#1–18 = message:601–618: 8 May 2023, 13:56``. None when there are none.
         `stamps` (from :meth:`message_stamps`, covering `indexes`) saves the read when the
-        caller asks for several notes over one range."""
+        caller asks for several notes over one range. `compact` (a small prompt): headed
+        :data:`COMPACT_DATES_HEADER`, each run named by its references only
+        (``message:601–618: 8 May 2023, 13:56``), one line when there is one run."""
         if not indexes:
             return None
         if stamps is None:
@@ -585,19 +596,28 @@ class MemoryRecaller:
                 runs.append([(pos, index, when)])
         if not runs:
             return None
-        lines = [DATES_HEADER]
+        lines = [COMPACT_DATES_HEADER if compact else DATES_HEADER]
         for run in runs:
             (p0, i0, t0), (p1, i1, t1) = run[0], run[-1]
-            where = f"#{p0} = message:{i0}" if p0 == p1 else f"#{p0}–{p1} = message:{i0}–{i1}"
+            if compact:
+                where = f"message:{i0}" if p0 == p1 else f"message:{i0}–{i1}"
+            else:
+                where = f"#{p0} = message:{i0}" if p0 == p1 else f"#{p0}–{p1} = message:{i0}–{i1}"
             same = t0.replace(second=0, microsecond=0) == t1.replace(second=0, microsecond=0)
             span = human_date(t0) if same else f"{human_date(t0)} – {t1:%H:%M}"
             lines.append(f"{where}: {span}")
+        if compact and len(lines) == 2:
+            return f"{lines[0]} {lines[1]}"
         return "\n".join(lines)
 
 
 _MEMO_ITEMS = 4_096  # shown texts remembered across builds (cleared when full)
 _MIN_ITEM_TOKENS = 12  # below this much room no item fits (an envelope alone is more)
 _JOIN_TOKENS = 4  # a message joining an open envelope: its "…" gap line and its ref number
+
+
+def _header(compact: bool) -> str:
+    return COMPACT_RECALLED_HEADER if compact else RECALLED_HEADER
 
 
 def only_asks(text: str) -> bool:
