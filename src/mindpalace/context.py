@@ -33,6 +33,11 @@ whose result holds every memory block in its own ``<memory source=…>`` envelop
 not once per block. Report rows stay per block: each row is what its block adds to the prompt
 (the first block's row carries the shell), and the rows sum exactly to the total.
 
+Below ``context.compact_framing_below_tokens`` (a small prompt) the memory is framed compactly
+(:meth:`ContextBuilder.compact`): shorter headings of the recalled memory, the message dates and
+the archived ranges not shown, date lines without their separator — the same items, quoted,
+attributed, dated and with their references.
+
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
 schemas and reply priming included). The recalled-memory block may fill up to
 ``context.recall_share`` of the budget (one record at most ``1 / context.recall_min_items`` of

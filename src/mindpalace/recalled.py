@@ -40,6 +40,10 @@ build the context builder asks :class:`MemoryRecaller` for
    model can read an item whole.
 3. :meth:`~MemoryRecaller.message_dates` — when the conversation messages shown were written,
    as a short note (the messages' own content is never rewritten).
+
+In a small prompt (``compact=True``, below ``context.compact_framing_below_tokens``) the block
+is headed :data:`COMPACT_RECALLED_HEADER`, date lines read ``[8 May 2023 message:11–12,15]`` and
+the dates note :data:`COMPACT_DATES_HEADER` names references only; nothing else changes.
 """
 
 from __future__ import annotations
