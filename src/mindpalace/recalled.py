@@ -63,6 +63,7 @@ from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, Retrieval
 from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
+from mindpalace.store.inputs import PART_SEPARATOR
 from mindpalace.store.textindex import query_terms
 from mindpalace.timeutil import from_iso
 from mindpalace.tokens import TokenCounter
@@ -72,6 +73,7 @@ MESSAGE_STREAM = "messages"
 RECALLED_HEADER = "Recalled memory (quoted, oldest first, UTC; read_files(ref) reads one whole):"
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
+_EXCERPT_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # where an excerpt may start: a sentence or a line
 _RRF_K = 60.0  # merging the ranked lists of several queries
 
 
@@ -108,6 +110,9 @@ class RecalledItem:
         terms: the query terms it contains (picks the excerpt of a long item).
         superseded_by: the reference of a later statement on the same subject that corrects
             this one (shown beside it, so the model takes the newer value), or "".
+        part: which bounded part of a long document `text` starts with (1 = its head; the
+            store indexes a text over 16 KiB in parts, and hits on several parts of one
+            document are one item whose text joins them in order).
     """
 
     ref: str
@@ -123,6 +128,7 @@ class RecalledItem:
     index: int = 0
     terms: tuple[str, ...] = ()
     superseded_by: str = ""
+    part: int = 1
 
 
 _QUESTION_WEIGHT = 0.5  # score factor of a recalled message that only asks
@@ -205,9 +211,9 @@ class MemoryRecaller:
                 tier = FACT_KIND if entry.tier == "working" else entry.tier
                 key = (entry.session if tier == MESSAGE_KIND else "", tier, entry.ref)
                 merged = 1.0 / (_RRF_K + rank) if len(queries) > 1 else entry.score
-                if key in ranked:  # found twice (two queries, or working + long-term): its best rank
+                if key in ranked:  # found twice (two queries, working + long-term, two parts)
                     old_score, old = ranked[key]
-                    ranked[key] = (max(old_score, merged), old)
+                    ranked[key] = (max(old_score, merged), _with_part(old, entry))
                 else:
                     ranked[key] = (merged, entry)
         order = sorted(ranked.values(), key=lambda x: -x[0])
@@ -218,7 +224,8 @@ class MemoryRecaller:
         names: dict[Scope, list[str]] = {}
         for h in hits:
             if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND, ARCHIVE_KIND, KNOWLEDGE_KIND):
-                names.setdefault(h.scope, []).append(h.ref)
+                part = _part_of(h.ref)
+                names.setdefault(h.scope, []).append(h.ref if part is None else part[0])
         out: dict[tuple[Scope, str], datetime | None] = {}
         for scope, refs in names.items():
             for name, record in self.store.get_records(scope, refs).items():
@@ -233,6 +240,12 @@ class MemoryRecaller:
         return f"message:{index}" if session == str(self.scope.session) else f"message:{index}@{session}"
 
     def _from_hit(self, hit: RetrievalHit, created: dict[tuple[Scope, str], datetime | None]) -> RecalledItem | None:
+        # a part of a long document (``<ref>#part<i>``, i ≥ 2, store.inputs.document_parts)
+        # is its document under the document's own reference, showing the part's text: the
+        # tail of a huge tool output answers questions its head does not
+        ref_part = _part_of(hit.ref)
+        if ref_part is not None:
+            hit = replace(hit, ref=ref_part[0])
         meta = hit.meta
         session = str(hit.scope.session)
         why = str(hit.why)
@@ -275,7 +288,7 @@ class MemoryRecaller:
         else:  # step / info / snapshot records (any record type a component indexes)
             item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
                                 hit.score, why, session=session, terms=hit.why.terms)
-        return item
+        return item if ref_part is None else replace(item, part=ref_part[1])
 
     def _working(self, query: str) -> list[RecalledItem]:
         """Working-memory items sharing half the query's terms — read from the stored working
@@ -534,20 +547,21 @@ class MemoryRecaller:
         return memory_envelope(f"{text} {shown_note}" if shown_note else text, **attrs)
 
     def _excerpt(self, text: str, item: RecalledItem, room: int) -> str:
-        """The part of a long text that best matches (the sentence with most matched query
-        terms and what follows), cut to `room` tokens, marked with … where it was cut."""
+        """The part of a long text that best matches (the sentence or line with most matched
+        query terms and what follows, as written), cut to `room` tokens, marked with … where
+        it was cut."""
         terms = list(item.terms)
-        sentences = _SENTENCE.split(text)
+        starts = [0] + [m.end() for m in _EXCERPT_BREAK.finditer(text) if m.end() < len(text)]
         start = 0
-        if terms and len(sentences) > 1:
+        if terms and len(starts) > 1:
             wanted = set(stems(terms))
             best = -1
-            for i, sentence in enumerate(sentences):
-                have = set(stems(query_terms(sentence, drop_stop_words=False)))
+            for begin, end in zip(starts, [*starts[1:], len(text)], strict=True):
+                have = set(stems(query_terms(text[begin:end], drop_stop_words=False)))
                 score = len(wanted & have)
                 if score > best:
-                    best, start = score, i
-        body = " ".join(sentences[start:])
+                    best, start = score, begin
+        body = text[start:].strip()
         lead = "… " if start > 0 else ""
         cut = self.counter.truncate(body, max(0, room - self.counter.count(lead) - 2))
         if not cut.strip():
@@ -593,6 +607,23 @@ class MemoryRecaller:
             span = human_date(t0) if same else f"{human_date(t0)} – {t1:%H:%M}"
             lines.append(f"{where}: {span}")
         return "\n".join(lines)
+
+
+def _part_of(ref: str) -> tuple[str, int] | None:
+    """(the document's ref, part number) of a part's ref ``<ref>#part<i>``; None otherwise."""
+    whole, sep, number = ref.partition(PART_SEPARATOR)
+    return (whole, int(number)) if sep and whole and number.isdigit() else None
+
+
+def _with_part(kept: RecalledItem, other: RecalledItem) -> RecalledItem:
+    """`kept` (the better-ranked hit of one record) with `other`'s text too when `other` is
+    another part of the same long document: their texts joined with ``…`` between them and
+    their matched terms merged, so the excerpt shown is the part that matches best."""
+    if other.tier != kept.tier or other.text == kept.text or other.text in kept.text:
+        return kept
+    first, second = (kept, other) if kept.part <= other.part else (other, kept)
+    return replace(kept, text=f"{first.text} … {second.text}",
+                   terms=tuple(dict.fromkeys(kept.terms + other.terms)), part=first.part)
 
 
 _MEMO_ITEMS = 4_096  # shown texts remembered across builds (cleared when full)
