@@ -505,7 +505,8 @@ class ContextBuilder:
         if system_prompt:
             parts.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
         if parts and budget < (floor := self.counter.count_messages(self._flat(parts), tools)):
-            sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - minimum}"
+            priming = self.counter.count_messages([])  # each part's own tokens, without the tools
+            sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
                               for p in parts)
             raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
                 budget, floor, f"reply priming and tool schemas {minimum}, {sizes} tokens, which "
