@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -174,6 +175,18 @@ class TestTokenLimit:
     def test_text_within_the_limit_comes_back_whitespace_compacted(self, llm):
         out = llm.summarize("  Book   TK001\n\n\n before  Friday.  ", max_tokens=50).text
         assert out == "Book TK001\nbefore Friday."
+
+    def test_message_labels_stay_with_what_the_message_said(self, llm):
+        # consolidation sends "[N] speaker: text" lines; a long line was split into clauses and
+        # the bare labels ranked first by value per token, so a summary of eight messages was
+        # "[1] user: [2] assistant: [3] user: …" and kept nothing they said (new-user finding)
+        text = "\n".join(f"[{2 * i + 1}] user: turn {i} " + "blah " * 40 + f"\n[{2 * i + 2}] assistant: " + "ok " * 40
+                         for i in range(4))
+        out = llm.summarize(text, max_tokens=60).text
+        assert EXACT.count(out) <= 60
+        assert "turn " in out
+        assert not re.search(r"\[\d+\] (user|assistant): \[", out), out
+        assert not re.search(r"\[\d+\] (user|assistant):$", out), out
 
     def test_one_overlong_sentence_is_cut_not_dropped(self, llm):
         text = "word " * 400 + "end."

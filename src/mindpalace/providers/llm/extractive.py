@@ -122,6 +122,7 @@ MAX_HITS_PER_KIND = 3  # a table row full of ids should not drown out a constrai
 _SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+")
 # Clause breaks for over-long sentences; ASCII ones only before a space so URLs stay whole.
 _CLAUSE_END = re.compile(r"(?<=[，、：])|(?<=[,:])\s+")
+_LABEL_ONLY = re.compile(r"\[\d+\] [^\n\[\]:]{1,80}:")  # a message's label with nothing after it
 _SPACE = re.compile(r"[ \t\u3000\r\f\v]+")
 _CJK_END = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]$")
 
@@ -149,6 +150,24 @@ def split_units(text: str) -> list[str]:
             continue
         units.extend(s.strip() for s in _SENTENCE_END.split(line) if s and s.strip())
     return units
+
+
+def clauses(sentence: str) -> list[str]:
+    """An over-long sentence's clauses; a message label (``[N] speaker:``, how consolidation
+    writes each message) stays with the clause after it — alone it says nothing, and being
+    short it would out-rank every clause by value per token."""
+    out: list[str] = []
+    label = ""
+    for clause in _CLAUSE_END.split(sentence):
+        clause = clause.strip()
+        if not clause:
+            continue
+        if _LABEL_ONLY.fullmatch(clause):
+            label = f"{label}{clause} "
+            continue
+        out.append(label + clause)
+        label = ""
+    return out
 
 
 def is_constraint(text: str) -> bool:
@@ -271,8 +290,8 @@ class ExtractiveSummarizer:
         pieces: list[str] = []
         for unit in split_units(text):
             if self.count(unit) > split_above:
-                pieces.extend(c for c in _CLAUSE_END.split(unit) if c.strip())
-            else:
+                pieces.extend(clauses(unit))
+            elif not _LABEL_ONLY.fullmatch(unit):  # a bare "[N] speaker:" says nothing
                 pieces.append(unit)
         pieces = list(dict.fromkeys(pieces))  # repeated lines carry nothing new
         content = _content_scores(pieces)
