@@ -133,6 +133,23 @@ class TestKeepsWhatMatters:
             "First one.", "Second!", "Third?", "第一句。", "第二句！", "第三句？",
         ]
 
+    def test_titles_initials_and_abbreviations_end_no_sentence(self):
+        assert split_units("My dentist is Dr. Okafor on Birch St. near J. R. Smith Ave. today. Nothing special.") == [
+            "My dentist is Dr. Okafor on Birch St. near J. R. Smith Ave. today.", "Nothing special."]
+        assert split_units("It costs approx. 5 USD, e.g. a coffee.\nDr.\nNext.") == [
+            "It costs approx. 5 USD, e.g. a coffee.", "Dr.", "Next."]
+
+    def test_a_name_after_a_title_is_never_replaced_by_another_sentence(self, llm):
+        # new-user finding: "… at Dr." and "Nothing special." were chosen apart and joined
+        # into "… at Dr. Nothing special." — the summary named the dentist "Dr. Nothing"
+        lines = ["[1] user: By the way, my dentist appointment is on the 14th at Dr. Okafor's clinic on Birch Street.",
+                 "[2] assistant: Got it, I'll remember the dentist appointment with Dr. Okafor."]
+        topics = ["the garden", "my bike", "cooking pasta", "my cat Milo"]
+        lines += [f"[{i + 3}] user: Let me tell you about {topics[i % 4]}. Nothing special." for i in range(12)]
+        for limit in (30, 40, 60):
+            out = llm.summarize("\n".join(lines), max_tokens=limit).text
+            assert "Dr. Nothing" not in out and "Dr. Okafor" in out, out
+
     def test_urls_and_decimals_are_not_split(self):
         assert split_units("Go to https://x.io/a?b=1. It costs 3.5 USD.") == [
             "Go to https://x.io/a?b=1.", "It costs 3.5 USD.",

@@ -122,6 +122,13 @@ MAX_HITS_PER_KIND = 3  # a table row full of ids should not drown out a constrai
 _SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+")
 # Clause breaks for over-long sentences; ASCII ones only before a space so URLs stay whole.
 _CLAUSE_END = re.compile(r"(?<=[，、：])|(?<=[,:])\s+")
+# A period that ends a title, an initial or a common abbreviation ends no sentence: splitting
+# there let two unrelated sentences join into "… at Dr. Nothing special." in a summary.
+_ABBREVIATION_END = re.compile(
+    r"(?:^|[\s(])(?:Mr|Mrs|Ms|Mx|Dr|Prof|Sr|Jr|St|Mt|Ft|Gen|Col|Capt|Lt|Sgt|Rev|Hon|vs|etc|approx|"
+    r"e\.g|i\.e|cf|Vol|Fig|Inc|Ltd|Corp|Ave|Blvd|Rd|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|"
+    r"Nov|Dec|[A-Z])\.$"
+)
 _LABEL_ONLY = re.compile(r"\[\d+\] [^\n\[\]:]{1,80}:")  # a message's label with nothing after it
 _SPACE = re.compile(r"[ \t\u3000\r\f\v]+")
 _CJK_END = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]$")
@@ -143,13 +150,18 @@ def _priority(unit: _Unit) -> tuple[bool, float, int]:
 
 def split_units(text: str) -> list[str]:
     """Lines, then sentences (English and Chinese punctuation), whitespace compacted."""
-    units: list[str] = []
+    units: list[str | None] = []
     for line in text.splitlines():
         line = _SPACE.sub(" ", line).strip()
         if not line:
             continue
-        units.extend(s.strip() for s in _SENTENCE_END.split(line) if s and s.strip())
-    return units
+        for piece in (s.strip() for s in _SENTENCE_END.split(line) if s and s.strip()):
+            if units and units[-1] is not None and _ABBREVIATION_END.search(units[-1]):
+                units[-1] = f"{units[-1]} {piece}"  # "Dr. Okafor" is one sentence
+            else:
+                units.append(piece)
+        units.append(None)  # a line break always ends a sentence
+    return [u for u in units if u is not None]
 
 
 def clauses(sentence: str) -> list[str]:
