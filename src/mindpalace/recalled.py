@@ -99,8 +99,9 @@ class RecalledItem:
         source: who or what it comes from: the message role (``user`` / ``assistant`` /
             ``tool`` / ``system``), ``fact``, or the tier.
         speaker: the message's ``name`` ('' when none); for history entries its kind.
-        date: when it was written (message timestamp, fact version time, record created_at,
-            history entry time); None when unknown.
+        date: when it was written (message timestamp, fact version time, record created_at;
+            for a history entry when the first message it summarizes was written, else the
+            entry's own time); None when unknown.
         text: the full text (an excerpt of it is shown when it is long).
         score: the fused retrieval score (comparable within one build only).
         why: why it matched (query terms, BM25 / cosine ranks, neighbour).
@@ -113,6 +114,8 @@ class RecalledItem:
         part: which bounded part of a long document `text` starts with (1 = its head; the
             store indexes a text over 16 KiB in parts, and hits on several parts of one
             document are one item whose text joins them in order).
+        until: for a range (a history entry): when its last message was written, `date`
+            being when its first was; None otherwise.
     """
 
     ref: str
@@ -129,6 +132,7 @@ class RecalledItem:
     terms: tuple[str, ...] = ()
     superseded_by: str = ""
     part: int = 1
+    until: datetime | None = None
 
 
 _QUESTION_WEIGHT = 0.5  # score factor of a recalled message that only asks
@@ -178,6 +182,7 @@ class MemoryRecaller:
         self.search = _ReadOnlyRetriever(retriever.store, retriever.embedder, retriever.settings)
         self._memo: dict[tuple[object, ...], tuple[str, int]] = {}  # item → (shown text, tokens)
         self._shell: int | None = None
+        self._stamps: dict[tuple[Scope, int], datetime | None] = {}  # (scope, message) → written
 
     def scopes(self) -> list[Scope]:
         """The scopes searched (I10): every session of this user and agent
@@ -278,9 +283,11 @@ class MemoryRecaller:
         elif hit.tier == HISTORY_KIND:
             if meta.get("kind") == "raw" and meta.get("messages"):
                 return None  # a raw archive of messages that are themselves recallable, one by one
+            # dated by the messages it summarizes, not by when consolidation wrote it
+            first, last = self._range_dates(hit.scope, meta.get("messages"))
             item = RecalledItem(f"history:{hit.ref}", HISTORY_KIND, HISTORY_KIND, str(meta.get("kind") or ""),
-                                _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
-                                terms=hit.why.terms)
+                                first or _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
+                                terms=hit.why.terms, until=last if first else None)
         elif hit.tier == ARCHIVE_KIND:  # an archived exchange: user and agent turns, verbatim
             item = RecalledItem(f"archive:{hit.ref}", ARCHIVE_KIND, ARCHIVE_KIND, "",
                                 _date(meta.get("timestamp")), hit.text, hit.score, why,
@@ -289,6 +296,24 @@ class MemoryRecaller:
             item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
                                 hit.score, why, session=session, terms=hit.why.terms)
         return item if ref_part is None else replace(item, part=ref_part[1])
+
+    def _range_dates(self, scope: Scope, messages: object) -> tuple[datetime | None, datetime | None]:
+        """When the first and the last message of a history entry's range (``[lo, hi]`` in its
+        meta) were written — (None, None) when unknown. Messages are append-only, so their
+        times are remembered across builds."""
+        if not (isinstance(messages, list | tuple) and len(messages) == 2
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in messages)):
+            return None, None
+        out: list[datetime | None] = []
+        for index in messages:
+            key = (scope, index)
+            if key not in self._stamps:
+                if len(self._stamps) >= _MEMO_ITEMS:
+                    self._stamps.clear()
+                events = self.store.read_events(scope, MESSAGE_STREAM, from_version=index, to_version=index)
+                self._stamps[key] = from_iso(events[0].data["timestamp"]) if events else None
+            out.append(self._stamps[key])
+        return out[0], out[1]
 
     def _working(self, query: str) -> list[RecalledItem]:
         """Working-memory items sharing half the query's terms — read from the stored working
@@ -536,14 +561,16 @@ class MemoryRecaller:
         return text if self.counter.count(text) <= room else self._excerpt(text, item, room)
 
     def _envelope(self, item: RecalledItem, max_tokens: int) -> str | None:
-        attrs = {"source": item.source, "speaker": item.speaker,
-                 "date": human_date(item.date) if item.date else "", "ref": item.ref}
+        attrs = {"source": item.source, "speaker": item.speaker, "date": _span(item), "ref": item.ref}
         shell = self.counter.count(memory_envelope("", **attrs))
-        note = date_note(item.text, item.date)  # relative dates in it, resolved (after the text)
+        # relative dates in it, resolved (after the text) — not in a range of several days,
+        # where nothing says which day each was written on
+        anchor = item.date if item.until is None or item.date is None or item.until.date() == item.date.date() else None
+        note = date_note(item.text, anchor)
         text = self._fit_text(item.text, item, max_tokens - shell - (self.counter.count(note) + 1 if note else 0))
         if not text:
             return None
-        shown_note = date_note(text, item.date)
+        shown_note = date_note(text, anchor)
         return memory_envelope(f"{text} {shown_note}" if shown_note else text, **attrs)
 
     def _excerpt(self, text: str, item: RecalledItem, room: int) -> str:
@@ -663,6 +690,17 @@ def _line(item: RecalledItem) -> str:
 
 def _later(item: RecalledItem) -> str:
     return f" [corrected later: {item.superseded_by}]" if item.superseded_by else ""
+
+
+def _span(item: RecalledItem) -> str:
+    """An item's date attribute: its date, or the span of a range (``8 May 2023, 13:56 – 17:02``,
+    ``8 May 2023, 13:56 – 25 May 2023, 09:10``); '' when unknown."""
+    if item.date is None:
+        return ""
+    start, end = item.date, item.until
+    if end is None or end.replace(second=0, microsecond=0) <= start.replace(second=0, microsecond=0):
+        return human_date(start)
+    return f"{human_date(start)} – {end:%H:%M}" if end.date() == start.date() else f"{human_date(start)} – {human_date(end)}"
 
 
 def _date(value: object) -> datetime | None:
