@@ -46,6 +46,13 @@ def memory_block(built: Any, name: str) -> str:
     return ""
 
 
+def deep(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
 def fresh(mem: Memory) -> Session:
     return mem.session(uuid.uuid4().hex[:10], user="u")
 
@@ -288,6 +295,8 @@ class TestDegradation:
             ({"messages": [{"role": "user", "content": "x", "extra": float("nan")}]}, "JSON"),
             ({"tools": [{1: "x", "b": 2}]}, "JSON"),
             ({"tools": [{"type": "function", "name": "f\ud800"}]}, "lone surrogate"),
+            ({"tools": [{"type": "function", "function": {"name": "f", "parameters": deep(3_000)}}]},
+             "nested deeper"),  # was a RecursionError (new-user finding)
         ],
     )
     def test_a_request_the_model_api_could_not_take_is_refused(
