@@ -226,6 +226,14 @@ class TestTokenLimit:
                 speaker = re.findall(r"\[\d+\] (\w+):", said[:said.index("must always include")])
                 assert speaker and speaker[-1] == "tool", out
         assert kept >= 3
+        # a summary joins messages on one line; merged again, each sentence keeps its own label
+        line = ("[309] user: Item 155: please look into the beta report and tell me about ticket T-0155 "
+                "filed 23 March. [310] assistant: Ticket T-0155 is about gamma; it must never be closed "
+                "before Monday. [311] user: thanks, that is fine, good to know the deadline for now.")
+        for limit in (20, 30, 40):
+            out = llm.summarize(line, max_tokens=limit).text
+            assert "[310] assistant: … it must never be closed" in out, out
+            assert "[309] user: … it must" not in out
 
     def test_one_overlong_sentence_is_cut_not_dropped(self, llm):
         text = "word " * 400 + "end."

@@ -142,7 +142,7 @@ class _Unit:
     tokens: int
     score: float
     constraint: bool
-    line: int = -1  # the source line it comes from
+    line: int = -1  # the message it comes from (a line, or a labelled run of sentences in one)
     bare: str = ""  # the piece without the label it was given (shown after its own line's piece)
 
 
@@ -157,21 +157,28 @@ def split_units(text: str) -> list[str]:
 
 
 def _line_units(text: str) -> list[tuple[int, str, str]]:
-    """:func:`split_units` as (line number, the line's message label or '', sentence)."""
+    """:func:`split_units` as (message number, its label or '', sentence): a message starts at
+    a line or at a sentence opening with a label ``[N] speaker:`` (a summary joins several
+    messages on one line), and runs to the next."""
     units: list[tuple[int, str, str]] = []
-    for number, line in enumerate(text.splitlines()):
+    message = -1
+    for line in text.splitlines():
         line = _SPACE.sub(" ", line).strip()
         if not line:
             continue
-        found = _LINE_LABEL.match(line)
-        label = found.group() if found else ""
         pieces: list[str] = []
         for piece in (s.strip() for s in _SENTENCE_END.split(line) if s and s.strip()):
             if pieces and _ABBREVIATION_END.search(pieces[-1]):
                 pieces[-1] = f"{pieces[-1]} {piece}"  # "Dr. Okafor" is one sentence
             else:
                 pieces.append(piece)
-        units.extend((number, label, piece) for piece in pieces)  # a line break ends a sentence
+        label = ""
+        for i, piece in enumerate(pieces):  # a line break always ends a sentence
+            found = _LINE_LABEL.match(piece)
+            if i == 0 or found:
+                message += 1
+                label = found.group() if found else ""
+            units.append((message, label, piece))
     return units
 
 
@@ -351,8 +358,8 @@ class ExtractiveSummarizer:
 
     @staticmethod
     def _join(units: list[_Unit]) -> str:
-        """The chosen units in source order; a piece after one of its own line drops the label
-        it was given (the message's speaker is named just before)."""
+        """The chosen units in source order; a piece after one of its own message drops the
+        label it was given (the message's speaker is named just before)."""
         parts: list[str] = []
         previous: _Unit | None = None
         for unit in units:
