@@ -74,6 +74,7 @@ RECALLED_HEADER = "Recalled memory (quoted, oldest first, UTC; read_files(ref) r
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 _EXCERPT_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # where an excerpt may start: a sentence or a line
+_GAP = "… "  # marks text left out before what follows
 _RRF_K = 60.0  # merging the ranked lists of several queries
 
 
@@ -295,7 +296,9 @@ class MemoryRecaller:
         else:  # step / info / snapshot records (any record type a component indexes)
             item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
                                 hit.score, why, session=session, terms=hit.why.terms)
-        return item if ref_part is None else replace(item, part=ref_part[1])
+        if ref_part is None:
+            return item
+        return replace(item, part=ref_part[1], text=f"{_GAP}{item.text}")  # it starts mid-document
 
     def _range_dates(self, scope: Scope, messages: object) -> tuple[datetime | None, datetime | None]:
         """When the first and the last message of a history entry's range (``[lo, hi]`` in its
@@ -649,7 +652,8 @@ def _with_part(kept: RecalledItem, other: RecalledItem) -> RecalledItem:
     if other.tier != kept.tier or other.text == kept.text or other.text in kept.text:
         return kept
     first, second = (kept, other) if kept.part <= other.part else (other, kept)
-    return replace(kept, text=f"{first.text} … {second.text}",
+    joined = f"{first.text} {second.text}" if second.text.startswith(_GAP) else f"{first.text}{' ' + _GAP}{second.text}"
+    return replace(kept, text=joined,
                    terms=tuple(dict.fromkeys(kept.terms + other.terms)), part=first.part)
 
 
