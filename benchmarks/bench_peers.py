@@ -26,7 +26,9 @@ Measured:
    LangGraph graph step (a looping one-node ``StateGraph`` compiled with ``SqliteSaver``,
    ``durability="sync"``; the node appends the same artifact, or calls the same tool); a bare
    ``write + fsync`` loop on the same disk as the floor; 8 agents (threads) on one store,
-   aggregate durable steps/s, against LangGraph with the same 8 agents on one saver.
+   aggregate durable steps/s, against LangGraph with the same 8 agents on one saver. The
+   exactly-once floor row is what two bare fsyncs allow (``started`` must be durable before
+   the side effect, the outcome before ``run`` returns): no ledger on this disk can beat it.
 3. **Storage** (logical database size, ``page_count × page_size``, WAL included) after N/2 and
    N checkpoint steps: linear growth doubles from N/2 to N, quadratic quadruples.
 
@@ -540,6 +542,13 @@ def build_rows(mp: dict[str, Any], peer: dict[str, Any] | None, floor: dict[str,
                      "≤ 1.5× one fsync" if sync == "FULL" else "",
                      f"{verdict(ratio_floor <= 1.5)} ({ratio_floor:.2f}× fsync)" if sync == "FULL" else
                      f"({ratio_floor:.2f}× fsync)"])
+        # exactly-once needs `started` durable before the tool runs and the outcome durable
+        # before run() returns: two fsyncs, whatever the engine — the ceiling of the rows below
+        # (at NORMAL a WAL commit does not fsync, so there is no such floor)
+        if sync == "FULL":
+            rows.append([where, "exactly-once floor: 2 bare fsyncs per tool call /s", fmt(fs / 2),
+                         fmt(p["tool_step"] if p else None), "",
+                         fmt(fs / 2 / p["tool_step"] if p else None, ".1f") + ("×" if p else ""), "", ""])
         for label, key in (("ledger tool call + checkpoint /s (3 commits)", "tool_call"),
                            ("ledger tool call, run(checkpoint=…) /s (2 commits)", "tool_step")):
             tool_ratio = d[key] / p["tool_step"] if p else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -43,6 +44,13 @@ def memory_block(built: Any, name: str) -> str:
             rest = content[content.index(opening):]
             return rest[:rest.index("</memory>") + len("</memory>")]
     return ""
+
+
+def deep(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = {"a": value}
+    return value
 
 
 def fresh(mem: Memory) -> Session:
@@ -213,6 +221,23 @@ class TestDegradation:
         assert built.messages[0]["content"] == "policy " * 400  # whole; the message was cut
         assert built.report.total_tokens <= 600
 
+
+    def test_the_refusal_names_each_uncuttable_part_with_its_own_tokens(self, mem: Memory) -> None:
+        # new-user finding: with tool schemas the parts were reported minus the schemas too
+        # ("protected constraints -206, system prompt 132 tokens" for a 361-token prompt)
+        s = fresh(mem)
+        s.constraints.set("budget_cny", 2000, source="user")
+        system = "You are a careful assistant. " * 60
+        with pytest.raises(ContextBudgetError) as err:
+            s.context(300, system_prompt=system, tools=TOOLS * 1,
+                      messages=[{"role": "user", "content": "hi"}])
+        sizes = {name: int(n) for name, n in re.findall(r"(system prompt|protected constraints) (-?\d+)",
+                                                       str(err.value))}
+        counter = mem.tokens
+        alone = counter.count_messages([{"role": "system", "content": system}]) - counter.count_messages([])
+        assert sizes["system prompt"] == alone
+        assert sizes["protected constraints"] > 0
+        assert err.value.minimum > 300
     def test_a_cut_message_keeps_its_head_and_tail_and_names_its_reference(self, mem: Memory) -> None:
         s = fresh(mem)
         s.add_message({"role": "user", "content": "run the build"})
@@ -270,6 +295,8 @@ class TestDegradation:
             ({"messages": [{"role": "user", "content": "x", "extra": float("nan")}]}, "JSON"),
             ({"tools": [{1: "x", "b": 2}]}, "JSON"),
             ({"tools": [{"type": "function", "name": "f\ud800"}]}, "lone surrogate"),
+            ({"tools": [{"type": "function", "function": {"name": "f", "parameters": deep(3_000)}}]},
+             "nested deeper"),  # was a RecursionError (new-user finding)
         ],
     )
     def test_a_request_the_model_api_could_not_take_is_refused(

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from mindpalace import Memory
 from mindpalace.errors import ValidationError
 from mindpalace.refs import (
+    MAX_GROUP_MESSAGES,
     FactRef,
     HistoryRef,
     MessageRef,
+    MessagesRef,
     RecordRef,
     format_ref,
     history_ref,
@@ -32,6 +34,21 @@ SESSION = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")),
 ))
 def test_format_and_parse_round_trip(ref: MessageRef | HistoryRef | FactRef) -> None:
     assert parse_ref(format_ref(ref)) == ref
+
+
+@given(st.lists(st.tuples(st.integers(1, 10**6), st.integers(1, 3)), min_size=1, max_size=8),
+       st.one_of(st.none(), SESSION))
+def test_message_groups_round_trip(runs: list[tuple[int, int]], session: str | None) -> None:
+    # (a group of one message is written message:<N>, a MessageRef)
+    ref = MessagesRef(tuple((lo, lo + n) for lo, n in runs), session)
+    assert parse_ref(format_ref(ref)) == ref
+
+
+def test_a_group_reads_as_the_prompt_writes_it() -> None:
+    assert parse_ref("message:11–12,15@older") == MessagesRef(((11, 12), (15, 15)), "older")
+    assert parse_ref("message:1-3, 7") == MessagesRef(((1, 3), (7, 7)))
+    for bad in ("message:3–1", "message:1–2@", "message:1,,2", f"message:1–{MAX_GROUP_MESSAGES + 1}", "message:0–2"):
+        assert parse_ref(bad) is None, bad
 
 
 @pytest.mark.parametrize("text", ["message:0", "message:x", "message:", "message:3@", "history:",
@@ -78,6 +95,21 @@ class TestResolver:
         assert got.found["fact:user:city"].body == "Tokyo"
         assert "step_1" in got.found
         assert got.missing == ["nope", "message:999", "history:999999", "fact:user:unknown", "message:0"]
+
+    def test_a_date_lines_group_reference_reads_its_messages(self, mem: Memory) -> None:
+        # new-user finding: the recalled block dates each day with "message:1–3,31" and says
+        # read_files(ref) reads one whole, but such a group came back missing
+        s = mem.session("g", user="u1", agent="x")
+        other = mem.session("h", user="u1", agent="x")
+        for i in range(1, 8):
+            s.add_message({"role": "user", "name": "Mia", "content": f"line {i}"})
+        other.add_message({"role": "user", "content": "there"})
+        got = s.read_records(["message:2–3,6", "message:1@h", "message:1–2@h", "message:50–60"])
+        assert got.found["message:2–3,6"].body == "[2] Mia: line 2\n[3] Mia: line 3\n[6] Mia: line 6"
+        assert got.found["message:2–3,6"].meta["messages"] == [2, 3, 6]
+        assert got.found["message:1–2@h"].body == "[1] user: there"
+        assert got.missing == ["message:50–60"]
+        assert mem.session("g", user="u2", agent="x").read_records(["message:1–2@h"]).missing == ["message:1–2@h"]
 
     def test_a_reference_never_reads_another_users_data(self, mem: Memory) -> None:
         mine = mem.session("a", user="u1", agent="x")

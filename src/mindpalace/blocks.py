@@ -28,8 +28,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from mindpalace.errors import ValidationError
-from mindpalace.textsafe import require_text
+from mindpalace.errors import InvalidTextError, ValidationError
+from mindpalace.textsafe import clean_json, require_text
 
 Message = dict[str, Any]
 """One OpenAI-format chat message: ``{"role": …, "content": …}`` (plus tool fields)."""
@@ -182,12 +182,17 @@ def check_tools(tools: Any) -> list[ToolSchema] | None:
 
     Raises:
         ValidationError: not a list of dicts, not JSON (NaN, sets, non-string keys, objects),
-            or text a request cannot carry (NUL, lone surrogates).
+            nested deeper than ``textsafe.MAX_JSON_DEPTH`` levels, or text a request cannot
+            carry (NUL, lone surrogates).
     """
     if tools is None:
         return None
     if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
         raise ValidationError(f"tools must be a list of tool schemas (dicts), got {type(tools).__name__}")
+    try:  # the depth first: json.dumps of a hostile nesting raises RecursionError
+        clean_json(list(tools))
+    except InvalidTextError as exc:
+        raise ValidationError(f"tools: {exc}") from exc
     try:  # sorted keys, as they are counted (I9): mixed key types cannot be sent either
         text = json.dumps(list(tools), allow_nan=False, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError) as exc:

@@ -33,6 +33,11 @@ whose result holds every memory block in its own ``<memory source=…>`` envelop
 not once per block. Report rows stay per block: each row is what its block adds to the prompt
 (the first block's row carries the shell), and the rows sum exactly to the total.
 
+Below ``context.compact_framing_below_tokens`` (a small prompt) the memory is framed compactly
+(:meth:`ContextBuilder.compact`): shorter headings of the recalled memory, the message dates and
+the archived ranges not shown, date lines without their separator — the same items, quoted,
+attributed, dated and with their references.
+
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
 schemas and reply priming included). The recalled-memory block may fill up to
 ``context.recall_share`` of the budget (one record at most ``1 / context.recall_min_items`` of
@@ -219,9 +224,10 @@ class SessionSources:
     def read_messages(self, first: int, last: int) -> list[Message]:
         return [m.message for m in self.messages.list(from_index=first, to_index=last)]
 
-    def archived_summary_under(self, cap_tokens: int) -> str | None:
-        """The archived-context block under at most `cap_tokens` tokens (None = nothing archived)."""
-        return self.consolidator.summary_text_under(cap_tokens)
+    def archived_summary_under(self, cap_tokens: int, *, compact: bool = False) -> str | None:
+        """The archived-context block under at most `cap_tokens` tokens (None = nothing
+        archived); `compact`: hidden ranges named on the header's line (a small prompt)."""
+        return self.consolidator.summary_text_under(cap_tokens, compact=compact)
 
 
 Repack = Callable[[int, frozenset[int]], tuple[str, list[RecalledItem]]]
@@ -457,6 +463,7 @@ class ContextBuilder:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks(budget)
         self._check_floor(budget, blocks, tool_list, system_prompt)
+        compact = self.compact(budget)
         fixed = [p for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
             fixed.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
@@ -478,7 +485,7 @@ class ContextBuilder:
                     lo = first if read[1] < read[0] else min(first, read[0])
                     stamps = self.recaller.message_stamps(lo, last)
                     read = (lo, last)
-                dates = self.recaller.message_dates(range(first, last + 1), stamps)
+                dates = self.recaller.message_dates(range(first, last + 1), stamps, compact=compact)
                 if dates:
                     parts.append(_Part(Block.MESSAGE_DATES, dates))
             memo[first, last] = sum(self.counter.count_message(m) for m in self._flat(parts))
@@ -505,7 +512,8 @@ class ContextBuilder:
         if system_prompt:
             parts.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
         if parts and budget < (floor := self.counter.count_messages(self._flat(parts), tools)):
-            sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - minimum}"
+            priming = self.counter.count_messages([])  # each part's own tokens, without the tools
+            sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
                               for p in parts)
             raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
                 budget, floor, f"reply priming and tool schemas {minimum}, {sizes} tokens, which "
@@ -521,10 +529,22 @@ class ContextBuilder:
                              masked_tokens=s.tool_result_masked_tokens)
         return out, report.lines(s.tool_result_mask_after_turns)
 
+    def compact(self, budget: int) -> bool:
+        """Whether a prompt of `budget` tokens gets the compact framing (below
+        ``context.compact_framing_below_tokens``): shorter headings of the recalled memory,
+        the message dates and the archived ranges not shown, so more of a small budget holds
+        memory. The memory is the same — quoted, attributed, dated, with its references."""
+        return budget < self.settings.compact_framing_below_tokens
+
     def _blocks(self, budget: int) -> list[_Part]:
         """Every memory block present, in prompt order (the system prompt is inserted later);
-        the knowledge block packed under its share of `budget`."""
+        the knowledge block packed under its share of `budget`; the archived summary in its
+        compact form when :meth:`compact` (the same ranges shown and hidden)."""
         texts = dict(self.sources.memory_blocks())
+        archived = texts.get(Block.ARCHIVED_SUMMARY)
+        under: Callable[..., str | None] | None = getattr(self.sources, "archived_summary_under", None)
+        if archived and under is not None and self.compact(budget):
+            texts[Block.ARCHIVED_SUMMARY] = under(max(1, self.counter.count(archived)), compact=True) or archived
         if self.knowledge is not None and self.knowledge.share > 0:
             text = self.knowledge.render(self._knowledge_cap(budget))
             if text:
@@ -570,10 +590,11 @@ class ContextBuilder:
             return None
         cap = int(self.settings.recall_share * budget) - self._added_tokens(others, Block.RECALLED)
         recaller = self.recaller
+        compact = self.compact(budget)
         item_cap = recaller.item_cap(cap)  # fixed per build: re-packing under a smaller cap keeps the items' form
 
         def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
-            return recaller.pack(items, cap_tokens, exclude_messages=exclude, item_cap=item_cap)
+            return recaller.pack(items, cap_tokens, exclude_messages=exclude, item_cap=item_cap, compact=compact)
 
         text, chosen = repack(cap, in_prompt)
         return _Part(Block.RECALLED, text, repack, chosen, in_prompt, cap) if text else None
@@ -583,7 +604,7 @@ class ContextBuilder:
         when the recalled block has more records than its room (packing it with the summary's
         tokens added would show more items): the query's verbatim records then take the room
         of the general summary, whose hidden ranges stay named. Otherwise nothing changes."""
-        under: Callable[[int], str | None] | None = getattr(self.sources, "archived_summary_under", None)
+        under: Callable[..., str | None] | None = getattr(self.sources, "archived_summary_under", None)
         at = next((i for i, p in enumerate(blocks) if p.name is Block.ARCHIVED_SUMMARY), None)
         if under is None or at is None or recalled.repack is None or self.settings.summary_share_beside_recall >= 1:
             return
@@ -594,7 +615,7 @@ class ContextBuilder:
         _, more = recalled.repack(recalled.cap + now - cap, recalled.exclude)
         if len(more) <= len(recalled.items):
             return  # recall has nothing more to show: the summary keeps its room
-        text = under(cap)
+        text = under(cap, compact=True) if self.compact(budget) else under(cap)
         if text:
             blocks[at] = _Part(Block.ARCHIVED_SUMMARY, text)
         else:
@@ -644,9 +665,10 @@ class ContextBuilder:
         fitting drops more messages, left out if it cannot settle."""
         if self.recaller is None or not index_of:
             return
+        compact = self.compact(fitter.budget)
         for _ in range(_DATES_ROUNDS):
             kept = _kept_in_order(fitter, index_of)
-            fitter.set_part(Block.MESSAGE_DATES, self.recaller.message_dates(kept))
+            fitter.set_part(Block.MESSAGE_DATES, self.recaller.message_dates(kept, compact=compact))
             fitter.fit(degradations)
             if _kept_in_order(fitter, index_of) == kept:
                 return

@@ -40,6 +40,10 @@ build the context builder asks :class:`MemoryRecaller` for
    model can read an item whole.
 3. :meth:`~MemoryRecaller.message_dates` — when the conversation messages shown were written,
    as a short note (the messages' own content is never rewritten).
+
+In a small prompt (``compact=True``, below ``context.compact_framing_below_tokens``) the block
+is headed :data:`COMPACT_RECALLED_HEADER`, date lines read ``[8 May 2023 message:11–12,15]`` and
+the dates note :data:`COMPACT_DATES_HEADER` names references only; nothing else changes.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, Retrieval
 from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
+from mindpalace.store.inputs import PART_SEPARATOR
 from mindpalace.store.textindex import query_terms
 from mindpalace.timeutil import from_iso
 from mindpalace.tokens import TokenCounter
@@ -71,7 +76,13 @@ HISTORY_KIND = "history"
 MESSAGE_STREAM = "messages"
 RECALLED_HEADER = "Recalled memory (quoted, oldest first, UTC; read_files(ref) reads one whole):"
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
+COMPACT_RECALLED_HEADER = "Recalled memory (quoted, UTC; read_files(ref)):"
+"""The header of the compact form (a small prompt, ``context.compact_framing_below_tokens``)."""
+COMPACT_DATES_HEADER = "Message dates (UTC):"
+"""The message-dates note's compact header: runs name their references only (no positions)."""
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
+_EXCERPT_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # where an excerpt may start: a sentence or a line
+_GAP = "… "  # marks text left out before what follows
 _RRF_K = 60.0  # merging the ranked lists of several queries
 
 
@@ -97,8 +108,9 @@ class RecalledItem:
         source: who or what it comes from: the message role (``user`` / ``assistant`` /
             ``tool`` / ``system``), ``fact``, or the tier.
         speaker: the message's ``name`` ('' when none); for history entries its kind.
-        date: when it was written (message timestamp, fact version time, record created_at,
-            history entry time); None when unknown.
+        date: when it was written (message timestamp, fact version time, record created_at;
+            for a history entry when the first message it summarizes was written, else the
+            entry's own time); None when unknown.
         text: the full text (an excerpt of it is shown when it is long).
         score: the fused retrieval score (comparable within one build only).
         why: why it matched (query terms, BM25 / cosine ranks, neighbour).
@@ -108,6 +120,11 @@ class RecalledItem:
         terms: the query terms it contains (picks the excerpt of a long item).
         superseded_by: the reference of a later statement on the same subject that corrects
             this one (shown beside it, so the model takes the newer value), or "".
+        part: which bounded part of a long document `text` starts with (1 = its head; the
+            store indexes a text over 16 KiB in parts, and hits on several parts of one
+            document are one item whose text joins them in order).
+        until: for a range (a history entry): when its last message was written, `date`
+            being when its first was; None otherwise.
     """
 
     ref: str
@@ -123,6 +140,8 @@ class RecalledItem:
     index: int = 0
     terms: tuple[str, ...] = ()
     superseded_by: str = ""
+    part: int = 1
+    until: datetime | None = None
 
 
 _QUESTION_WEIGHT = 0.5  # score factor of a recalled message that only asks
@@ -172,6 +191,7 @@ class MemoryRecaller:
         self.search = _ReadOnlyRetriever(retriever.store, retriever.embedder, retriever.settings)
         self._memo: dict[tuple[object, ...], tuple[str, int]] = {}  # item → (shown text, tokens)
         self._shell: int | None = None
+        self._stamps: dict[tuple[Scope, int], datetime | None] = {}  # (scope, message) → written
 
     def scopes(self) -> list[Scope]:
         """The scopes searched (I10): every session of this user and agent
@@ -205,9 +225,9 @@ class MemoryRecaller:
                 tier = FACT_KIND if entry.tier == "working" else entry.tier
                 key = (entry.session if tier == MESSAGE_KIND else "", tier, entry.ref)
                 merged = 1.0 / (_RRF_K + rank) if len(queries) > 1 else entry.score
-                if key in ranked:  # found twice (two queries, or working + long-term): its best rank
+                if key in ranked:  # found twice (two queries, working + long-term, two parts)
                     old_score, old = ranked[key]
-                    ranked[key] = (max(old_score, merged), old)
+                    ranked[key] = (max(old_score, merged), _with_part(old, entry))
                 else:
                     ranked[key] = (merged, entry)
         order = sorted(ranked.values(), key=lambda x: -x[0])
@@ -218,7 +238,8 @@ class MemoryRecaller:
         names: dict[Scope, list[str]] = {}
         for h in hits:
             if h.tier not in (MESSAGE_KIND, FACT_KIND, HISTORY_KIND, ARCHIVE_KIND, KNOWLEDGE_KIND):
-                names.setdefault(h.scope, []).append(h.ref)
+                part = _part_of(h.ref)
+                names.setdefault(h.scope, []).append(h.ref if part is None else part[0])
         out: dict[tuple[Scope, str], datetime | None] = {}
         for scope, refs in names.items():
             for name, record in self.store.get_records(scope, refs).items():
@@ -233,6 +254,12 @@ class MemoryRecaller:
         return f"message:{index}" if session == str(self.scope.session) else f"message:{index}@{session}"
 
     def _from_hit(self, hit: RetrievalHit, created: dict[tuple[Scope, str], datetime | None]) -> RecalledItem | None:
+        # a part of a long document (``<ref>#part<i>``, i ≥ 2, store.inputs.document_parts)
+        # is its document under the document's own reference, showing the part's text: the
+        # tail of a huge tool output answers questions its head does not
+        ref_part = _part_of(hit.ref)
+        if ref_part is not None:
+            hit = replace(hit, ref=ref_part[0])
         meta = hit.meta
         session = str(hit.scope.session)
         why = str(hit.why)
@@ -265,9 +292,11 @@ class MemoryRecaller:
         elif hit.tier == HISTORY_KIND:
             if meta.get("kind") == "raw" and meta.get("messages"):
                 return None  # a raw archive of messages that are themselves recallable, one by one
+            # dated by the messages it summarizes, not by when consolidation wrote it
+            first, last = self._range_dates(hit.scope, meta.get("messages"))
             item = RecalledItem(f"history:{hit.ref}", HISTORY_KIND, HISTORY_KIND, str(meta.get("kind") or ""),
-                                _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
-                                terms=hit.why.terms)
+                                first or _date(meta.get("timestamp")), hit.text, hit.score, why, session=session,
+                                terms=hit.why.terms, until=last if first else None)
         elif hit.tier == ARCHIVE_KIND:  # an archived exchange: user and agent turns, verbatim
             item = RecalledItem(f"archive:{hit.ref}", ARCHIVE_KIND, ARCHIVE_KIND, "",
                                 _date(meta.get("timestamp")), hit.text, hit.score, why,
@@ -275,7 +304,27 @@ class MemoryRecaller:
         else:  # step / info / snapshot records (any record type a component indexes)
             item = RecalledItem(hit.ref, hit.tier, hit.tier, "", created.get((hit.scope, hit.ref)), hit.text,
                                 hit.score, why, session=session, terms=hit.why.terms)
-        return item
+        if ref_part is None:
+            return item
+        return replace(item, part=ref_part[1], text=f"{_GAP}{item.text}")  # it starts mid-document
+
+    def _range_dates(self, scope: Scope, messages: object) -> tuple[datetime | None, datetime | None]:
+        """When the first and the last message of a history entry's range (``[lo, hi]`` in its
+        meta) were written — (None, None) when unknown. Messages are append-only, so their
+        times are remembered across builds."""
+        if not (isinstance(messages, list | tuple) and len(messages) == 2
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in messages)):
+            return None, None
+        out: list[datetime | None] = []
+        for index in messages:
+            key = (scope, index)
+            if key not in self._stamps:
+                if len(self._stamps) >= _MEMO_ITEMS:
+                    self._stamps.clear()
+                events = self.store.read_events(scope, MESSAGE_STREAM, from_version=index, to_version=index)
+                self._stamps[key] = from_iso(events[0].data["timestamp"]) if events else None
+            out.append(self._stamps[key])
+        return out[0], out[1]
 
     def _working(self, query: str) -> list[RecalledItem]:
         """Working-memory items sharing half the query's terms — read from the stored working
@@ -309,7 +358,7 @@ class MemoryRecaller:
 
     def pack(
         self, items: Sequence[RecalledItem], cap_tokens: int, *, exclude_messages: frozenset[int] = frozenset(),
-        item_cap: int | None = None,
+        item_cap: int | None = None, compact: bool = False,
     ) -> tuple[str, list[RecalledItem]]:
         """The block text holding the best `items` under `cap_tokens` (tokens of the text),
         and the items shown (with their ``tokens``: what each added), best first.
@@ -327,30 +376,34 @@ class MemoryRecaller:
         once), so a hit and the turns around it cost little more than their text. Once ``recall_excerpt_after`` of the cap is used, items longer
         than ``recall_excerpt_tokens`` show their best-matching excerpt. `item_cap` (tokens) caps
         what one item may show (its best-matching excerpt when longer, with its reference to read
-        it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). Returns ``("", [])``
-        when nothing fits.
+        it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). `compact` (a
+        small prompt): the block is headed :data:`COMPACT_RECALLED_HEADER` and its date lines
+        drop the separator (``[8 May 2023 message:12–14]``); items, quotes, attribution, dates
+        and references are the same. Returns ``("", [])`` when nothing fits.
         """
-        if cap_tokens <= self.counter.count(RECALLED_HEADER) + 1:
+        if cap_tokens <= self.counter.count(_header(compact)) + 1:
             return "", []
         item_cap = self.settings.recall_item_max_tokens if item_cap is None else max(_MIN_ITEM_TOKENS, item_cap)
-        chosen, used = self._choose(items, cap_tokens, cap_tokens, exclude_messages, item_cap)
-        text, shown = self._fit(chosen, cap_tokens)
+        chosen, used = self._choose(items, cap_tokens, cap_tokens, exclude_messages, item_cap, compact)
+        text, shown = self._fit(chosen, cap_tokens, compact)
         if text and used > (exact := self.counter.count(text)):
             # the per-item estimates (a date line, a gap mark, a reference each) came out above
             # the exact count: one more pass with that difference added fills the room they
             # held; kept when it shows more
-            more, _ = self._choose(items, cap_tokens + used - exact, cap_tokens, exclude_messages, item_cap)
-            fuller, fuller_shown = self._fit(more, cap_tokens)
+            more, _ = self._choose(items, cap_tokens + used - exact, cap_tokens, exclude_messages, item_cap, compact)
+            fuller, fuller_shown = self._fit(more, cap_tokens, compact)
             if self.counter.count(fuller) > exact:
                 return fuller, fuller_shown
         return text, shown
 
-    def _fit(self, chosen: list[tuple[RecalledItem, str]], cap_tokens: int) -> tuple[str, list[RecalledItem]]:
+    def _fit(
+        self, chosen: list[tuple[RecalledItem, str]], cap_tokens: int, compact: bool = False
+    ) -> tuple[str, list[RecalledItem]]:
         """The rendered block of `chosen` under `cap_tokens` (exact count), the last-chosen
         items left out until it fits; ``("", [])`` when nothing does."""
         chosen = list(chosen)
         while chosen:
-            text = self._render(chosen)
+            text = self._render(chosen, compact)
             if self.counter.count(text) <= cap_tokens:  # estimates were per item; this is exact
                 return text, [i for i, _ in chosen]
             chosen.pop()
@@ -358,12 +411,12 @@ class MemoryRecaller:
 
     def _choose(
         self, items: Sequence[RecalledItem], limit: int, cap_tokens: int, exclude_messages: frozenset[int],
-        item_cap: int,
+        item_cap: int, compact: bool = False,
     ) -> tuple[list[tuple[RecalledItem, str]], int]:
         """The greedy pass of :meth:`pack`: (items taken best first with their shown text,
         their estimated tokens) under `limit` estimated tokens; `cap_tokens` is the block's
         cap (``recall_excerpt_after`` is a share of it)."""
-        used, seen = self.counter.count(RECALLED_HEADER) + 1, set()
+        used, seen = self.counter.count(_header(compact)) + 1, set()
         chosen: list[tuple[RecalledItem, str]] = []
         days: set[tuple[str, object]] = set()  # (session, day) of the messages taken
         speakers: set[tuple[str, str, str]] = set()  # (session, name, role) in the envelope legend
@@ -386,7 +439,7 @@ class MemoryRecaller:
                 if _day(item) in days:
                     tokens += _JOIN_TOKENS
                 else:
-                    tokens += self.counter.count(self._day_line([item])) + 1
+                    tokens += self.counter.count(self._day_line([item], compact)) + 1
                     tokens += 0 if days else self._shell_tokens()
                 if item.speaker and (item.session, item.speaker, item.source) not in speakers:
                     # the envelope's legend names it once: speakers="Caroline (user), …"
@@ -422,7 +475,7 @@ class MemoryRecaller:
             take(item)
         return chosen, used
 
-    def _render(self, chosen: list[tuple[RecalledItem, str]]) -> str:
+    def _render(self, chosen: list[tuple[RecalledItem, str]], compact: bool = False) -> str:
         """Oldest first; consecutive messages of one session in one envelope, a date line
         opening each day, in their order, with ``…`` where messages in between were left out."""
         ordered = sorted(chosen, key=_chronological)
@@ -431,7 +484,7 @@ class MemoryRecaller:
 
         def flush() -> None:
             if run:
-                blocks.append(self._message_envelope(run))
+                blocks.append(self._message_envelope(run, compact))
                 run.clear()
 
         for item, body in ordered:
@@ -443,9 +496,9 @@ class MemoryRecaller:
                 flush()
             run.append((item, body))
         flush()
-        return "\n".join([RECALLED_HEADER, *blocks])
+        return "\n".join([_header(compact), *blocks])
 
-    def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]]) -> str:
+    def _message_envelope(self, run: Sequence[tuple[RecalledItem, str]], compact: bool = False) -> str:
         """One envelope for consecutive recalled messages of a session: each day opens with
         its date line (:meth:`_day_line`), ``…`` marks messages left out in between."""
         roles: dict[str, list[str]] = {}  # speaker → the roles they spoke in, first seen first
@@ -455,7 +508,7 @@ class MemoryRecaller:
         lines: list[str] = []
         for _, group in groupby(run, key=lambda entry: _day(entry[0])):
             day = list(group)
-            lines.append(self._day_line([item for item, _ in day]))
+            lines.append(self._day_line([item for item, _ in day], compact))
             for k, (item, text) in enumerate(day):
                 if k and item.index != day[k - 1][0].index + 1:
                     lines.append("…")
@@ -465,9 +518,10 @@ class MemoryRecaller:
         speakers = ", ".join(f"{name} ({said[0]})" for name, said in roles.items() if len(said) == 1)
         return memory_envelope("\n".join(lines), source="conversation", speakers=speakers)
 
-    def _day_line(self, day: Sequence[RecalledItem]) -> str:
+    def _day_line(self, day: Sequence[RecalledItem], compact: bool = False) -> str:
         """``[8 May 2023 · message:7–8,12]``: the day the messages shown were written
-        (:func:`day_date`) and their reference (``@session`` for another session)."""
+        (:func:`day_date`) and their reference (``@session`` for another session);
+        ``[8 May 2023 message:7–8,12]`` when `compact`."""
         first = day[0]
         spans: list[list[int]] = []
         for item in day:
@@ -479,7 +533,7 @@ class MemoryRecaller:
         ref = "message:" + ",".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans) + at
         if first.date is None:
             return f"[{ref}]"
-        return f"[{day_date(first.date)} · {ref}]"
+        return f"[{day_date(first.date)}{' ' if compact else ' · '}{ref}]"
 
     def _shown(self, item: RecalledItem, item_cap: int) -> tuple[str, int]:
         """(text shown, its tokens + 1 for the newline): a message's line, or another item's
@@ -523,31 +577,34 @@ class MemoryRecaller:
         return text if self.counter.count(text) <= room else self._excerpt(text, item, room)
 
     def _envelope(self, item: RecalledItem, max_tokens: int) -> str | None:
-        attrs = {"source": item.source, "speaker": item.speaker,
-                 "date": human_date(item.date) if item.date else "", "ref": item.ref}
+        attrs = {"source": item.source, "speaker": item.speaker, "date": _span(item), "ref": item.ref}
         shell = self.counter.count(memory_envelope("", **attrs))
-        note = date_note(item.text, item.date)  # relative dates in it, resolved (after the text)
+        # relative dates in it, resolved (after the text) — not in a range of several days,
+        # where nothing says which day each was written on
+        anchor = item.date if item.until is None or item.date is None or item.until.date() == item.date.date() else None
+        note = date_note(item.text, anchor)
         text = self._fit_text(item.text, item, max_tokens - shell - (self.counter.count(note) + 1 if note else 0))
         if not text:
             return None
-        shown_note = date_note(text, item.date)
+        shown_note = date_note(text, anchor)
         return memory_envelope(f"{text} {shown_note}" if shown_note else text, **attrs)
 
     def _excerpt(self, text: str, item: RecalledItem, room: int) -> str:
-        """The part of a long text that best matches (the sentence with most matched query
-        terms and what follows), cut to `room` tokens, marked with … where it was cut."""
+        """The part of a long text that best matches (the sentence or line with most matched
+        query terms and what follows, as written), cut to `room` tokens, marked with … where
+        it was cut."""
         terms = list(item.terms)
-        sentences = _SENTENCE.split(text)
+        starts = [0] + [m.end() for m in _EXCERPT_BREAK.finditer(text) if m.end() < len(text)]
         start = 0
-        if terms and len(sentences) > 1:
+        if terms and len(starts) > 1:
             wanted = set(stems(terms))
             best = -1
-            for i, sentence in enumerate(sentences):
-                have = set(stems(query_terms(sentence, drop_stop_words=False)))
+            for begin, end in zip(starts, [*starts[1:], len(text)], strict=True):
+                have = set(stems(query_terms(text[begin:end], drop_stop_words=False)))
                 score = len(wanted & have)
                 if score > best:
-                    best, start = score, i
-        body = " ".join(sentences[start:])
+                    best, start = score, begin
+        body = text[start:].strip()
         lead = "… " if start > 0 else ""
         cut = self.counter.truncate(body, max(0, room - self.counter.count(lead) - 2))
         if not cut.strip():
@@ -562,13 +619,15 @@ class MemoryRecaller:
                 self.store.read_events(self.scope, MESSAGE_STREAM, from_version=lo, to_version=hi)}
 
     def message_dates(
-        self, indexes: Sequence[int], stamps: Mapping[int, datetime] | None = None
+        self, indexes: Sequence[int], stamps: Mapping[int, datetime] | None = None, *, compact: bool = False
     ) -> str | None:
         """A note saying when the messages `indexes` (this session, shown in this order as
         the conversation) were written: runs of consecutive messages with the same date,
-        e.g. ``#1–18 (message:601–618): 8 May 2023, 13:56``. None when there are none.
+        e.g. ``#1–18 = message:601–618: 8 May 2023, 13:56``. None when there are none.
         `stamps` (from :meth:`message_stamps`, covering `indexes`) saves the read when the
-        caller asks for several notes over one range."""
+        caller asks for several notes over one range. `compact` (a small prompt): headed
+        :data:`COMPACT_DATES_HEADER`, each run named by its references only
+        (``message:601–618: 8 May 2023, 13:56``), one line when there is one run."""
         if not indexes:
             return None
         if stamps is None:
@@ -585,19 +644,46 @@ class MemoryRecaller:
                 runs.append([(pos, index, when)])
         if not runs:
             return None
-        lines = [DATES_HEADER]
+        lines = [COMPACT_DATES_HEADER if compact else DATES_HEADER]
         for run in runs:
             (p0, i0, t0), (p1, i1, t1) = run[0], run[-1]
-            where = f"#{p0} = message:{i0}" if p0 == p1 else f"#{p0}–{p1} = message:{i0}–{i1}"
+            if compact:
+                where = f"message:{i0}" if p0 == p1 else f"message:{i0}–{i1}"
+            else:
+                where = f"#{p0} = message:{i0}" if p0 == p1 else f"#{p0}–{p1} = message:{i0}–{i1}"
             same = t0.replace(second=0, microsecond=0) == t1.replace(second=0, microsecond=0)
             span = human_date(t0) if same else f"{human_date(t0)} – {t1:%H:%M}"
             lines.append(f"{where}: {span}")
+        if compact and len(lines) == 2:
+            return f"{lines[0]} {lines[1]}"
         return "\n".join(lines)
+
+
+def _part_of(ref: str) -> tuple[str, int] | None:
+    """(the document's ref, part number) of a part's ref ``<ref>#part<i>``; None otherwise."""
+    whole, sep, number = ref.partition(PART_SEPARATOR)
+    return (whole, int(number)) if sep and whole and number.isdigit() else None
+
+
+def _with_part(kept: RecalledItem, other: RecalledItem) -> RecalledItem:
+    """`kept` (the better-ranked hit of one record) with `other`'s text too when `other` is
+    another part of the same long document: their texts joined with ``…`` between them and
+    their matched terms merged, so the excerpt shown is the part that matches best."""
+    if other.tier != kept.tier or other.text == kept.text or other.text in kept.text:
+        return kept
+    first, second = (kept, other) if kept.part <= other.part else (other, kept)
+    joined = f"{first.text} {second.text}" if second.text.startswith(_GAP) else f"{first.text}{' ' + _GAP}{second.text}"
+    return replace(kept, text=joined,
+                   terms=tuple(dict.fromkeys(kept.terms + other.terms)), part=first.part)
 
 
 _MEMO_ITEMS = 4_096  # shown texts remembered across builds (cleared when full)
 _MIN_ITEM_TOKENS = 12  # below this much room no item fits (an envelope alone is more)
 _JOIN_TOKENS = 4  # a message joining an open envelope: its "…" gap line and its ref number
+
+
+def _header(compact: bool) -> str:
+    return COMPACT_RECALLED_HEADER if compact else RECALLED_HEADER
 
 
 def only_asks(text: str) -> bool:
@@ -632,6 +718,17 @@ def _line(item: RecalledItem) -> str:
 
 def _later(item: RecalledItem) -> str:
     return f" [corrected later: {item.superseded_by}]" if item.superseded_by else ""
+
+
+def _span(item: RecalledItem) -> str:
+    """An item's date attribute: its date, or the span of a range (``8 May 2023, 13:56 – 17:02``,
+    ``8 May 2023, 13:56 – 25 May 2023, 09:10``); '' when unknown."""
+    if item.date is None:
+        return ""
+    start, end = item.date, item.until
+    if end is None or end.replace(second=0, microsecond=0) <= start.replace(second=0, microsecond=0):
+        return human_date(start)
+    return f"{human_date(start)} – {end:%H:%M}" if end.date() == start.date() else f"{human_date(start)} – {human_date(end)}"
 
 
 def _date(value: object) -> datetime | None:

@@ -6,6 +6,9 @@ the full raw text. Grammar:
 
 - ``message:<N>``            message N (1-based index) of this session
 - ``message:<N>@<session>``  message N of another session of the same tenant / user / agent
+- ``message:<A>–<B>,<C>[@<session>]`` several messages of one session, as the recalled block's
+  date lines and the message-dates note list them (en dash or hyphen; at most
+  :data:`MAX_GROUP_MESSAGES`), read as one record of ``[N] speaker: text`` lines
 - ``history:<cursor>``       the history.jsonl entry with that cursor (raw archive of a range)
 - ``fact:<entity:attribute>`` the current value of a fact
 - ``archive:<hash>``         an exchange of the L4 archive (:mod:`mindpalace.archive`), read
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from mindpalace.archive.exchanges import HASH_CHARS
@@ -33,7 +36,7 @@ from mindpalace.errors import MindPalaceError, ValidationError
 from mindpalace.history.log import DOC_KIND as HISTORY_KIND
 from mindpalace.history.log import HistoryLog
 from mindpalace.scope import Scope
-from mindpalace.session.messages import MessageLog
+from mindpalace.session.messages import MessageLog, StoredMessage, message_text
 from mindpalace.steps.records import ReadResult, RecordBook
 from mindpalace.store import Record, Store
 
@@ -42,6 +45,10 @@ HISTORY: Final = "history"
 FACT: Final = "fact"
 ARCHIVE: Final = "archive"
 _MESSAGE = re.compile(r"message:([1-9][0-9]{0,17})(?:@(.+))?\Z", re.DOTALL)
+_MESSAGES = re.compile(r"message:([1-9][0-9]{0,17}(?:\s*[–-]\s*[1-9][0-9]{0,17})?"
+                       r"(?:\s*,\s*[1-9][0-9]{0,17}(?:\s*[–-]\s*[1-9][0-9]{0,17})?)*)(?:@(.+))?\Z", re.DOTALL)
+MAX_GROUP_MESSAGES: Final = 200
+"""Messages one group reference may name (a longer list is malformed: read it in parts)."""
 _HISTORY = re.compile(r"history:([1-9][0-9]{0,17})\Z")
 _FACT = re.compile(r"fact:(\S+:\S+)\Z")
 _ARCHIVE = re.compile(rf"archive:([0-9a-f]{{{HASH_CHARS}}})\Z")
@@ -54,6 +61,15 @@ class MessageRef:
     """``message:<index>`` (this session) or ``message:<index>@<session>``."""
 
     index: int
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesRef:
+    """``message:<a>–<b>,<c>`` (``@<session>``): runs of messages of one session, each
+    ``(first, last)`` inclusive, in the order written."""
+
+    runs: tuple[tuple[int, int], ...]
     session: str | None = None
 
 
@@ -93,7 +109,7 @@ class KnowledgeRef:
     file: str
 
 
-Ref = MessageRef | HistoryRef | FactRef | ArchiveRef | KnowledgeRef | RecordRef
+Ref = MessageRef | MessagesRef | HistoryRef | FactRef | ArchiveRef | KnowledgeRef | RecordRef
 """A parsed reference."""
 
 
@@ -114,9 +130,9 @@ def parse_ref(text: str) -> Ref | None:
     kind = text.split(":", 1)[0]
     if kind == MESSAGE:
         m = _MESSAGE.match(text)
-        if m is None or m.group(2) == "":
-            return None
-        return MessageRef(int(m.group(1)), m.group(2))
+        if m is not None:
+            return MessageRef(int(m.group(1)), m.group(2)) if m.group(2) != "" else None
+        return _messages_ref(text)
     if kind == HISTORY:
         h = _HISTORY.match(text)
         return HistoryRef(int(h.group(1))) if h else None
@@ -132,6 +148,24 @@ def parse_ref(text: str) -> Ref | None:
     return RecordRef(text)
 
 
+def _messages_ref(text: str) -> MessagesRef | None:
+    """A group reference ``message:<a>–<b>,<c>[@<session>]``, None when malformed (a run
+    backwards, an empty session, more than :data:`MAX_GROUP_MESSAGES` messages)."""
+    g = _MESSAGES.match(text)
+    if g is None or g.group(2) == "":
+        return None
+    runs: list[tuple[int, int]] = []
+    for item in g.group(1).split(","):
+        first, _, last = item.replace("–", "-").partition("-")
+        lo, hi = int(first), int(last or first)
+        if hi < lo:
+            return None
+        runs.append((lo, hi))
+    if sum(hi - lo + 1 for lo, hi in runs) > MAX_GROUP_MESSAGES:
+        return None
+    return MessagesRef(tuple(runs), g.group(2))
+
+
 def format_ref(ref: Ref) -> str:
     """The string form of `ref` (``parse_ref(format_ref(r)) == r`` for every valid ref).
 
@@ -143,6 +177,13 @@ def format_ref(ref: Ref) -> str:
         if ref.index < 1 or ref.session == "":
             raise ValidationError(f"a message reference needs an index ≥ 1 and a non-empty session, got {ref}")
         return f"message:{ref.index}" + (f"@{ref.session}" if ref.session is not None else "")
+    if isinstance(ref, MessagesRef):
+        if (not ref.runs or ref.session == "" or any(lo < 1 or hi < lo for lo, hi in ref.runs)
+                or sum(hi - lo + 1 for lo, hi in ref.runs) > MAX_GROUP_MESSAGES):
+            raise ValidationError(f"a message group needs runs of indexes ≥ 1, at most {MAX_GROUP_MESSAGES} "
+                                  f"messages and a non-empty session, got {ref}")
+        runs = ",".join(str(lo) if lo == hi else f"{lo}–{hi}" for lo, hi in ref.runs)
+        return f"message:{runs}" + (f"@{ref.session}" if ref.session is not None else "")
     if isinstance(ref, HistoryRef):
         if ref.cursor < 1:
             raise ValidationError(f"a history cursor is ≥ 1, got {ref.cursor}")
@@ -249,6 +290,8 @@ class RefResolver:
         try:
             if isinstance(ref, MessageRef):
                 return self._message(name, ref)
+            if isinstance(ref, MessagesRef):
+                return self._messages(name, ref)
             if isinstance(ref, HistoryRef):
                 return self._history(name, ref)
             if isinstance(ref, FactRef):
@@ -278,6 +321,24 @@ class RefResolver:
         return Record(scope, name, MESSAGE, body,
                       description=f"message {m.index} ({msg.get('role')}) of session {scope.session}",
                       created_at=m.timestamp, meta=meta)
+
+    def _messages(self, name: str, ref: MessagesRef) -> Record | None:
+        """The messages a group names, as ``[N] speaker: text`` lines in the order named (each
+        once); None when none of them exists."""
+        scope = self.scope if ref.session is None else self.scope.with_(session=ref.session)
+        log = MessageLog(self.store, scope)
+        found: dict[int, StoredMessage] = {}
+        for lo, hi in ref.runs:
+            for m in log.list(from_index=lo, to_index=hi):
+                found.setdefault(m.index, m)
+        if not found:
+            return None
+        shown = list(found.values())
+        body = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in shown)
+        return Record(scope, name, MESSAGE, body,
+                      description=f"messages {format_ref(replace(ref, session=None))[len(MESSAGE) + 1:]} "
+                                  f"of session {scope.session}",
+                      created_at=shown[0].timestamp, meta={"messages": [m.index for m in shown]})
 
     def _history(self, name: str, ref: HistoryRef) -> Record | None:
         within = self.scope.with_(session="")  # same tenant / user / agent, any session

@@ -331,6 +331,12 @@ class ContextSettings(_Section):
     recall_excerpt_tokens: int = Field(
         48, ge=16, description="Cap on one recalled item (tokens) once the block is recall_excerpt_after full.",
     )
+    compact_framing_below_tokens: int = Field(
+        3_000, ge=0, description="Prompt budgets below this many tokens get the compact framing: the "
+        "same quoted, attributed, dated and referenced memory with shorter headings (recalled memory, "
+        "message dates, the archived ranges not shown) and date lines, so more of a small budget holds "
+        "memory; 0 = never.",
+    )
     summary_share_beside_recall: float = Field(
         0.04, ge=0, le=1, description="When the recalled-memory block has more records for the query "
         "than its room, the archived context summary is shown under this share of the prompt budget "

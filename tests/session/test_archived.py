@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mindpalace.session.archived import (
+    HIDDEN_HEADER,
     ArchivedRange,
     chunk_text,
     fold,
@@ -89,3 +90,33 @@ def test_chunks_rebuild_the_text_and_stay_under_the_limit(text: str, limit: int)
     chunks = chunk_text(text, COUNTER, limit)
     assert "".join(chunks) == text
     assert all(COUNTER.count(c) <= limit or len(c) == 1 for c in chunks)
+
+
+@given(ranges=archive(), cap=st.integers(120, 1_000))
+def test_the_compact_form_names_the_same_ranges_under_the_cap_in_no_more_tokens(
+    ranges: list[ArchivedRange], cap: int
+) -> None:
+    """The small prompt's form (hidden ranges on the header line, no entry counts) keeps every
+    range shown or named with its history refs, stays under the cap, and shows every range
+    the full form shows (its hidden-range line is shorter, so it hides no more)."""
+    block = render_block(ranges, COUNTER, cap, compact=True)
+    full = render_block(ranges, COUNTER, cap)
+    assert block is not None and full is not None and COUNTER.count(block) <= cap
+    named: set[int] = set()
+    for a, b in re.findall(r"messages (\d+)-(\d+) · history:", block):
+        named.update(range(int(a), int(b) + 1))
+    assert named == set(range(1, ranges[-1].last + 1))
+    shown = re.compile(r"^\[messages (\d+)-", re.MULTILINE)
+    assert set(shown.findall(full)) <= set(shown.findall(block))
+    if HIDDEN_HEADER not in full and COUNTER.count(full) < cap:
+        assert block == full  # nothing hidden: the forms are the same
+
+
+def test_the_compact_form_names_hidden_ranges_on_the_header_line() -> None:
+    good = ArchivedRange(1, 10, 1, 1, "Project Falcon ships 2027-03-14. " * 4)
+    raw = ArchivedRange(11, 20, 2, 4, "[raw archive] " + "noise " * 60, "raw", entries=3)
+    new = ArchivedRange(21, 30, 5, 5, "Hotel Gracery, 18000 JPY.")
+    block = str(render_block([good, raw, new], COUNTER, 110, compact=True))
+    first = block.splitlines()[0]
+    assert first == "Archived context summary, not shown (read_files): messages 11-20 · history:2 … history:4."
+    assert "Project Falcon" in block and "Hotel Gracery" in block and "noise" not in block

@@ -49,6 +49,8 @@ from mindpalace.retrieval.supersession import (
     find_followups,
     followup_texts,
     holder,
+    identifiers,
+    names_another,
     sentences,
     subject_terms,
 )
@@ -352,9 +354,10 @@ class HybridRetriever:
         supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
         ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
         if supersede:
-            ranked = self._supersede(ranked, window, qvec, generation)
+            named = identifiers(query)  # "db-7" in the query: "db-8 has …" corrects nothing of it
+            ranked = self._supersede(ranked, window, qvec, generation, named)
             if self.settings.supersede_followups:
-                ranked = self._follow_up(ranked, qvec, searchable, generation)
+                ranked = self._follow_up(ranked, qvec, searchable, generation, named)
             ranked = _newest_first(ranked)
         best = ranked[:k]
         terms = stems(query_terms(query))
@@ -465,7 +468,8 @@ class HybridRetriever:
         return left_out
 
     def _supersede(
-        self, ranked: list[_Candidate], window: int, qvec: np.ndarray, generation: object = None
+        self, ranked: list[_Candidate], window: int, qvec: np.ndarray, generation: object = None,
+        named: frozenset[str] = frozenset(),
     ) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
 
@@ -485,7 +489,10 @@ class HybridRetriever:
         holder`); score at least ``supersede_min_score_ratio`` × A's). B then ranks directly
         above A (if it was below),
         A is marked ``superseded_by`` B. Questions, assistant replies, tool output and system
-        text take no part (:func:`_states`): they state no speaker's fact.
+        text take no part (:func:`_states`): they state no speaker's fact. `named`: the
+        query's :func:`~mindpalace.retrieval.supersession.identifiers`; a B that names another
+        thing where A names the one the query asks about corrects nothing of A
+        (:func:`~mindpalace.retrieval.supersession.names_another`).
         """
         assert self.embedder is not None
         top = ranked[:window]
@@ -525,7 +532,8 @@ class HybridRetriever:
                 holders=[holder(t) for t in compared], shared=_share_words(compared, members[0].doc),
             )
             for i, j in chosen.items():
-                newer_of[members[i].doc.id] = members[j]
+                if not names_another(named, texts[i], texts[j]):
+                    newer_of[members[i].doc.id] = members[j]
         if not newer_of:
             return ranked
         order = [c for c in ranked]
@@ -542,7 +550,8 @@ class HybridRetriever:
         return order
 
     def _follow_up(
-        self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope], generation: object = None
+        self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope], generation: object = None,
+        named: frozenset[str] = frozenset(),
     ) -> list[_Candidate]:
         """Later statements on the same subject that the query did not reach rank directly
         above the retrieved statement they update (:func:`~mindpalace.retrieval.supersession.
@@ -555,7 +564,8 @@ class HybridRetriever:
         (I10). The anchor is marked ``superseded_by``. `generation`: the store's search
         generation of this query: the speaker's word counts and each step's answer are
         remembered while it stays (None: not remembered). Sentence vectors are remembered
-        (:meth:`_embed_sentences`)."""
+        (:meth:`_embed_sentences`). `named`: as in :meth:`_supersede` — a follow-up naming
+        another thing than the one the query and the anchor name is dropped."""
         assert self.embedder is not None
         s = self.settings
         anchors = [
@@ -618,7 +628,7 @@ class HybridRetriever:
         by_id = {c.doc.id: c for c in order}
         for anchor in anchors:
             doc = found.get(anchor.doc.id)
-            if doc is None or _label(doc) == anchor.superseded_by:
+            if doc is None or _label(doc) == anchor.superseded_by or names_another(named, anchor.doc.text, doc.text):
                 continue
             if anchor.superseded_by is not None:  # a closer one replaces _supersede's choice
                 previous = by_label.get(anchor.superseded_by)

@@ -254,6 +254,34 @@ def other_holders(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and a != b
 
 
+_TOKEN = re.compile(r"[^\W_](?:[\w-]*[^\W_])?")
+
+
+@lru_cache(maxsize=65_536)
+def identifiers(text: str) -> frozenset[str]:
+    """The names with a number in them that `text` holds, lower-cased: words that start with a
+    letter and contain a digit ("db-7", "A320", "PR-1234", "node3", "B12"). They name one
+    thing among several of its kind (a host, a model, a ticket, a room); a value is written
+    number first ("64 GB", "5pm", "10k", "3rd") and is not one."""
+    return frozenset(
+        w.lower() for w in _TOKEN.findall(text) if w[0].isalpha() and any(ch.isdigit() for ch in w)
+    )
+
+
+def names_another(named: frozenset[str], older: str, newer: str) -> bool:
+    """Whether `older` and `newer` are about two things for a query naming `named`
+    (:func:`identifiers` of the query): the query names a thing one of them names and the
+    other does not, and the other names one of its own instead. "Server db-8 has 128 GB of
+    RAM" is no correction of "Server db-7 has 64 GB of RAM" for "How much RAM does db-7 (or
+    db-8) have?", however alike the two sentences are; "db-7 was upgraded to 128 GB" or "It
+    has 128 GB now" could be. A query naming nothing vetoes nothing ("We moved from room B12
+    to C14" may well correct "We meet in room B12")."""
+    if not named:
+        return False
+    old, new = identifiers(older), identifiers(newer)
+    return (bool((named & old) - new) and bool(new - old)) or (bool((named & new) - old) and bool(old - new))
+
+
 @lru_cache(maxsize=65_536)
 def subject_terms(text: str) -> frozenset[str]:
     """The stemmed content words of `text` (stop words dropped, English stemmed, CJK bigrams):

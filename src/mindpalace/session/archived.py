@@ -27,6 +27,8 @@ from mindpalace.tokens import TokenCounter
 
 ARCHIVED_SUMMARY_HEADER: Final = "Archived context summary"
 HIDDEN_HEADER: Final = "Not shown (read them with read_files):"
+COMPACT_HIDDEN_HEADER: Final = "not shown (read_files):"
+"""The compact form (small budgets): on the block's first line, after its header."""
 RULES_HEADER: Final = "Rules the user stated in those ranges (verbatim):"
 MAX_RULE_CHARS: Final = 300  # a longer "rule" is a paragraph, not a rule
 MAX_RULES_PER_RANGE: Final = 8  # pinned per range; more rules live in the range's summary only
@@ -67,6 +69,14 @@ class ArchivedRange:
         """``messages 1-40 · history:3`` (``history:3 … history:9`` for several entries)."""
         refs = (f"history:{self.first_cursor}" if self.first_cursor == self.last_cursor
                 else f"history:{self.first_cursor} … history:{self.last_cursor}, {self.entries} entries")
+        return f"messages {self.first}-{self.last} · {refs}"
+
+    @property
+    def short_label(self) -> str:
+        """The compact :attr:`label`: ``messages 1-40 · history:3`` or ``history:3 … history:9``
+        (no entry count)."""
+        refs = (f"history:{self.first_cursor}" if self.first_cursor == self.last_cursor
+                else f"history:{self.first_cursor} … history:{self.last_cursor}")
         return f"messages {self.first}-{self.last} · {refs}"
 
     def line(self) -> str:
@@ -136,13 +146,18 @@ def rules_text(rules: Sequence[str]) -> str:
     return "\n".join([RULES_HEADER, *(f"- {r}" for r in rules)])
 
 
-def render_block(ranges: Sequence[ArchivedRange], counter: TokenCounter, cap_tokens: int) -> str | None:
+def render_block(
+    ranges: Sequence[ArchivedRange], counter: TokenCounter, cap_tokens: int, *, compact: bool = False
+) -> str | None:
     """The archived-context block text, at most `cap_tokens` tokens (None when nothing is archived).
 
     Every range is shown oldest first while the text fits. Over the cap, ranges are hidden —
     raw breadcrumbs first, then summaries, oldest first, never the newest range while another
     can go — and named on one line (message range and history refs); the rules pinned on hidden
     ranges stay (oldest dropped first when even they do not fit). The last resort cuts the text.
+    `compact` (a small prompt): the hidden ranges are named on the header's line, without
+    entry counts (``Archived context summary, not shown (read_files): messages 1-416 ·
+    history:1 … history:3.``); shown ranges and pinned rules are as in the full form.
     """
     if not ranges:
         return None
@@ -157,8 +172,12 @@ def render_block(ranges: Sequence[ArchivedRange], counter: TokenCounter, cap_tok
         if hidden:
             gone = [ranges[i] for i in sorted(hidden)]
             runs = _runs(sorted(hidden))  # adjacent hidden ranges share one label
-            labels = [span(ranges[a:b + 1]).label for a, b in runs]
-            parts.append(HIDDEN_HEADER + " " + "; ".join(labels) + ".")
+            if compact:
+                labels = [span(ranges[a:b + 1]).short_label for a, b in runs]
+                parts[0] = f"{ARCHIVED_SUMMARY_HEADER}, {COMPACT_HIDDEN_HEADER} " + "; ".join(labels) + "."
+            else:
+                labels = [span(ranges[a:b + 1]).label for a, b in runs]
+                parts.append(HIDDEN_HEADER + " " + "; ".join(labels) + ".")
             rules = [x for r in gone for x in r.rules][dropped_rules:]
             if rules:
                 parts.append(rules_text(rules))

@@ -345,19 +345,21 @@ class Consolidator:
             return self.summary_cap_tokens
         return max(state.block_cap_tokens, self.summary_cap_tokens)
 
-    def _block(self, state: ConsolidationState, cap_tokens: int | None = None) -> str | None:
+    def _block(self, state: ConsolidationState, cap_tokens: int | None = None, *, compact: bool = False) -> str | None:
         cap = self._block_cap(state)
-        return render_block(state.ranges, self.counter, cap if cap_tokens is None else min(cap, cap_tokens))
+        return render_block(state.ranges, self.counter, cap if cap_tokens is None else min(cap, cap_tokens),
+                            compact=compact)
 
-    def summary_text_under(self, cap_tokens: int) -> str | None:
+    def summary_text_under(self, cap_tokens: int, *, compact: bool = False) -> str | None:
         """The archived-context block (:meth:`summary_text`) under at most `cap_tokens` tokens
         of text (never more than the block's own cap): ranges that do not fit are hidden and
-        named with their ``history:`` refs and pinned rules (:func:`~.archived.render_block`).
-        Read-only. None when nothing is archived.
+        named with their ``history:`` refs and pinned rules (:func:`~.archived.render_block`;
+        `compact`: named on the header's line, the small prompt's form). Read-only. None when
+        nothing is archived.
 
         Raises:
             ValidationError: `cap_tokens` is not a positive int."""
-        return self._block(self.state(), require_int("cap_tokens", cap_tokens, minimum=1))
+        return self._block(self.state(), require_int("cap_tokens", cap_tokens, minimum=1), compact=compact)
 
     def prompt_tokens(self, *, system_tokens: int = 0, tools: list[ToolSchema] | None = None) -> int:
         """The full prompt estimate now: fixed parts + tools + archived summary + repaired

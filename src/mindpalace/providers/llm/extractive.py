@@ -122,6 +122,15 @@ MAX_HITS_PER_KIND = 3  # a table row full of ids should not drown out a constrai
 _SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+")
 # Clause breaks for over-long sentences; ASCII ones only before a space so URLs stay whole.
 _CLAUSE_END = re.compile(r"(?<=[，、：])|(?<=[,:])\s+")
+# A period that ends a title, an initial or a common abbreviation ends no sentence: splitting
+# there let two unrelated sentences join into "… at Dr. Nothing special." in a summary.
+_ABBREVIATION_END = re.compile(
+    r"(?:^|[\s(])(?:Mr|Mrs|Ms|Mx|Dr|Prof|Sr|Jr|St|Mt|Ft|Gen|Col|Capt|Lt|Sgt|Rev|Hon|vs|etc|approx|"
+    r"e\.g|i\.e|cf|Vol|Fig|Inc|Ltd|Corp|Ave|Blvd|Rd|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|"
+    r"Nov|Dec|[A-Z])\.$"
+)
+_LINE_LABEL = re.compile(r"\[\d+\] [^\n\[\]:]{1,80}:(?= |$)")  # "[12] tool:" opening a line
+_LABEL_ONLY = re.compile(r"\[\d+\] [^\n\[\]:]{1,80}:")  # a message's label with nothing after it
 _SPACE = re.compile(r"[ \t\u3000\r\f\v]+")
 _CJK_END = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]$")
 
@@ -129,10 +138,12 @@ _CJK_END = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]$")
 @dataclass(frozen=True)
 class _Unit:
     pos: int
-    text: str
+    text: str  # as shown alone: a later piece of a labelled line starts "[N] speaker: … "
     tokens: int
     score: float
     constraint: bool
+    line: int = -1  # the message it comes from (a line, or a labelled run of sentences in one)
+    bare: str = ""  # the piece without the label it was given (shown after its own line's piece)
 
 
 def _priority(unit: _Unit) -> tuple[bool, float, int]:
@@ -142,13 +153,51 @@ def _priority(unit: _Unit) -> tuple[bool, float, int]:
 
 def split_units(text: str) -> list[str]:
     """Lines, then sentences (English and Chinese punctuation), whitespace compacted."""
-    units: list[str] = []
+    return [piece for _, _, piece in _line_units(text)]
+
+
+def _line_units(text: str) -> list[tuple[int, str, str]]:
+    """:func:`split_units` as (message number, its label or '', sentence): a message starts at
+    a line or at a sentence opening with a label ``[N] speaker:`` (a summary joins several
+    messages on one line), and runs to the next."""
+    units: list[tuple[int, str, str]] = []
+    message = -1
     for line in text.splitlines():
         line = _SPACE.sub(" ", line).strip()
         if not line:
             continue
-        units.extend(s.strip() for s in _SENTENCE_END.split(line) if s and s.strip())
+        pieces: list[str] = []
+        for piece in (s.strip() for s in _SENTENCE_END.split(line) if s and s.strip()):
+            if pieces and _ABBREVIATION_END.search(pieces[-1]):
+                pieces[-1] = f"{pieces[-1]} {piece}"  # "Dr. Okafor" is one sentence
+            else:
+                pieces.append(piece)
+        label = ""
+        for i, piece in enumerate(pieces):  # a line break always ends a sentence
+            found = _LINE_LABEL.match(piece)
+            if i == 0 or found:
+                message += 1
+                label = found.group() if found else ""
+            units.append((message, label, piece))
     return units
+
+
+def clauses(sentence: str) -> list[str]:
+    """An over-long sentence's clauses; a message label (``[N] speaker:``, how consolidation
+    writes each message) stays with the clause after it — alone it says nothing, and being
+    short it would out-rank every clause by value per token."""
+    out: list[str] = []
+    label = ""
+    for clause in _CLAUSE_END.split(sentence):
+        clause = clause.strip()
+        if not clause:
+            continue
+        if _LABEL_ONLY.fullmatch(clause):
+            label = f"{label}{clause} "
+            continue
+        out.append(label + clause)
+        label = ""
+    return out
 
 
 def is_constraint(text: str) -> bool:
@@ -268,18 +317,25 @@ class ExtractiveSummarizer:
 
     def _units(self, text: str, max_tokens: int, boost: re.Pattern[str] | None) -> list[_Unit]:
         split_above = max(max_tokens // 2, MIN_SPLIT_TOKENS)
-        pieces: list[str] = []
-        for unit in split_units(text):
+        found: dict[str, tuple[int, str]] = {}  # piece → (line, label); repeats carry nothing new
+        for line, label, unit in _line_units(text):
             if self.count(unit) > split_above:
-                pieces.extend(c for c in _CLAUSE_END.split(unit) if c.strip())
+                parts = clauses(unit)
             else:
-                pieces.append(unit)
-        pieces = list(dict.fromkeys(pieces))  # repeated lines carry nothing new
+                parts = [] if _LABEL_ONLY.fullmatch(unit) else [unit]  # a bare "[N] speaker:" says nothing
+            for part in parts:
+                found.setdefault(part, (line, label))
+        pieces = list(found)
         content = _content_scores(pieces)
         out: list[_Unit] = []
         for pos, piece in enumerate(pieces):
+            line, label = found[piece]
+            # a later sentence of a message keeps who said it: picked apart from the message's
+            # first one, it would read as the previous speaker's ("[1] user: … you must …" for
+            # a tool's words)
+            shown = piece if not label or piece.startswith(label) else f"{label} … {piece}"
             score = score_unit(piece, first=pos == 0, boost=boost) + W_CONTENT * content[pos]
-            out.append(_Unit(pos, piece, self.count(piece) + 1, score, is_constraint(piece)))
+            out.append(_Unit(pos, shown, self.count(shown) + 1, score, is_constraint(piece), line, piece))
         return out
 
     def _select(self, units: list[_Unit], limit: int, *, reserve: int = 0) -> list[_Unit]:
@@ -302,11 +358,16 @@ class ExtractiveSummarizer:
 
     @staticmethod
     def _join(units: list[_Unit]) -> str:
+        """The chosen units in source order; a piece after one of its own message drops the
+        label it was given (the message's speaker is named just before)."""
         parts: list[str] = []
+        previous: _Unit | None = None
         for unit in units:
             if parts and not _CJK_END.search(parts[-1]):
                 parts.append(" ")
-            parts.append(unit.text)
+            same_line = previous is not None and unit.line >= 0 and unit.line == previous.line
+            parts.append(unit.bare if same_line and unit.bare else unit.text)
+            previous = unit
         return "".join(parts)
 
     @staticmethod
