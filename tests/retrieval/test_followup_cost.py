@@ -198,3 +198,50 @@ class TestSentencesAtSync:
         r.sync_embeddings()
         assert count.texts  # the documents were embedded
         assert "The hills are lovely." not in count.texts and not r._sentence_vectors
+
+
+class TestStoredVectorsInSupersession:
+    """Supersession compares a one-sentence statement on its stored vector when that vector is
+    the embedder's vector of exactly its text: nothing is embedded again at recall, and the
+    answers are those of embedding every compared sentence."""
+
+    FACTS = (("home:city", "I live in Lisbon with my cat"), ("flat:size", "My flat in Lisbon is small"),
+             ("move:city", "We moved and I live in Porto now"), ("work:office", "The office is in Porto"),
+             ("cat:name", "My cat is called Miso"))
+    QUERIES = ("where do I live", "which city do I live in now", "what is my cat called", "Porto office")
+
+    def _hits(self, r: HybridRetriever, scope: Scope) -> list[list[tuple[str, float, object, object]]]:
+        return [[(h.ref, h.score, h.meta.get("superseded_by"), h.meta.get("supersedes"))
+                 for h in r.search(scope, q, k=4)] for q in self.QUERIES]
+
+    def test_facts_compared_on_their_stored_vectors_answer_as_when_embedded(
+        self, memory: Memory, uid: str
+    ) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        for key, text in self.FACTS:
+            s.remember(key, text, importance=0.9)  # long-term: fact documents
+        scope = s.facts.fact_scope
+        settings = FactSettings(supersede_followups=0)
+        reusing = HybridRetriever(memory.store, memory.embedder, settings)
+        reusing.sync_embeddings()
+        count = _Counting(reusing)
+        got = self._hits(reusing, scope)
+        assert count.texts == []  # every compared statement had its stored vector
+        embedding = HybridRetriever(memory.store, memory.embedder, settings)
+        embedding._stored_is_text_vector = lambda doc: False  # type: ignore[method-assign]
+        embedded = _Counting(embedding)
+        assert self._hits(embedding, scope) == got
+        assert embedded.texts  # the same comparisons, with the statements embedded again
+        assert any(sup for hits in got for _, _, sup, _ in hits)  # the fixture supersedes
+
+    def test_context_embedded_or_long_statements_are_embedded_again(self, memory: Memory) -> None:
+        assert memory.embedder is not None
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        stamp = datetime(2025, 1, 1, tzinfo=UTC)
+        short = Document(1, scope, "message", "1", "user: I live in Porto", {"role": "user"}, stamp)
+        fact = Document(2, scope, "fact", "f", "x" * 300, {}, stamp)
+        plain = HybridRetriever(memory.store, memory.embedder, FactSettings(), chunk_tokens=256)
+        assert plain._stored_is_text_vector(short)
+        assert not plain._stored_is_text_vector(fact)  # may have been cut into windows
+        contextual = HybridRetriever(memory.store, memory.embedder, FactSettings(), context_turns=2)
+        assert not contextual._stored_is_text_vector(short)  # embedded after its preceding turns

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mindpalace.retrieval.chunking import DEFAULT_OVERLAP_TOKENS
+from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
 from mindpalace.retrieval.fetch import (
     MESSAGE_KIND,
     DocFacts,
@@ -514,7 +514,7 @@ class HybridRetriever:
             counts = Counter(p for t in texts for p in set(sentences(t)))
             repeated = frozenset(p for p, n in counts.items() if n > 1)
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
-            mat = self._embed_sentences(compared)
+            mat = self._compared_vectors(members, compared, vectors)
             chosen = choose_corrections(
                 mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
@@ -540,6 +540,36 @@ class HybridRetriever:
                 order.insert(i, newer)
                 newer.final = max(newer.final, older.final)
         return order
+
+    def _compared_vectors(
+        self, members: list[_Candidate], compared: list[str], stored: dict[int, np.ndarray]
+    ) -> np.ndarray:
+        """(len(members), dim) vectors of each member's `compared` sentence: a statement compared
+        whole whose stored vector is the embedder's vector of exactly its text
+        (:meth:`_stored_is_text_vector`) uses that one (`stored`, by document id), the others
+        are embedded (:meth:`_embed_sentences`): at 100k facts most candidates of a query are
+        new to the sentence memo, and embedding them again was most of the query's time."""
+        rows: list[np.ndarray | None] = [
+            stored[c.doc.id] if text == c.doc.text and self._stored_is_text_vector(c.doc) else None
+            for c, text in zip(members, compared, strict=True)
+        ]
+        missing = [i for i, v in enumerate(rows) if v is None]
+        if missing:
+            for i, v in zip(missing, self._embed_sentences([compared[i] for i in missing]), strict=True):
+                rows[i] = v
+        return np.stack([v for v in rows if v is not None])
+
+    def _stored_is_text_vector(self, doc: Document) -> bool:
+        """Whether `doc`'s stored vector (of the embedder's model) is the embedder's vector of
+        its text alone: one embedding window (at most the window's token count in characters:
+        never split, see :func:`~mindpalace.retrieval.chunking.chunk_text`; a long-term fact is
+        embedded whole at write time) and no preceding-turn context (``context_turns``, given
+        to session messages only)."""
+        if doc.kind == MESSAGE_KIND and self.context_turns:
+            return False
+        assert self.embedder is not None
+        window = self.chunk_tokens or self.embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
+        return len(doc.text) <= window
 
     def _follow_up(
         self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope], generation: object = None
