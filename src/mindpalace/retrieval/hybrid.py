@@ -515,14 +515,20 @@ class HybridRetriever:
             repeated = frozenset(p for p, n in counts.items() if n > 1)
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
             mat = self._compared_vectors(members, compared, vectors)
+            sims = mat @ mat.T
+            # a pair below both cosine thresholds is never the same subject: only the statements
+            # of a pair at or above one need their holder, at or above `similarity` their words
+            s = self.settings
+            alike = _alike(sims, min(s.supersede_similarity, s.supersede_answer_similarity))
             chosen = choose_corrections(
-                mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
+                sims, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
                 answer_similarity=self.settings.supersede_answer_similarity,
                 answers=self.settings.supersede_answers,
                 min_score_ratio=self.settings.supersede_min_score_ratio,
                 answer_share=self.settings.supersede_answer_share,
-                holders=[holder(t) for t in compared], shared=_share_words(compared, members[0].doc),
+                holders=[holder(t) if alike[i] else None for i, t in enumerate(compared)],
+                shared=_share_words(compared, members[0].doc, _alike(sims, s.supersede_similarity)),
             )
             for i, j in chosen.items():
                 newer_of[members[i].doc.id] = members[j]
@@ -1001,12 +1007,25 @@ def _user_of(
     return held
 
 
-def _share_words(texts: Sequence[str], doc: Document) -> np.ndarray:
+def _alike(sims: np.ndarray, threshold: float) -> list[bool]:
+    """Per statement, whether its cosine to another one (`sims`: (n, n), either way round: a
+    product of float vectors need not be symmetric to the last bit) is at least `threshold`."""
+    above = sims >= threshold
+    np.fill_diagonal(above, False)
+    either: np.ndarray = np.logical_or(above.any(axis=0), above.any(axis=1))
+    return [bool(x) for x in either.tolist()]
+
+
+def _share_words(texts: Sequence[str], doc: Document, among: Sequence[bool] | None = None) -> np.ndarray:
     """(n, n) bool: which of one speaker's `texts` share a subject word
     (:func:`~mindpalace.retrieval.supersession.subject_terms`), the words of the speaker's
-    label (`doc`'s, the search text's ``user:`` prefix) not counted."""
+    label (`doc`'s, the search text's ``user:`` prefix) not counted. `among`: only the texts
+    marked True are compared (the others share nothing here); None = all."""
     label = frozenset(stem_words(query_terms(_speaker(doc))))
-    terms = [subject_terms(t) - label for t in texts]
+    empty: frozenset[str] = frozenset()
+    terms = [
+        subject_terms(t) - label if among is None or among[i] else empty for i, t in enumerate(texts)
+    ]
     return np.array([[bool(a & b) for b in terms] for a in terms], dtype=bool)
 
 
