@@ -81,6 +81,46 @@ class TestBatchedFollowups:
         flat = [t for c in calls for t in c]
         assert len(flat) == len(set(flat))
 
+    @settings(max_examples=40, deadline=None)
+    @given(texts=st.lists(_text, min_size=2, max_size=12), query=_sentence, n_anchors=st.integers(1, 5))
+    def test_prefetch_is_told_each_first_search_and_changes_no_answer(
+        self, texts: list[str], query: str, n_anchors: int
+    ) -> None:
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        start = datetime(2025, 1, 1, tzinfo=UTC)
+        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
+                  for i, t in enumerate(texts)]
+        anchors = corpus[:n_anchors]
+        qvec = _bag_of_words([query])[0]
+        searches: list[tuple[int, str]] = []
+        told: list[tuple[int, str]] = []
+        counted: list[tuple[int, tuple[str, ...]]] = []
+        told_uses: list[tuple[int, tuple[str, ...]]] = []
+
+        def search(a: Document, terms: str) -> list[Document]:
+            searches.append((a.id, terms))
+            return _search(corpus, terms)
+
+        def uses(a: Document, words: Sequence[str]) -> list[int]:
+            counted.append((a.id, tuple(words)))
+            return [sum(w in d.text.lower() for d in corpus) for w in words]
+
+        kw = {"same_speaker": lambda a, b: True, "later": _later, "states": lambda d: True,
+              "similarity": 0.4, "embed": _bag_of_words, "uses": uses, "max_uses": 3}
+        plain = find_followups(anchors, qvec, search=lambda a, t: _search(corpus, t), **kw)  # type: ignore[arg-type]
+        counted.clear()
+        got = find_followups(
+            anchors, qvec, search=search,
+            prefetch_uses=lambda asked: told_uses.extend((a.id, tuple(w)) for a, w in asked),
+            prefetch_search=lambda queries: told.extend((a.id, t) for a, t in queries), **kw,  # type: ignore[arg-type]
+        )
+        assert {k: v.id for k, v in got.items()} == {k: v.id for k, v in plain.items()}
+        # what the prefetch was told is what the steps then ask: read once, used
+        assert set(told_uses) <= set(counted) and set(told) <= set(searches)
+        assert len(set(told)) == len(told) and {a for a, _ in told} <= {a.id for a in anchors}
+        if searches:  # the first search is the first anchor's first step: told beforehand
+            assert searches[0] in told
+
     def test_a_known_answer_is_not_searched_again_and_none_is_remembered(self) -> None:
         scope = Scope(tenant="t", user="u", agent="a", session="s")
         start = datetime(2025, 1, 1, tzinfo=UTC)

@@ -609,11 +609,34 @@ class HybridRetriever:
             if c.superseded_by is not None and c.superseded_by in by_label
         }
 
+        # the anchors' first searches, read together (one keyword_search_many per scope and
+        # kind): (kind, terms) → the hits of each scope, as keyword_search gives them
+        searched: dict[tuple[str, str], list[list[SearchHit]]] = {}
+
+        def prefetch_search(queries: Sequence[tuple[Document, str]]) -> None:
+            by_kind: dict[str, list[str]] = defaultdict(list)
+            for anchor, terms in queries:
+                if (anchor.kind, terms) not in searched and terms not in by_kind[anchor.kind]:
+                    by_kind[anchor.kind].append(terms)
+            for kind, texts in by_kind.items():
+                per_scope = [
+                    self.store.keyword_search_many(scope, texts, k=s.supersede_followup_candidates, kinds=[kind])
+                    for scope in scopes
+                ]
+                for i, terms in enumerate(texts):
+                    searched[(kind, terms)] = [hits[i] for hits in per_scope]
+
         def search(anchor: Document, terms: str) -> list[Document]:
             a = anchor.scope
+            lists = searched.get((anchor.kind, terms))
+            if lists is None:
+                lists = [
+                    self.store.keyword_search(scope, terms, k=s.supersede_followup_candidates, kinds=[anchor.kind])
+                    for scope in scopes
+                ]
             docs: list[Document] = []
-            for scope in scopes:
-                for h in self.store.keyword_search(scope, terms, k=s.supersede_followup_candidates, kinds=[anchor.kind]):
+            for hits in lists:
+                for h in hits:
                     d = h.doc.scope
                     if (d.tenant, d.user, d.agent) == (a.tenant, a.user, a.agent):
                         docs.append(h.doc)
@@ -647,6 +670,11 @@ class HybridRetriever:
             uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
             depth=s.supersede_followup_depth, answers=answers,
             speaker_terms=lambda d: query_terms(_speaker(d)),
+            # the anchors' word counts in one read: remembered for the generation, so `uses`
+            # finds them (without a generation nothing is remembered: no prefetch)
+            prefetch_uses=None if generation is None else lambda asked: self._prefetch_word_users(
+                scopes, asked, generation),
+            prefetch_search=prefetch_search,
         )
         if not found:
             return ranked
@@ -672,6 +700,17 @@ class HybridRetriever:
             if newer.supersedes is None:
                 newer.supersedes = _label(anchor.doc)
         return order
+
+    def _prefetch_word_users(
+        self, scopes: Sequence[Scope], asked: Sequence[tuple[Document, Sequence[str]]], generation: object
+    ) -> None:
+        """:meth:`_word_users` of every anchor's words at once, per kind (remembered for
+        `generation`, where the anchors' own calls then find them)."""
+        by_kind: dict[str, list[str]] = defaultdict(list)
+        for anchor, words in asked:
+            by_kind[anchor.kind] += words
+        for kind, words in by_kind.items():
+            self._word_users(scopes, kind, list(dict.fromkeys(words)), generation)
 
     def _word_users(
         self, scopes: Sequence[Scope], kind: str, words: Sequence[str], generation: object
