@@ -510,18 +510,28 @@ class Session:
     def recall(self, query: str, k: int | None = None) -> list[RecallHit]:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`.
-        Recorded as a ``recalled`` lineage event (query, rank, score per hit)."""
-        hits = self.search(query, k)
-        if self.lineage.enabled:
-            self.lineage.record_many([recall_event(query, hits, step=self._step())])
-        return hits
+        Recorded as a ``recalled`` lineage event (query, rank, score per hit), committed in
+        the same transaction as the recall's hit counts and promotions."""
+        if not self.lineage.enabled:
+            return self.search(query, k)
+        step = self._step()
+
+        def record(hits: list[RecallHit]) -> None:
+            self.lineage.record_many([recall_event(query, hits, step=step)])
+
+        return self._recall(query, k, record)
 
     def search(self, query: str, k: int | None = None) -> list[RecallHit]:
         """:meth:`recall` as an observer (the web inspector): the same hits, and no lineage
         event — looking at memory is not the agent recalling it."""
+        return self._recall(query, k, None)
+
+    def _recall(
+        self, query: str, k: int | None, record: Callable[[list[RecallHit]], None] | None
+    ) -> list[RecallHit]:
         started = time.perf_counter()
         hits = Recall(self.facts, self.memory.retriever, self.memory.settings.facts,
-                      extra_scopes=self._knowledge_scopes())(query, k)
+                      extra_scopes=self._knowledge_scopes())(query, k, record=record)
         self.memory.metrics.recall_seconds.observe(time.perf_counter() - started)
         return hits
 

@@ -99,3 +99,58 @@ def test_a_recall_with_no_hits_writes_nothing(memory: Memory, uid: str) -> None:
     before = rows()
     assert s.recall("zzzz qqqq", k=3) == []
     assert rows() == before  # not even rewritten with the same value
+
+
+class TestOneCommitPerRecall:
+    """A recall's writes — the hit counted, the fact promoted, the ``recalled`` lineage event —
+    are one transaction: they commit together, or none does."""
+
+    def _outer_transactions(self, memory: Memory, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+        opened: list[int] = []
+        store = memory.store
+        inner = store.transaction
+
+        def transaction():  # type: ignore[no-untyped-def]
+            if not store.in_transaction():
+                opened.append(1)
+            return inner()
+
+        monkeypatch.setattr(store, "transaction", transaction)
+        return opened
+
+    def test_promotion_and_lineage_event_commit_in_one_transaction(
+        self, memory: Memory, uid: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        memory.session("old", user=uid, agent="a").remember("user:city", "Lisbon", importance=0.9)
+        s = memory.session("new", user=uid, agent="a")
+        memory.retriever.sync_embeddings()  # index work, done by the first query after a write
+        s.steps.state  # noqa: B018 - the step state is read (one transaction) on first use
+        opened = self._outer_transactions(memory, monkeypatch)
+        (hit,) = s.recall("which city", k=1)
+        assert hit.tier == "fact" and "user:city" in s.facts.working
+        assert len(opened) == 1
+        recalled = [e for e in s.lineage.events() if e.type == "recalled"]
+        assert len(recalled) == 1 and s.facts.longterm.current("user:city").access_count == 1
+
+    def test_a_failed_lineage_write_undoes_the_promotion(
+        self, memory: Memory, uid: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        memory.session("old", user=uid, agent="a").remember("user:city", "Lisbon", importance=0.9)
+        s = memory.session("new", user=uid, agent="a")
+
+        def fail(events: object) -> None:
+            raise RuntimeError("lineage write failed")
+
+        monkeypatch.setattr(s.lineage, "record_many", fail)
+        with pytest.raises(RuntimeError, match="lineage write failed"):
+            s.recall("which city", k=1)
+        monkeypatch.undo()
+        fresh = memory.session("new", user=uid, agent="a")
+        assert "user:city" not in fresh.facts.working  # the promotion was rolled back
+        assert fresh.facts.longterm.current("user:city").access_count == 0
+
+    def test_an_observer_search_records_no_event(self, memory: Memory, uid: str) -> None:
+        memory.session("old", user=uid, agent="a").remember("user:city", "Lisbon", importance=0.9)
+        s = memory.session("new", user=uid, agent="a")
+        assert [h.tier for h in s.search("which city", k=1)] == ["fact"]
+        assert not [e for e in s.lineage.events() if e.type == "recalled"]

@@ -81,6 +81,46 @@ class TestBatchedFollowups:
         flat = [t for c in calls for t in c]
         assert len(flat) == len(set(flat))
 
+    @settings(max_examples=40, deadline=None)
+    @given(texts=st.lists(_text, min_size=2, max_size=12), query=_sentence, n_anchors=st.integers(1, 5))
+    def test_prefetch_is_told_each_first_search_and_changes_no_answer(
+        self, texts: list[str], query: str, n_anchors: int
+    ) -> None:
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        start = datetime(2025, 1, 1, tzinfo=UTC)
+        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
+                  for i, t in enumerate(texts)]
+        anchors = corpus[:n_anchors]
+        qvec = _bag_of_words([query])[0]
+        searches: list[tuple[int, str]] = []
+        told: list[tuple[int, str]] = []
+        counted: list[tuple[int, tuple[str, ...]]] = []
+        told_uses: list[tuple[int, tuple[str, ...]]] = []
+
+        def search(a: Document, terms: str) -> list[Document]:
+            searches.append((a.id, terms))
+            return _search(corpus, terms)
+
+        def uses(a: Document, words: Sequence[str]) -> list[int]:
+            counted.append((a.id, tuple(words)))
+            return [sum(w in d.text.lower() for d in corpus) for w in words]
+
+        kw = {"same_speaker": lambda a, b: True, "later": _later, "states": lambda d: True,
+              "similarity": 0.4, "embed": _bag_of_words, "uses": uses, "max_uses": 3}
+        plain = find_followups(anchors, qvec, search=lambda a, t: _search(corpus, t), **kw)  # type: ignore[arg-type]
+        counted.clear()
+        got = find_followups(
+            anchors, qvec, search=search,
+            prefetch_uses=lambda asked: told_uses.extend((a.id, tuple(w)) for a, w in asked),
+            prefetch_search=lambda queries: told.extend((a.id, t) for a, t in queries), **kw,  # type: ignore[arg-type]
+        )
+        assert {k: v.id for k, v in got.items()} == {k: v.id for k, v in plain.items()}
+        # what the prefetch was told is what the steps then ask: read once, used
+        assert set(told_uses) <= set(counted) and set(told) <= set(searches)
+        assert len(set(told)) == len(told) and {a for a, _ in told} <= {a.id for a in anchors}
+        if searches:  # the first search is the first anchor's first step: told beforehand
+            assert searches[0] in told
+
     def test_a_known_answer_is_not_searched_again_and_none_is_remembered(self) -> None:
         scope = Scope(tenant="t", user="u", agent="a", session="s")
         start = datetime(2025, 1, 1, tzinfo=UTC)
@@ -198,3 +238,50 @@ class TestSentencesAtSync:
         r.sync_embeddings()
         assert count.texts  # the documents were embedded
         assert "The hills are lovely." not in count.texts and not r._sentence_vectors
+
+
+class TestStoredVectorsInSupersession:
+    """Supersession compares a one-sentence statement on its stored vector when that vector is
+    the embedder's vector of exactly its text: nothing is embedded again at recall, and the
+    answers are those of embedding every compared sentence."""
+
+    FACTS = (("home:city", "I live in Lisbon with my cat"), ("flat:size", "My flat in Lisbon is small"),
+             ("move:city", "We moved and I live in Porto now"), ("work:office", "The office is in Porto"),
+             ("cat:name", "My cat is called Miso"))
+    QUERIES = ("where do I live", "which city do I live in now", "what is my cat called", "Porto office")
+
+    def _hits(self, r: HybridRetriever, scope: Scope) -> list[list[tuple[str, float, object, object]]]:
+        return [[(h.ref, h.score, h.meta.get("superseded_by"), h.meta.get("supersedes"))
+                 for h in r.search(scope, q, k=4)] for q in self.QUERIES]
+
+    def test_facts_compared_on_their_stored_vectors_answer_as_when_embedded(
+        self, memory: Memory, uid: str
+    ) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        for key, text in self.FACTS:
+            s.remember(key, text, importance=0.9)  # long-term: fact documents
+        scope = s.facts.fact_scope
+        settings = FactSettings(supersede_followups=0)
+        reusing = HybridRetriever(memory.store, memory.embedder, settings)
+        reusing.sync_embeddings()
+        count = _Counting(reusing)
+        got = self._hits(reusing, scope)
+        assert count.texts == []  # every compared statement had its stored vector
+        embedding = HybridRetriever(memory.store, memory.embedder, settings)
+        embedding._stored_is_text_vector = lambda doc: False  # type: ignore[method-assign]
+        embedded = _Counting(embedding)
+        assert self._hits(embedding, scope) == got
+        assert embedded.texts  # the same comparisons, with the statements embedded again
+        assert any(sup for hits in got for _, _, sup, _ in hits)  # the fixture supersedes
+
+    def test_context_embedded_or_long_statements_are_embedded_again(self, memory: Memory) -> None:
+        assert memory.embedder is not None
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        stamp = datetime(2025, 1, 1, tzinfo=UTC)
+        short = Document(1, scope, "message", "1", "user: I live in Porto", {"role": "user"}, stamp)
+        fact = Document(2, scope, "fact", "f", "x" * 300, {}, stamp)
+        plain = HybridRetriever(memory.store, memory.embedder, FactSettings(), chunk_tokens=256)
+        assert plain._stored_is_text_vector(short)
+        assert not plain._stored_is_text_vector(fact)  # may have been cut into windows
+        contextual = HybridRetriever(memory.store, memory.embedder, FactSettings(), context_turns=2)
+        assert not contextual._stored_is_text_vector(short)  # embedded after its preceding turns

@@ -158,6 +158,14 @@ class FactMemory:
                 out[current.key] = current
         return list(out.values())
 
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """One store transaction (this handle's lock held) around several writes: a recall's
+        hit counts, promotions and its ``recalled`` lineage event commit together, or none
+        does. The operations inside nest in it (savepoints)."""
+        with self._lock, self.store.transaction():
+            yield
+
     def promote(self, fact: Fact) -> Fact | None:
         """Count a recall hit on a long-term fact and put it into working memory (seed §2.3
         "update"); returns the promoted copy, or None when the fact is no longer current

@@ -12,7 +12,8 @@ back as the newer value, never the old one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 from mindpalace.checks import require_int
@@ -71,12 +72,18 @@ class Recall:
             return add_scopes([scope.with_(session=ANY)], self.extra_scopes)
         return add_scopes([scope, self.facts.fact_scope], self.extra_scopes)
 
-    def __call__(self, query: str, k: int | None = None) -> list[RecallHit]:
+    def __call__(
+        self, query: str, k: int | None = None, *, record: Callable[[list[RecallHit]], None] | None = None,
+    ) -> list[RecallHit]:
         """Top-k hits for `query`, working memory first.
 
         Args:
             query: free text, or an ``entity:attribute`` key.
             k: hits wanted (default ``facts.recall_top_k``), ≥ 1.
+            record: called with the hits before they are returned, inside the transaction
+                that counts the working and fact hits (one commit for the recall's writes;
+                ``Session.recall`` writes its ``recalled`` lineage event there): what it writes
+                commits with them, and an error it raises undoes them.
         Raises:
             ValidationError: k is not an int ≥ 1; InvalidTextError: `query` is not storable text.
             ProviderError: the embedder failed.
@@ -95,12 +102,23 @@ class Recall:
                 others.append(hit)
         chosen = _merge_weak(strong, weak, others, len(wanted), k)
         working = [m for m in chosen if isinstance(m, tuple)]
-        hits = self._working_hits(working)
         picked = [h for h in chosen if not isinstance(h, tuple)]
-        # Fact hits are promoted together: one transaction, one commit per recall.
         fact_hits = [h for h in picked if h.tier == FACT_KIND]
         stored = [self.facts.longterm.get(h.ref) for h in fact_hits]
-        promoted = self.facts.promote_many([f for f in stored if f is not None and f.current])
+        current = [f for f in stored if f is not None and f.current]
+        # Working hits counted, fact hits promoted and `record` written: one transaction, one
+        # commit per recall (none to open when nothing is counted: `record` writes alone).
+        with self.facts.together() if record is not None and (working or current) else nullcontext():
+            out = self._hits(chosen, self._working_hits(working), self.facts.promote_many(current))
+            if record is not None:
+                record(out)
+        return out
+
+    def _hits(
+        self, chosen: list[_Match | RetrievalHit], hits: dict[str, RecallHit], promoted: list[Fact | None],
+    ) -> list[RecallHit]:
+        """The chosen items as hits: each working match as counted (`hits`, by key), each fact
+        hit as its `promoted` copy (a fact no longer current is left out)."""
         by_id = {f.id: f for f in promoted if f is not None}
         out: list[RecallHit] = []
         for item in chosen:

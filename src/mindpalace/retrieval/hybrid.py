@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mindpalace.retrieval.chunking import DEFAULT_OVERLAP_TOKENS
+from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
 from mindpalace.retrieval.fetch import (
     MESSAGE_KIND,
     DocFacts,
@@ -521,15 +521,21 @@ class HybridRetriever:
             counts = Counter(p for t in texts for p in set(sentences(t)))
             repeated = frozenset(p for p, n in counts.items() if n > 1)
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
-            mat = self._embed_sentences(compared)
+            mat = self._compared_vectors(members, compared, vectors)
+            sims = mat @ mat.T
+            # a pair below both cosine thresholds is never the same subject: only the statements
+            # of a pair at or above one need their holder, at or above `similarity` their words
+            s = self.settings
+            alike = _alike(sims, min(s.supersede_similarity, s.supersede_answer_similarity))
             chosen = choose_corrections(
-                mat @ mat.T, [_query_similarity(c) for c in members], [c.final for c in members],
+                sims, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
                 answer_similarity=self.settings.supersede_answer_similarity,
                 answers=self.settings.supersede_answers,
                 min_score_ratio=self.settings.supersede_min_score_ratio,
                 answer_share=self.settings.supersede_answer_share,
-                holders=[holder(t) for t in compared], shared=_share_words(compared, members[0].doc),
+                holders=[holder(t) if alike[i] else None for i, t in enumerate(compared)],
+                shared=_share_words(compared, members[0].doc, _alike(sims, s.supersede_similarity)),
             )
             for i, j in chosen.items():
                 if not names_another(named, texts[i], texts[j]):
@@ -548,6 +554,36 @@ class HybridRetriever:
                 order.insert(i, newer)
                 newer.final = max(newer.final, older.final)
         return order
+
+    def _compared_vectors(
+        self, members: list[_Candidate], compared: list[str], stored: dict[int, np.ndarray]
+    ) -> np.ndarray:
+        """(len(members), dim) vectors of each member's `compared` sentence: a statement compared
+        whole whose stored vector is the embedder's vector of exactly its text
+        (:meth:`_stored_is_text_vector`) uses that one (`stored`, by document id), the others
+        are embedded (:meth:`_embed_sentences`): at 100k facts most candidates of a query are
+        new to the sentence memo, and embedding them again was most of the query's time."""
+        rows: list[np.ndarray | None] = [
+            stored[c.doc.id] if text == c.doc.text and self._stored_is_text_vector(c.doc) else None
+            for c, text in zip(members, compared, strict=True)
+        ]
+        missing = [i for i, v in enumerate(rows) if v is None]
+        if missing:
+            for i, v in zip(missing, self._embed_sentences([compared[i] for i in missing]), strict=True):
+                rows[i] = v
+        return np.stack([v for v in rows if v is not None])
+
+    def _stored_is_text_vector(self, doc: Document) -> bool:
+        """Whether `doc`'s stored vector (of the embedder's model) is the embedder's vector of
+        its text alone: one embedding window (at most the window's token count in characters:
+        never split, see :func:`~mindpalace.retrieval.chunking.chunk_text`; a long-term fact is
+        embedded whole at write time) and no preceding-turn context (``context_turns``, given
+        to session messages only)."""
+        if doc.kind == MESSAGE_KIND and self.context_turns:
+            return False
+        assert self.embedder is not None
+        window = self.chunk_tokens or self.embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
+        return len(doc.text) <= window
 
     def _follow_up(
         self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope], generation: object = None,
@@ -583,11 +619,34 @@ class HybridRetriever:
             if c.superseded_by is not None and c.superseded_by in by_label
         }
 
+        # the anchors' first searches, read together (one keyword_search_many per scope and
+        # kind): (kind, terms) → the hits of each scope, as keyword_search gives them
+        searched: dict[tuple[str, str], list[list[SearchHit]]] = {}
+
+        def prefetch_search(queries: Sequence[tuple[Document, str]]) -> None:
+            by_kind: dict[str, list[str]] = defaultdict(list)
+            for anchor, terms in queries:
+                if (anchor.kind, terms) not in searched and terms not in by_kind[anchor.kind]:
+                    by_kind[anchor.kind].append(terms)
+            for kind, texts in by_kind.items():
+                per_scope = [
+                    self.store.keyword_search_many(scope, texts, k=s.supersede_followup_candidates, kinds=[kind])
+                    for scope in scopes
+                ]
+                for i, terms in enumerate(texts):
+                    searched[(kind, terms)] = [hits[i] for hits in per_scope]
+
         def search(anchor: Document, terms: str) -> list[Document]:
             a = anchor.scope
+            lists = searched.get((anchor.kind, terms))
+            if lists is None:
+                lists = [
+                    self.store.keyword_search(scope, terms, k=s.supersede_followup_candidates, kinds=[anchor.kind])
+                    for scope in scopes
+                ]
             docs: list[Document] = []
-            for scope in scopes:
-                for h in self.store.keyword_search(scope, terms, k=s.supersede_followup_candidates, kinds=[anchor.kind]):
+            for hits in lists:
+                for h in hits:
                     d = h.doc.scope
                     if (d.tenant, d.user, d.agent) == (a.tenant, a.user, a.agent):
                         docs.append(h.doc)
@@ -621,6 +680,11 @@ class HybridRetriever:
             uses=uses, max_uses=s.supersede_followup_max_uses, known=known,
             depth=s.supersede_followup_depth, answers=answers,
             speaker_terms=lambda d: query_terms(_speaker(d)),
+            # the anchors' word counts in one read: remembered for the generation, so `uses`
+            # finds them (without a generation nothing is remembered: no prefetch)
+            prefetch_uses=None if generation is None else lambda asked: self._prefetch_word_users(
+                scopes, asked, generation),
+            prefetch_search=prefetch_search,
         )
         if not found:
             return ranked
@@ -646,6 +710,17 @@ class HybridRetriever:
             if newer.supersedes is None:
                 newer.supersedes = _label(anchor.doc)
         return order
+
+    def _prefetch_word_users(
+        self, scopes: Sequence[Scope], asked: Sequence[tuple[Document, Sequence[str]]], generation: object
+    ) -> None:
+        """:meth:`_word_users` of every anchor's words at once, per kind (remembered for
+        `generation`, where the anchors' own calls then find them)."""
+        by_kind: dict[str, list[str]] = defaultdict(list)
+        for anchor, words in asked:
+            by_kind[anchor.kind] += words
+        for kind, words in by_kind.items():
+            self._word_users(scopes, kind, list(dict.fromkeys(words)), generation)
 
     def _word_users(
         self, scopes: Sequence[Scope], kind: str, words: Sequence[str], generation: object
@@ -981,12 +1056,25 @@ def _user_of(
     return held
 
 
-def _share_words(texts: Sequence[str], doc: Document) -> np.ndarray:
+def _alike(sims: np.ndarray, threshold: float) -> list[bool]:
+    """Per statement, whether its cosine to another one (`sims`: (n, n), either way round: a
+    product of float vectors need not be symmetric to the last bit) is at least `threshold`."""
+    above = sims >= threshold
+    np.fill_diagonal(above, False)
+    either: np.ndarray = np.logical_or(above.any(axis=0), above.any(axis=1))
+    return [bool(x) for x in either.tolist()]
+
+
+def _share_words(texts: Sequence[str], doc: Document, among: Sequence[bool] | None = None) -> np.ndarray:
     """(n, n) bool: which of one speaker's `texts` share a subject word
     (:func:`~mindpalace.retrieval.supersession.subject_terms`), the words of the speaker's
-    label (`doc`'s, the search text's ``user:`` prefix) not counted."""
+    label (`doc`'s, the search text's ``user:`` prefix) not counted. `among`: only the texts
+    marked True are compared (the others share nothing here); None = all."""
     label = frozenset(stem_words(query_terms(_speaker(doc))))
-    terms = [subject_terms(t) - label for t in texts]
+    empty: frozenset[str] = frozenset()
+    terms = [
+        subject_terms(t) - label if among is None or among[i] else empty for i, t in enumerate(texts)
+    ]
     return np.array([[bool(a & b) for b in terms] for a in terms], dtype=bool)
 
 

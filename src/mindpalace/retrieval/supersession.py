@@ -406,6 +406,8 @@ def find_followups(
     depth: int = 1,
     answers: MutableMapping[tuple[int, str, int | None], tuple[Document, np.ndarray] | None] | None = None,
     speaker_terms: Callable[[Document], Iterable[str]] | None = None,
+    prefetch_uses: Callable[[Sequence[tuple[Document, Sequence[str]]]], None] | None = None,
+    prefetch_search: Callable[[Sequence[tuple[Document, str]]], None] | None = None,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -446,6 +448,11 @@ def find_followups(
             depends on nothing else (then store reads), so a caller that keeps this while the
             store is unchanged (and `search`, `uses`, `similarity` the same) computes each
             once; new answers are added.
+        prefetch_uses / prefetch_search: told, before any step runs, the (anchor, words)
+            each anchor's first step will pass to `uses` and then the (anchor, words) it will
+            pass to `search` (anchors whose first answer is in `answers` left out), so that a
+            caller can read them for every anchor at once (one store read, not one per
+            anchor) and answer the calls from that; they must not change what the calls return.
     Returns:
         ``{anchor document id: the later document that is its current value}``.
     """
@@ -465,14 +472,24 @@ def find_followups(
             answers[key] = got
         return got
 
-    def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
+    def candidate_words(anchor: Document, sentence: str) -> tuple[list[str], list[str]]:
+        """(the speaker label's words in `sentence`, its other words): the second are asked
+        to `uses`."""
         # the speaker's own name / role (the search text's "speaker:" prefix) names no subject
         own_label = frozenset(speaker_terms(anchor)) if speaker_terms is not None else frozenset()
         said = query_terms(sentence)
         label = [w for w in said if w in own_label]  # kept in the search: it favours the speaker's statements
-        words = [w for w in said if w not in own_label and len(w) > 1]
+        return label, [w for w in said if w not in own_label and len(w) > 1]
+
+    def subject_words(anchor: Document, sentence: str) -> tuple[list[str], list[str]]:
+        """(label words, subject words) of `sentence`: the search is for both."""
+        label, words = candidate_words(anchor, sentence)
         if uses is not None and max_uses > 0 and words:
             words = [w for w, n in zip(words, uses(anchor, words), strict=True) if n <= max_uses]
+        return label, words
+
+    def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
+        label, words = subject_words(anchor, sentence)
         if not words:
             return None
         terms = frozenset(stem_words(words))
@@ -500,6 +517,23 @@ def find_followups(
         if chosen is None:
             return None
         return kept[chosen], own[chosen]
+
+    if prefetch_uses is not None or prefetch_search is not None:
+        firsts = []  # (anchor, its sentence closest to the query) of each first step to run
+        for anchor in anchors:
+            extra = (known or {}).get(anchor.id)
+            sentence = best_sentence(anchor.text, query_vector, embed)
+            if answers is None or (anchor.id, sentence, extra.id if extra is not None else None) not in answers:
+                firsts.append((anchor, sentence))
+        if prefetch_uses is not None and uses is not None and max_uses > 0:
+            asked = [(a, words) for a, s in firsts if (words := candidate_words(a, s)[1])]
+            if asked:
+                prefetch_uses(asked)
+        if prefetch_search is not None:
+            queries = [(a, " ".join([*label, *words])) for a, s in firsts
+                       for label, words in [subject_words(a, s)] if words]
+            if queries:
+                prefetch_search(queries)
 
     out: dict[int, Document] = {}
     for anchor in anchors:
