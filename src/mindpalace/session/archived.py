@@ -66,10 +66,10 @@ class ArchivedRange:
 
     @property
     def label(self) -> str:
-        """``messages 1-40 · history:3`` (``history:3 … history:9`` for several entries)."""
-        refs = (f"history:{self.first_cursor}" if self.first_cursor == self.last_cursor
-                else f"history:{self.first_cursor} … history:{self.last_cursor}, {self.entries} entries")
-        return f"messages {self.first}-{self.last} · {refs}"
+        """``messages 1-40 · history:3`` (``history:3 … history:9, 7 entries`` for several)."""
+        if self.first_cursor == self.last_cursor:
+            return self.short_label
+        return f"{self.short_label}, {self.entries} entries"
 
     @property
     def short_label(self) -> str:

@@ -133,14 +133,7 @@ class GroupCommit:
             finally:
                 self._release()
         if batch is None:
-            try:
-                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-            except BaseException:
-                self._release()
-                raise
-            batch = _Batch()
-            with self._lock:
-                self._batch = batch
+            batch = self._open_batch(conn)
         with self._lock:
             batch.size += 1
         try:
@@ -171,19 +164,25 @@ class GroupCommit:
             self._entering -= 1
         self._busy = True
 
+    def _open_batch(self, conn: sqlite3.Connection) -> _Batch:
+        """With the write connection taken and no batch open: BEGIN IMMEDIATE and open one
+        (the connection is released when BEGIN fails)."""
+        try:
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+        except BaseException:
+            self._release()
+            raise
+        batch = _Batch()
+        with self._lock:
+            self._batch = batch
+        return batch
+
     def _join(self, conn: sqlite3.Connection) -> tuple[_Batch, bool]:
         with self._lock:
             self._wait_turn()
             batch = self._batch
         if batch is None:
-            try:
-                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-            except BaseException:
-                self._release()
-                raise
-            batch = _Batch()
-            with self._lock:
-                self._batch = batch
+            batch = self._open_batch(conn)
         else:
             try:
                 self._retry(lambda: conn.execute(f"SAVEPOINT {_SAVEPOINT}"))
