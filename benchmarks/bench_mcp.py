@@ -24,30 +24,35 @@ Columns: completed calls, errors, calls/s (completed / wall seconds), p50 and p9
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import anyio
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_server import BUDGET_TOKENS, TENANT, Row, drive, row, seed_workspace
+from bench_server import (
+    BUDGET_TOKENS,
+    TENANT,
+    Row,
+    arguments,
+    drive,
+    prepared,
+    report,
+    row,
+    session_calls,
+    start_process,
+    stop_process,
+)
 from mindpalace import Memory
 from mindpalace.aio import AsyncMemory
-from mindpalace.auth import ApiKeys
 
-STARTUP_TIMEOUT_SECONDS = 60
 Result = tuple[int, int, float, list[float]]
 
 
@@ -81,18 +86,9 @@ async def adrive(clients: int, requests: int, seconds: float,
 
 
 def start_server(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mindpalace.cli", "mcp", "-w", str(root), "--transport", "http",
-         "--port", "0"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    assert proc.stderr is not None
-    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-    for line in proc.stderr:  # the server names its address, then logs warnings only
-        if "listening on " in line:
-            return proc, line.split("listening on ", 1)[1].strip()
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    raise SystemExit("the MCP server did not start")
+    return start_process(
+        [sys.executable, "-m", "mindpalace.cli", "mcp", "-w", str(root), "--transport", "http", "--port", "0"],
+        env, r"listening on (\S+)", "MCP server")
 
 
 async def run_mcp(url: str, secret: str, args: argparse.Namespace, scope: dict[str, str],
@@ -126,42 +122,18 @@ async def run_mcp(url: str, secret: str, args: argparse.Namespace, scope: dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clients", type=int, default=16, help="concurrent callers")
-    ap.add_argument("--requests", type=int, default=800, help="calls per op and mode (cap)")
-    ap.add_argument("--seconds", type=float, default=30.0, help="time cap per op and mode")
-    ap.add_argument("--embed", default="hashing", help="embed.provider for the workspace")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--fast", action="store_true", help="CI size: 120 calls, 10 s caps")
-    ap.add_argument("--json", type=Path, help="write the rows here")
-    args = ap.parse_args(argv)
-    if args.fast:
-        args.requests, args.seconds = 120, 10.0
-    os.environ["MINDPALACE_EMBED__PROVIDER"] = args.embed
+    args = arguments(argv, __doc__.split("\n")[0])
     rows: list[Row] = []
+    session_id = "session_1"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "ws"
-        user, agent, queries = seed_workspace(root, random.Random(args.seed))
-        with Memory.open(root, create=False) as mem:
-            _, secret = ApiKeys(mem.store).create(TENANT, name="bench")
-        session_id = "session_1"
+        user, agent, q, secret = prepared(root, args.seed)
         scope = {"user_id": user, "agent_id": agent, "session_id": session_id}
-
-        def q(n: int) -> str:
-            return queries[n % len(queries)]
-
         with Memory.open(root, create=False, tenant=TENANT) as mem:
-            def local(op: str) -> Callable[[int], Callable[[int], Any]]:
-                def make(_: int) -> Callable[[int], Any]:
-                    s = mem.session(session_id, user=user, agent=agent)
-                    if op == "recall":
-                        return lambda n: s.recall(q(n), k=5)
-                    return lambda n: s.context(BUDGET_TOKENS, query=q(n))
-                return make
-
             for op in ("recall", "context"):
+                make = session_calls(lambda: mem.session(session_id, user=user, agent=agent), op, q)
                 rows.append(row(op, "sync, threads", args.clients,
-                                drive(args.clients, args.requests, args.seconds, local(op))))
+                                drive(args.clients, args.requests, args.seconds, make)))
 
             async def in_async() -> None:
                 amem = AsyncMemory(mem, max_threads=args.clients)
@@ -183,24 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows += anyio.run(run_mcp, url, secret, args, scope, q)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-            if proc.stderr is not None:
-                proc.stderr.close()
+            stop_process(proc)
 
-    table = Table(title=f"MCP over streamable HTTP vs in-process — {args.clients} concurrent "
-                        f"clients, ≤ {args.requests} calls / ≤ {args.seconds:g} s each, "
-                        f"embed={args.embed}")
-    for col in ("op", "mode", "completed", "errors", "calls/s", "p50 ms", "p95 ms"):
-        table.add_column(col, justify="left" if col in ("op", "mode") else "right")
-    order = {"sync, threads": 0, "async facade": 1, "MCP HTTP": 2}
-    for r in sorted(rows, key=lambda r: (r.op != "recall", order[r.mode])):
-        table.add_row(r.op, r.mode, str(r.completed), str(r.errors), f"{r.per_s:,.1f}",
-                      f"{r.p50_ms:,.1f}", f"{r.p95_ms:,.1f}")
-    Console(width=120).print(table)
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2), encoding="utf-8")
-    return 1 if any(r.errors for r in rows) else 0
+    return report(rows, f"MCP over streamable HTTP vs in-process — {args.clients} concurrent "
+                        f"clients, ≤ {args.requests} calls / ≤ {args.seconds:g} s each, embed={args.embed}",
+                  {"sync, threads": 0, "async facade": 1, "MCP HTTP": 2}, args.json)
 
 
 if __name__ == "__main__":

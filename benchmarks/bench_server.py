@@ -136,27 +136,40 @@ def row(op: str, mode: str, clients: int, result: tuple[int, int, float, list[fl
                round(statistics.median(lat), 1), round(p95, 1))
 
 
-def start_server(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mindpalace.cli", "serve", "-w", str(root), "--port", "0",
-         "--no-access-log"],
-        stderr=subprocess.PIPE, text=True, env=env)
+def start_process(cmd: list[str], env: dict[str, str], address: str, what: str) -> tuple[subprocess.Popen[str], str]:
+    """Start `cmd` and wait until a stderr line matches `address` (a regex whose group 1 is the
+    URL). Raises SystemExit naming `what` if it never does within the startup timeout."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     assert proc.stderr is not None
     deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-    # uvicorn names the address it bound on stderr; after that only warnings follow (no
+    # The server names the address it bound on stderr; after that only warnings follow (no
     # access log), so the unread pipe cannot fill up during the run.
     for line in proc.stderr:
-        found = re.search(r"running on (http://127\.0\.0\.1:\d+)", line)
+        found = re.search(address, line)
         if found:
-            return proc, found.group(1)
+            return proc, found.group(1).strip()
         if time.monotonic() > deadline:
             break
     proc.kill()
-    raise SystemExit("the server did not start")
+    raise SystemExit(f"the {what} did not start")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def stop_process(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    proc.wait(timeout=30)
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+def start_server(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    return start_process(
+        [sys.executable, "-m", "mindpalace.cli", "serve", "-w", str(root), "--port", "0", "--no-access-log"],
+        env, r"running on (http://127\.0\.0\.1:\d+)", "server")
+
+
+def arguments(argv: list[str] | None, description: str) -> argparse.Namespace:
+    """The options both server benchmarks take (sets ``MINDPALACE_EMBED__PROVIDER``)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--clients", type=int, default=16, help="concurrent callers")
     ap.add_argument("--requests", type=int, default=800, help="calls per op and mode (cap)")
     ap.add_argument("--seconds", type=float, default=30.0, help="time cap per op and mode")
@@ -168,65 +181,74 @@ def main(argv: list[str] | None = None) -> int:
     if args.fast:
         args.requests, args.seconds = 120, 10.0
     os.environ["MINDPALACE_EMBED__PROVIDER"] = args.embed
+    return args
+
+
+def prepared(root: Path, seed: int) -> tuple[str, str, Callable[[int], str], str]:
+    """Seed the workspace at `root` and create an API key: (user, agent, query n → text, secret)."""
+    user, agent, queries = seed_workspace(root, random.Random(seed))
+    with Memory.open(root, create=False) as mem:
+        _, secret = ApiKeys(mem.store).create(TENANT, name="bench")
+    return user, agent, (lambda n: queries[n % len(queries)]), secret
+
+
+def session_calls(open_session: Callable[[], Any], op: str,
+                  q: Callable[[int], str]) -> Callable[[int], Callable[[int], Any]]:
+    """A ``drive`` factory: each client opens its session, then calls recall (k=5) or context."""
+    def make(_: int) -> Callable[[int], Any]:
+        s = open_session()
+        if op == "recall":
+            return lambda n: s.recall(q(n), k=5)
+        return lambda n: s.context(BUDGET_TOKENS, query=q(n))
+    return make
+
+
+def report(rows: list[Row], title: str, order: dict[str, int], json_path: Path | None) -> int:
+    """Print the table (recall first, modes in `order`); 1 if any call failed."""
+    table = Table(title=title)
+    for col in ("op", "mode", "completed", "errors", "calls/s", "p50 ms", "p95 ms"):
+        table.add_column(col, justify="left" if col in ("op", "mode") else "right")
+    for r in sorted(rows, key=lambda r: (r.op != "recall", order[r.mode])):
+        table.add_row(r.op, r.mode, str(r.completed), str(r.errors), f"{r.per_s:,.1f}",
+                      f"{r.p50_ms:,.1f}", f"{r.p95_ms:,.1f}")
+    Console(width=120).print(table)
+    if json_path:
+        json_path.write_text(json.dumps([asdict(r) for r in rows], indent=2), encoding="utf-8")
+    return 1 if any(r.errors for r in rows) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv, __doc__.split("\n")[0])
     rows: list[Row] = []
+    session_id = "session_1"
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "ws"
-        user, agent, queries = seed_workspace(root, random.Random(args.seed))
-        with Memory.open(root, create=False) as mem:
-            _, secret = ApiKeys(mem.store).create(TENANT, name="bench")
-        session_id = "session_1"
-
-        def q(n: int) -> str:
-            return queries[n % len(queries)]
-
+        user, agent, q, secret = prepared(root, args.seed)
         with Memory.open(root, create=False, tenant=TENANT) as mem:
-            def local(op: str) -> Callable[[int], Callable[[int], Any]]:
-                def make(_: int) -> Callable[[int], Any]:
-                    s = mem.session(session_id, user=user, agent=agent)
-                    if op == "recall":
-                        return lambda n: s.recall(q(n), k=5)
-                    return lambda n: s.context(BUDGET_TOKENS, query=q(n))
-                return make
-
             for op in ("recall", "context"):
+                make = session_calls(lambda: mem.session(session_id, user=user, agent=agent), op, q)
                 rows.append(row(op, "in-process", args.clients,
-                                drive(args.clients, args.requests, args.seconds, local(op))))
+                                drive(args.clients, args.requests, args.seconds, make)))
 
         proc, url = start_server(root, {**os.environ, "PYTHONUNBUFFERED": "1"})
         remotes: list[RemoteMemory] = []
         try:
-            def remote(op: str) -> Callable[[int], Callable[[int], Any]]:
-                def make(_: int) -> Callable[[int], Any]:
-                    client = RemoteMemory(url, secret, timeout_seconds=120)
-                    remotes.append(client)
-                    s = client.session(session_id, user=user, agent=agent)
-                    if op == "recall":
-                        return lambda n: s.recall(q(n), k=5)
-                    return lambda n: s.context(BUDGET_TOKENS, query=q(n))
-                return make
+            def remote_session() -> Any:
+                client = RemoteMemory(url, secret, timeout_seconds=120)
+                remotes.append(client)
+                return client.session(session_id, user=user, agent=agent)
 
             for op in ("recall", "context"):
-                rows.append(row(op, "REST", args.clients,
-                                drive(args.clients, args.requests, args.seconds, remote(op))))
+                rows.append(row(op, "REST", args.clients, drive(
+                    args.clients, args.requests, args.seconds, session_calls(remote_session, op, q))))
         finally:
             for client in remotes:
                 client.close()
-            proc.terminate()
-            proc.wait(timeout=30)
-            if proc.stderr is not None:
-                proc.stderr.close()
+            stop_process(proc)
 
-    table = Table(title=f"REST over loopback vs in-process — {args.clients} concurrent clients, "
-                        f"≤ {args.requests} calls / ≤ {args.seconds:g} s each, embed={args.embed}")
-    for col in ("op", "mode", "completed", "errors", "calls/s", "p50 ms", "p95 ms"):
-        table.add_column(col, justify="left" if col in ("op", "mode") else "right")
-    for r in sorted(rows, key=lambda r: (r.op != "recall", r.mode != "in-process")):
-        table.add_row(r.op, r.mode, str(r.completed), str(r.errors), f"{r.per_s:,.1f}",
-                      f"{r.p50_ms:,.1f}", f"{r.p95_ms:,.1f}")
-    Console(width=120).print(table)
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2), encoding="utf-8")
-    return 1 if any(r.errors for r in rows) else 0
+    return report(rows, f"REST over loopback vs in-process — {args.clients} concurrent clients, "
+                        f"≤ {args.requests} calls / ≤ {args.seconds:g} s each, embed={args.embed}",
+                  {"in-process": 0, "REST": 1}, args.json)
 
 
 if __name__ == "__main__":
