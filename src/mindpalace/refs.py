@@ -26,7 +26,7 @@ are read only within them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -161,9 +161,12 @@ def _messages_ref(text: str) -> MessagesRef | None:
         if hi < lo:
             return None
         runs.append((lo, hi))
-    if sum(hi - lo + 1 for lo, hi in runs) > MAX_GROUP_MESSAGES:
-        return None
-    return MessagesRef(tuple(runs), g.group(2))
+    return MessagesRef(tuple(runs), g.group(2)) if _group_fits(runs) else None
+
+
+def _group_fits(runs: Sequence[tuple[int, int]]) -> bool:
+    """Whether well-ordered `runs` name at most :data:`MAX_GROUP_MESSAGES` messages."""
+    return sum(hi - lo + 1 for lo, hi in runs) <= MAX_GROUP_MESSAGES
 
 
 def format_ref(ref: Ref) -> str:
@@ -179,7 +182,7 @@ def format_ref(ref: Ref) -> str:
         return f"message:{ref.index}" + (f"@{ref.session}" if ref.session is not None else "")
     if isinstance(ref, MessagesRef):
         if (not ref.runs or ref.session == "" or any(lo < 1 or hi < lo for lo, hi in ref.runs)
-                or sum(hi - lo + 1 for lo, hi in ref.runs) > MAX_GROUP_MESSAGES):
+                or not _group_fits(ref.runs)):
             raise ValidationError(f"a message group needs runs of indexes ≥ 1, at most {MAX_GROUP_MESSAGES} "
                                   f"messages and a non-empty session, got {ref}")
         runs = ",".join(str(lo) if lo == hi else f"{lo}–{hi}" for lo, hi in ref.runs)
