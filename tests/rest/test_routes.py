@@ -117,6 +117,26 @@ class TestFactsAndRecall:
         r = post(client, "/facts", {"key": "user:x", "content": "y", "importance": importance})
         assert r.status_code == 422 and r.json()["errors"][0]["pointer"] == "/body/importance"
 
+    @pytest.mark.parametrize(("path", "body", "field"), [
+        ("/recall", {"query": "x", "k": "3"}, "k"),
+        ("/recall", {"query": "x", "k": 3.0}, "k"),
+        ("/facts", {"key": "user:x", "content": "y", "importance": "0.5"}, "importance"),
+        ("/context", {"budget_tokens": "4000"}, "budget_tokens"),
+        ("/turn", {"budget_tokens": True}, "budget_tokens"),
+        ("/checkpoint", {"step": "2"}, "step"),
+        ("/checkpoint", {"snapshot": "yes"}, "snapshot"),
+        ("/checkpoint", {"snapshot": 1}, "snapshot"),
+    ])
+    def test_numbers_and_flags_are_never_coerced_from_other_json_types(
+        self, client: TestClient, path: str, body: dict[str, object], field: str
+    ) -> None:
+        r = post(client, path, body)
+        assert r.status_code == 422 and r.json()["errors"][0]["pointer"] == f"/body/{field}", r.text
+
+    def test_json_numbers_of_the_right_kind_are_taken(self, client: TestClient) -> None:
+        assert post(client, "/facts", {"key": "user:x", "content": "y", "importance": 1}).status_code == 201
+        assert post(client, "/recall", {"query": "y", "k": 2}).status_code == 200
+
     def test_an_unknown_field_is_named(self, client: TestClient) -> None:
         r = post(client, "/recall", {"query": "x", "topk": 3})
         assert r.status_code == 422 and r.json()["errors"][0]["pointer"] == "/body/topk"
