@@ -22,6 +22,8 @@ appended events went right after the cached event (:attr:`StoredEvent.previous` 
 position — or they start a new stream), the state after them is the cached state plus these
 events, exactly; it is remembered once the append's transaction has committed (a snapshot due
 in that append is written from it too, instead of re-reading the events since the last one).
+When the append went after another writer's events instead, the cache is caught up by one read
+of those events right away (else it would stay behind for every later append).
 """
 
 from __future__ import annotations
@@ -152,6 +154,12 @@ class TaskEventStore:
             after = self._fold_appended(task, stored, None)
             if after is not None:
                 self._remember(task, after)
+            else:
+                # another writer appended since the cached state (a second process or store
+                # object): catch the cache up now — one read of the events it missed — or
+                # every later append would find it stale again, and every snapshot due would
+                # fold all the events since it under the write lock
+                self.recover(task)
             last = stored[-1].version
             if last // every > (last - len(stored)) // every:
                 # another writer's events came in between, and this append crossed a multiple

@@ -188,6 +188,10 @@ class EventsMixin(SQLiteBase):
         if not rows:  # the WHERE guard failed: another writer appended first
             current = self.stream_version(scope, stream)
             raise ConcurrencyError(stream, expected_version or 0, current)
+        if len(rows) == 1:  # the common append: one event
+            [(version, position, previous)] = rows
+            return [StoredEvent(scope, stream, int(version), payloads[0][0], events[0].data, now,
+                                int(position), None if previous is None else int(previous))]
         # RETURNING order is unspecified; versions ascend with the events
         rows = sorted((int(r[0]), int(r[1]), None if r[2] is None else int(r[2])) for r in rows)
         return [
