@@ -11,9 +11,11 @@ the snapshot follows in a transaction of its own (read under its write lock: sti
 log's state).
 
 The folded state of each task is cached in the process (per ``TaskEventStore`` object) with the
-store position of the event it ends at. ``recover`` reads the stream from that event on — one
-indexed query — and folds only the events after it; when the event at the cached version is no
-longer the same one (the stream was deleted and written again) it recovers from scratch. Only
+store position of the event it ends at. ``recover`` first looks up the stream's last event
+(``Store.stream_head``, one indexed lookup): still that event, the cached state is the answer.
+Otherwise it reads the stream from that event on and folds only the events after it; when the
+event at the cached version is no longer the same one (the stream was deleted and written again)
+it recovers from scratch. Only
 committed state is cached: nothing read inside a transaction (it may still roll back), so a
 second store object or process appending is seen on the next ``recover``.
 
@@ -350,6 +352,11 @@ class TaskEventStore:
         cached = self._folded.get(require_name(task, field="task id"))
         if cached is not None:
             head = cached.state.version
+            # the common case, nothing changed: one indexed lookup of the stream's last event
+            # (no row read, parsed or folded)
+            if self.store.stream_head(self.scope, stream_of(task)) == (
+                    (head, cached.position) if head else (0, None)):
+                return cached.state
             rows = self._events(task, max(head, 1))
             if head == 0 or (rows and rows[0].version == head and rows[0].position == cached.position):
                 new = rows[1:] if head else rows
