@@ -160,8 +160,13 @@ class TaskEventStore:
                 # another writer appended since the cached state (a second process or store
                 # object): catch the cache up now — one read of the events it missed — or
                 # every later append would find it stale again, and every snapshot due would
-                # fold all the events since it under the write lock
-                self.recover(task)
+                # fold all the events since it under the write lock. Best effort: the append is
+                # committed and must be reported as such; a read that fails here fails again
+                # at the next recover, which rebuilds the cache from scratch
+                try:
+                    self.recover(task)
+                except Exception:
+                    self.forget(task)
             last = stored[-1].version
             if last // every > (last - len(stored)) // every:
                 # another writer's events came in between, and this append crossed a multiple
