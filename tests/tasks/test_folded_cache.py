@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
+from mindpalace.errors import StoreBusyError
 from mindpalace.tasks import TaskEventStore
 from mindpalace.tasks.events import Checkpoint, ConstraintSet, StepFinished, StepStarted
 
@@ -179,3 +180,47 @@ def test_an_append_by_another_process_is_seen(memory: Memory, workspace_dir: Pat
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     state = ev.recover("t")
     assert state.version == 2 and state.artifacts == {"here": 1, "there": 2}
+
+
+def test_an_append_after_another_writers_events_catches_the_cache_up(
+    memory: Memory, workspace_dir: Path, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the cache must not stay behind after a second writer: else every later append finds it
+    # stale and every snapshot due folds all the events since it
+    scope = memory.scope(user="u", session=uid)
+    a = TaskEventStore(memory.store, scope, memory.settings.tasks)
+    a.append("t", [Checkpoint(artifacts={"a": 0})])
+    with Memory.open(workspace_dir, embed={"provider": "hashing"}) as other:
+        TaskEventStore(other.store, scope).append("t", [Checkpoint(artifacts={"b": i}) for i in range(5)])
+    a.append("t", [Checkpoint(artifacts={"a": 1})])  # version 7, after the other writer's 6
+    parsed: list[str] = []
+    real = a.registry.parse_stored
+    monkeypatch.setattr(a.registry, "parse_stored",
+                        lambda t, d: parsed.append(t) or real(t, d))  # type: ignore[func-returns-value]
+    a.append("t", [Checkpoint(artifacts={"a": 2})])
+    state = a.recover("t")
+    assert parsed == ["checkpoint"]  # only the new event: the cache was current before it
+    assert state == a.recover("t", use_snapshot=False)
+    assert state.version == 8 and state.artifacts == {"a": 2, "b": 4}
+
+
+def test_a_failed_catch_up_read_does_not_fail_the_committed_append(
+    memory: Memory, workspace_dir: Path, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the append is durable when the catch-up read runs: an error there must not report it as
+    # failed (a retry would append it twice); the cache is dropped and rebuilt on next recover
+    scope = memory.scope(user="u", session=uid)
+    a = TaskEventStore(memory.store, scope, memory.settings.tasks)
+    a.append("t", [Checkpoint(artifacts={"a": 0})])
+    with Memory.open(workspace_dir, embed={"provider": "hashing"}) as other:
+        TaskEventStore(other.store, scope).append("t", [Checkpoint(artifacts={"b": 1})])
+
+    def fail(task: str, *, use_snapshot: bool = True) -> None:
+        raise StoreBusyError("busy")
+
+    monkeypatch.setattr(a, "recover", fail)
+    [record] = a.append("t", [Checkpoint(artifacts={"a": 2})])
+    assert record.version == 3
+    monkeypatch.undo()
+    assert a._folded.get("t") is None
+    assert a.recover("t").artifacts == {"a": 2, "b": 1}

@@ -97,3 +97,35 @@ def test_snapshot_plus_replay_equals_full_replay(seq: list[TaskEvent], data: Any
     snap = TaskState.model_validate(replay(initial_state("t"), seq[:cut]).to_json())  # through JSON
     assert replay(snap, seq[cut:]) == full
     assert TaskState.model_validate(full.to_json()) == full
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(events, max_size=30))
+def test_apply_builds_each_state_as_model_copy_would(seq: list[TaskEvent]) -> None:
+    # apply's own shallow copy (state._updated) against pydantic's model_copy, event by event:
+    # same fields, same fields-set, and the input state untouched
+    import mindpalace.tasks.state as state_module
+
+    fast = state_module._updated
+    state = reference = initial_state("t")
+    for event in (stored(e) for e in seq):
+        previous, before = state, state.to_json()
+        state = apply(state, event)
+        state_module._updated = lambda s, upd: s.model_copy(update=upd)
+        try:
+            reference = apply(reference, event)
+        finally:
+            state_module._updated = fast
+        assert state == reference
+        assert state.model_fields_set == reference.model_fields_set
+        assert state.__pydantic_extra__ is None and state.__pydantic_private__ is None
+        assert previous.to_json() == before  # the input state is untouched
+    assert TaskState.model_validate(state.to_json()) == state
+
+
+def test_a_subclassed_state_is_copied_by_pydantic() -> None:
+    class Richer(TaskState):
+        note: str = ""
+
+    state = apply(Richer(task="t", note="kept"), Checkpoint(step=2))
+    assert type(state) is Richer and state.note == "kept" and (state.step, state.version) == (2, 1)

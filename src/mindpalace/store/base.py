@@ -204,6 +204,18 @@ class EventLog(abc.ABC):
     def stream_version(self, scope: Scope, stream: str) -> int:
         """Current version of `stream` in the concrete `scope` (0 when it has no events)."""
 
+    def stream_head(self, scope: Scope, stream: str) -> tuple[int, int | None]:
+        """``(version, position)`` of the last event of `stream` in the concrete `scope`;
+        ``(0, None)`` when it has no events. A reader that folded the stream up to a known
+        event learns from it whether anything changed since: a higher version (appended), or
+        the same version at another position (the stream was deleted and written again).
+
+        The default reads the version, then the event at it; backends answer with one
+        indexed lookup."""
+        version = self.stream_version(scope, stream)
+        rows = self.read_events(scope, stream, from_version=version, limit=1) if version else []
+        return (rows[0].version, rows[0].position) if rows else (0, None)
+
     @abc.abstractmethod
     def delete_stream(self, scope: Scope, stream: str) -> int:
         """Delete every event of `stream` in the concrete `scope`; returns how many were removed.

@@ -11,9 +11,11 @@ the snapshot follows in a transaction of its own (read under its write lock: sti
 log's state).
 
 The folded state of each task is cached in the process (per ``TaskEventStore`` object) with the
-store position of the event it ends at. ``recover`` reads the stream from that event on — one
-indexed query — and folds only the events after it; when the event at the cached version is no
-longer the same one (the stream was deleted and written again) it recovers from scratch. Only
+store position of the event it ends at. ``recover`` first looks up the stream's last event
+(``Store.stream_head``, one indexed lookup): still that event, the cached state is the answer.
+Otherwise it reads the stream from that event on and folds only the events after it; when the
+event at the cached version is no longer the same one (the stream was deleted and written again)
+it recovers from scratch. Only
 committed state is cached: nothing read inside a transaction (it may still roll back), so a
 second store object or process appending is seen on the next ``recover``.
 
@@ -22,6 +24,8 @@ appended events went right after the cached event (:attr:`StoredEvent.previous` 
 position — or they start a new stream), the state after them is the cached state plus these
 events, exactly; it is remembered once the append's transaction has committed (a snapshot due
 in that append is written from it too, instead of re-reading the events since the last one).
+When the append went after another writer's events instead, the cache is caught up by one read
+of those events right away (else it would stay behind for every later append).
 """
 
 from __future__ import annotations
@@ -152,6 +156,17 @@ class TaskEventStore:
             after = self._fold_appended(task, stored, None)
             if after is not None:
                 self._remember(task, after)
+            else:
+                # another writer appended since the cached state (a second process or store
+                # object): catch the cache up now — one read of the events it missed — or
+                # every later append would find it stale again, and every snapshot due would
+                # fold all the events since it under the write lock. Best effort: the append is
+                # committed and must be reported as such; a read that fails here fails again
+                # at the next recover, which rebuilds the cache from scratch
+                try:
+                    self.recover(task)
+                except Exception:
+                    self.forget(task)
             last = stored[-1].version
             if last // every > (last - len(stored)) // every:
                 # another writer's events came in between, and this append crossed a multiple
@@ -342,6 +357,11 @@ class TaskEventStore:
         cached = self._folded.get(require_name(task, field="task id"))
         if cached is not None:
             head = cached.state.version
+            # the common case, nothing changed: one indexed lookup of the stream's last event
+            # (no row read, parsed or folded)
+            if self.store.stream_head(self.scope, stream_of(task)) == (
+                    (head, cached.position) if head else (0, None)):
+                return cached.state
             rows = self._events(task, max(head, 1))
             if head == 0 or (rows and rows[0].version == head and rows[0].position == cached.position):
                 new = rows[1:] if head else rows

@@ -65,6 +65,10 @@ Reconciler = Callable[["LedgerEntry"], Any]
 it cannot tell (the call stays unknown)."""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""Built once: ``json.dumps`` with options builds an encoder per call (several per tool call)."""
+
+
 def canonical_json(value: Any) -> str:
     """Normalized JSON: sorted keys, no whitespace, UTF-8 text (equal args ⇒ equal text).
 
@@ -72,7 +76,7 @@ def canonical_json(value: Any) -> str:
         ValidationError: the value is not JSON-serialisable.
     """
     try:
-        return json.dumps(clean_json(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _CANONICAL.encode(clean_json(value))
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"tool arguments must be JSON-serialisable: {exc}") from exc
 

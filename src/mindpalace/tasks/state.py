@@ -215,7 +215,27 @@ def apply(state: TaskState, event: TaskEvent, registry: EventRegistry = DEFAULT_
                 return reducer(state, event).model_copy(update={"version": v})
             if registry.model_for(event.type) is not None:
                 upd["custom"] = {**state.custom, event.type: event.model_dump(mode="json", exclude={"type"})}
-    return state.model_copy(update=upd)
+    return _updated(state, upd)
+
+
+_set_attr = object.__setattr__
+
+
+def _updated(state: TaskState, upd: dict[str, Any]) -> TaskState:
+    """``state.model_copy(update=upd)`` — a shallow copy with `upd` set, unvalidated, the
+    updated fields marked as set — in half its time: every event of every step is folded
+    through here. TaskState has no private attributes and refuses extra fields; a subclass
+    (which might have either) gets ``model_copy`` itself."""
+    if type(state) is not TaskState:
+        return state.model_copy(update=upd)
+    new = object.__new__(TaskState)
+    fields = state.__dict__.copy()
+    fields.update(upd)
+    _set_attr(new, "__dict__", fields)
+    _set_attr(new, "__pydantic_fields_set__", state.__pydantic_fields_set__ | upd.keys())
+    _set_attr(new, "__pydantic_extra__", None)
+    _set_attr(new, "__pydantic_private__", None)
+    return new
 
 
 def replay(state: TaskState, events: list[TaskEvent], registry: EventRegistry = DEFAULT_REGISTRY) -> TaskState:

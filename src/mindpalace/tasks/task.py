@@ -238,6 +238,7 @@ class Tasks:
         self.settings = self.events.settings
         self._tasks: dict[str, Task] = {}
         self._lock = threading.Lock()
+        self._current: Task | None = None
 
     def __call__(self, task_id: str) -> Task:
         with self._lock:
@@ -249,7 +250,10 @@ class Tasks:
     def current(self) -> Task:
         """The session's default task: its id is the session id, or ``session-<sha1 prefix>``
         when the session id is not a valid task name (spaces, slashes …)."""
-        return self(default_task_id(str(self.events.scope.session)))
+        current = self._current  # looked up once: every checkpoint of a session goes here
+        if current is None:
+            current = self._current = self(default_task_id(str(self.events.scope.session)))
+        return current
 
     def list(self) -> list[tuple[str, int]]:
         """(task id, version) of the session's tasks."""

@@ -166,6 +166,19 @@ class TestEvents:
             (1, "a", {}), (2, "b", {}), (3, "c", {"n": 3})]
         assert all(e.created_at.tzinfo is not None for e in read)
 
+    def test_stream_head_is_the_last_event(self, store: Store) -> None:
+        scope = fresh_scope()
+        assert store.stream_head(scope, "s") == (0, None)
+        store.append_events(scope, "s", [NewEvent("a"), NewEvent("b")])
+        store.append_events(scope, "other", [NewEvent("x")])
+        last = store.append_events(scope, "s", [NewEvent("c")])[-1]
+        assert store.stream_head(scope, "s") == (3, last.position)
+        assert store.stream_head(fresh_scope(), "s") == (0, None)  # scoped
+        store.delete_stream(scope, "s")
+        assert store.stream_head(scope, "s") == (0, None)
+        again = store.append_events(scope, "s", [NewEvent("a")])[-1]
+        assert store.stream_head(scope, "s") == (1, again.position)
+
     @pytest.mark.parametrize("batch", [1, 2])
     @pytest.mark.parametrize("in_transaction", [False, True])
     def test_expected_version_conflict_raises_and_appends_nothing(

@@ -116,6 +116,11 @@ class EventsMixin(PostgresBase):
         row = self._one(_VERSION, (*scope.values(), stream))
         return int(row[0]) if row else 0
 
+    def stream_head(self, scope: Scope, stream: str) -> tuple[int, int | None]:
+        scope.require_concrete()
+        row = self._one(_HEAD, (*scope.values(), stream))
+        return (0, None) if row is None else (int(row[0]), int(row[1]))
+
     def delete_stream(self, scope: Scope, stream: str) -> int:
         where, params = exact_scope(scope)
         return self._count(f"DELETE FROM mp_events WHERE {where} AND stream = %s",

@@ -132,10 +132,14 @@ C = TypeVar("C", bound=type)
 def translate_sqlite_errors(protocol: type) -> Callable[[C], C]:
     """Class decorator: every public method of `protocol` (the store ABC) on the decorated class,
     and its ``__init__``, raise mindpalace errors instead of sqlite3 ones. ``transaction`` is a
-    context manager and translates inside (its BEGIN / COMMIT go through the busy retry)."""
+    context manager and translates inside (its BEGIN / COMMIT go through the busy retry);
+    ``in_transaction`` touches no database."""
 
     def decorate(cls: C) -> C:
-        names = {n for n in dir(protocol) if not n.startswith("_") and n != "transaction"}
+        # in_transaction reads a thread-local and cannot raise: not wrapped (it is asked on
+        # every write)
+        names = {n for n in dir(protocol) if not n.startswith("_")
+                 and n not in ("transaction", "in_transaction")}
         for name in sorted(names | {"__init__"}):
             attr = inspect.getattr_static(cls, name, None)
             if callable(attr) and not isinstance(attr, staticmethod | classmethod | type):

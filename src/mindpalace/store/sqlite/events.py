@@ -50,6 +50,13 @@ _RETURNING = (
 )
 
 
+# The stream's last event: one backward step of the (scope, stream, version) index.
+_HEAD = (
+    "SELECT version, position FROM events WHERE tenant = ? AND user = ? AND agent = ? "
+    "AND session = ? AND stream = ? ORDER BY version DESC LIMIT 1"
+)
+
+
 @functools.lru_cache(maxsize=64)
 def _append_sql(n: int, expected: bool) -> str:
     guard = " WHERE v = ?" if expected else ""
@@ -188,6 +195,10 @@ class EventsMixin(SQLiteBase):
         if not rows:  # the WHERE guard failed: another writer appended first
             current = self.stream_version(scope, stream)
             raise ConcurrencyError(stream, expected_version or 0, current)
+        if len(rows) == 1:  # the common append: one event
+            [(version, position, previous)] = rows
+            return [StoredEvent(scope, stream, int(version), payloads[0][0], events[0].data, now,
+                                int(position), None if previous is None else int(previous))]
         # RETURNING order is unspecified; versions ascend with the events
         rows = sorted((int(r[0]), int(r[1]), None if r[2] is None else int(r[2])) for r in rows)
         return [
@@ -231,6 +242,11 @@ class EventsMixin(SQLiteBase):
             (*scope.values(), stream),
         ).fetchone()
         return row[0] or 0
+
+    def stream_head(self, scope: Scope, stream: str) -> tuple[int, int | None]:
+        scope.require_concrete()
+        row = self._execute(_HEAD, (*scope.values(), stream)).fetchone()
+        return (0, None) if row is None else (int(row[0]), int(row[1]))
 
     def delete_stream(self, scope: Scope, stream: str) -> int:
         scope.require_concrete()

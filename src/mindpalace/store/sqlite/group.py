@@ -149,6 +149,9 @@ class GroupCommit:
     # -- steps -----------------------------------------------------------------------------
     def _wait_turn(self) -> None:
         """Under ``_lock``: wait until the write connection is free, then take it."""
+        if not self._busy:  # free (always, for a single writer): no clock, no counting
+            self._busy = True
+            return
         self._entering += 1
         try:
             deadline = time.monotonic() + self._wait_seconds
