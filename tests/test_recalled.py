@@ -540,6 +540,40 @@ class TestArchivedSummaryBesideRecall:
         assert "history:" in text  # what is not shown is named, to be read back
 
 
+_SHOWN_RANGE = re.compile(r"^\[messages \d+-\d+ · (history:\d+)(?: · raw[^\]\n]*)?\]$", re.MULTILINE)
+
+
+def test_a_history_summary_the_archived_block_shows_is_not_recalled_again(tmp_path: Path) -> None:
+    """A range summary shown in the "Archived context summary" block is not repeated as a
+    recalled ``history:N`` item in the same prompt (the same text twice, paid twice); one the
+    block does not show may still be recalled."""
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing"},
+                     session={"context_window_tokens": 1_500, "max_completion_tokens": 200,
+                              "safety_buffer_tokens": 100}) as m:
+        s = fresh(m)
+        for i in range(1, 121):
+            when = WHEN + timedelta(hours=i)
+            s.add_message({"role": "user", "content": f"Turn {i}: item {i} costs {100 + 7 * i} EUR, "
+                           f"ship it to city{i % 17}."}, timestamp=when)
+            s.add_message({"role": "assistant", "content": f"Noted item {i}; total {11 * i} EUR."},
+                          timestamp=when)
+            s.prepare(system_prompt="You are helpful.")
+        ranges = s.consolidator.state().ranges
+        assert len(ranges) >= 2
+        newest = ranges[-1]
+        checked = 0
+        for budget in (3_000, 6_000):
+            built = s.context(budget, query=newest.text, system_prompt="You are helpful.")
+            archived = next(str(msg["content"]) for msg in built.messages
+                            if is_memory_message(msg) and 'source="archived summary"' in str(msg["content"]))
+            shown = set(_SHOWN_RANGE.findall(archived))
+            recalled = {item.ref for item in built.report.recalled}
+            assert f"history:{newest.first_cursor}" in shown
+            assert not shown & recalled, (shown, recalled)
+            checked += 1
+        assert checked == 2
+
+
 def test_long_replies_are_recalled_as_excerpts_so_a_small_prompt_holds_several(tmp_path: Path) -> None:
     """A chat of short user turns and long assistant replies: at a small budget each recalled
     reply shows its matching excerpt and its reference, so the block holds several records

@@ -38,6 +38,8 @@ _RULE = re.compile(
     r"make sure|from now on|remember to|avoid|forbidden|required?)\b|必须|不要|不能|只能|至多|至少|禁止",
     re.IGNORECASE,
 )
+_SHOWN_ONE = re.compile(r"^\[messages \d+-\d+ · history:(\d+)(?: · [^\]\n]*)?\]$", re.MULTILINE)
+"""A shown range of one history entry, as :meth:`ArchivedRange.line` heads it."""
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _SPACE = re.compile(r"\s+")
 
@@ -194,6 +196,13 @@ def render_block(
         dropped_rules += 1
         text = compose()
     return counter.truncate(text, cap_tokens) if counter.count(text) > cap_tokens else text
+
+
+def shown_entries(block_text: str) -> frozenset[int]:
+    """The history cursors whose own summary `block_text` (a :func:`render_block` text) shows:
+    ranges of one entry, not merged or hidden ones. Another block quoting ``history:<N>`` for
+    one of them would repeat its text."""
+    return frozenset(int(n) for n in _SHOWN_ONE.findall(block_text))
 
 
 def _runs(indexes: list[int]) -> list[tuple[int, int]]:
