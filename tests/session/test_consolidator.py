@@ -436,6 +436,27 @@ class TestAccumulation:
         assert c.counter.count(block) <= c.summary_cap_tokens
         assert block.count("messages 1-") == 1  # the merged range still names where it starts
 
+    def test_under_a_small_cap_ranges_are_still_merged_not_all_hidden(self, mem: Memory) -> None:
+        """A block cap too small for a merged summary beside the newest range's own (each new
+        range gets half the cap): every range is merged into one instead, so the block keeps
+        showing a summary rather than only naming the ranges it hides."""
+        said = ("Planning continued: hotels in Shinjuku and flights TK001 and TK002 were compared, "
+                "budget 2000 CNY per night, seats 14A and 14B held until Friday the 20th.")
+
+        def summary(_m: Any, n: int | None) -> str:
+            return c.counter.truncate(said, max(10, (n or 64) - 2))
+
+        s, c = session_with(mem, FakeLLM(settings=LLMSettings(max_retries=0), default=summary))
+        cap = c.summary_cap_tokens
+        assert cap < 100  # a small prompt's block
+        fill_until(s, c, 6)
+        state = c.state()
+        assert state.entries == 6 and len(state.ranges) <= 2
+        assert state.ranges[0].kind == "merged" and state.ranges[0].first == 1
+        block = str(c.summary_text())
+        assert c.counter.count(block) <= cap
+        assert "Not shown" not in block and "[messages 1-" in block  # shown, not only named
+
     def test_a_legacy_single_summary_state_reads_as_one_range(self, mem: Memory) -> None:
         s, c = session_with(mem)
         mem.store.kv_put(s.scope, "session", "consolidation", {
@@ -520,7 +541,8 @@ class TestUnreachableTarget:
         assert turn(400).backed_off and llm.calls == 1
         assert turn(450).backed_off and llm.calls == 1  # a larger fixed part: still unreachable
         shrunk = [turn(100) for _ in range(3)]  # it shrank: summarized again once over budget
-        assert any(r.consolidated for r in shrunk) and llm.calls == 2
+        merges = sum(1 for r in shrunk if r.merged_ranges)  # the raw ranges, merged once there is room
+        assert any(r.consolidated for r in shrunk) and llm.calls == 2 + merges
         assert not any(r.backed_off for r in shrunk)
         assert again.state().backoff is None
 
