@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -394,6 +395,7 @@ HOTELS = "Hotel shortlist: Hotel Gracery Shinjuku, 18000 JPY per night, breakfas
 class TestAccumulation:
     def test_a_second_summary_does_not_replace_the_first(self, mem: Memory) -> None:
         s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.35})  # two dated ranges fit
         fill_until(s, c, 2)
         block = str(c.summary_text())
         assert "Project Falcon" in block and "2027-03-14" in block  # main kept only HOTELS
@@ -403,6 +405,7 @@ class TestAccumulation:
     def test_a_failed_second_summary_never_replaces_a_good_first_one(self, mem: Memory) -> None:
         llm = FakeLLM([PROJECT, ProviderError("HTTP 503")], settings=LLMSettings(max_retries=0))
         s, c = session_with(mem, llm)
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.35})  # two dated ranges fit
         fill_until(s, c, 2)
         assert c.state().last_kind == "raw"
         block = str(c.summary_text())
@@ -411,6 +414,7 @@ class TestAccumulation:
 
     def test_ranges_are_labelled_with_messages_and_history_refs(self, mem: Memory) -> None:
         s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.35})  # two dated ranges fit
         fill_until(s, c, 2)
         entries = c.history.read(session=s.scope)
         block = str(c.summary_text())
@@ -418,6 +422,22 @@ class TestAccumulation:
             assert f"messages {e.messages[0]}-{e.messages[1]} · history:{e.cursor}" in block
             got = s.read_records([f"history:{e.cursor}"]).found[f"history:{e.cursor}"]
             assert got.body == e.content
+
+    def test_each_range_is_dated_by_when_its_messages_were_written(self, mem: Memory) -> None:
+        s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+        i = 0
+        while c.state().entries < 2:
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)},
+                          timestamp=start + timedelta(days=i))
+            c.maybe_consolidate()
+            i += 1
+            assert i < 400, "never consolidated"
+        block = str(c.summary_text())
+        for r in c.state().ranges:
+            first, last = start + timedelta(days=r.first - 1), start + timedelta(days=r.last - 1)
+            label = next(line for line in block.splitlines() if line.startswith(f"[messages {r.first}-"))
+            assert f" · {first.day}" in label and f"{last.day} {last:%B %Y}]" in label, label
 
     def test_over_the_cap_older_ranges_are_merged_and_user_rules_survive_verbatim(self, mem: Memory) -> None:
         rule = "Always answer in French and never book flights before 9 am."

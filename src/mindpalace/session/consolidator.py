@@ -757,14 +757,22 @@ class Consolidator:
     ) -> None:
         assert entry.messages is not None
         HistoryLog.index_entry(self.store, entry)
-        added = ArchivedRange(entry.messages[0], entry.messages[1], entry.cursor, entry.cursor,
-                              injected, entry.kind, 1, rules)
+        first, last = entry.messages
+        added = ArchivedRange(first, last, entry.cursor, entry.cursor, injected, entry.kind, 1, rules,
+                              *self._written_at(first, last))
         new = replace(
             state, last_consolidated=entry.messages[1], last_summary=injected,
             last_kind=entry.kind, history_cursor=entry.cursor, entries=state.entries + 1,
             ranges=fold((*state.ranges, added), MAX_RANGES, self.counter, max(16, cap // 2)),
             block_cap_tokens=cap or state.block_cap_tokens)
         self._update(new, "archive", {"cursor": entry.cursor, "messages": list(entry.messages)})
+
+    def _written_at(self, first: int, last: int) -> tuple[datetime | None, datetime | None]:
+        """When messages `first` and `last` were written (the range's dates); None for one
+        not stored."""
+        when = {m.index: m.timestamp for i in {first, last}
+                for m in self.messages.list(from_index=i, to_index=i)}
+        return when.get(first), when.get(last)
 
     def _update(self, new: ConsolidationState, op: str, data: dict[str, Any]) -> ConsolidationState:
         """Store `new` as the state and journal `op` with the version it was read at, in one
