@@ -675,3 +675,31 @@ class TestCompactFraming:
         built = self.build(tmp_path, "full", 3_000, 3_000)
         assert recalled_text(built).startswith(RECALLED_HEADER)
         assert re.search(r"^\[\d+ \w+ \d{4} · message:", recalled_text(built), re.MULTILINE)
+
+
+def test_a_tool_loop_that_archived_the_users_request_still_recalls_it(tmp_path: Path) -> None:
+    """Mid-turn, a long tool loop can push the user's request of this turn out of the live
+    conversation (consolidation cuts at a tool-group boundary when the turn alone is over the
+    target). The prompt then holds tool calls and results only; the newest stored user message
+    is still the query, so recall brings the request back as quoted, referenced memory."""
+    request = "Find every caller of parse_invoice_v2 and tell me which ones pass a currency code."
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing"},
+                     session={"context_window_tokens": 1_500, "max_completion_tokens": 200,
+                              "safety_buffer_tokens": 100}) as m:
+        s = fresh(m)
+        s.add_message({"role": "user", "content": "Hello, we are working on the billing service today."})
+        s.add_message({"role": "assistant", "content": "Great, ready when you are."})
+        s.add_message({"role": "user", "content": request})
+        for i in range(8):
+            cid = f"call_{i}"
+            s.add_message({"role": "assistant", "content": None, "tool_calls": [{
+                "id": cid, "type": "function", "function": {"name": "grep", "arguments": f'{{"page": {i}}}'}}]})
+            s.add_message({"role": "tool", "tool_call_id": cid,
+                           "content": f"page {i}: " + "billing/x.py:12: total = compute(a, b)\n" * 40})
+            built = s.prepare(system_prompt="You are a coding agent.")
+        live = [msg for msg in built.messages if msg["role"] == "user" and not is_memory_message(msg)]
+        assert not live  # the request left the live conversation (else this test shows nothing)
+        assert built.report.queries == [request]
+        assert any(item.ref == "message:3" for item in built.report.recalled)
+        assert any(request in str(msg["content"]) for msg in built.messages if is_memory_message(msg))
+        assert built.report.total_tokens <= built.report.budget_tokens

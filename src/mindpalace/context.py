@@ -230,7 +230,21 @@ class SessionSources:
         archived); `compact`: hidden ranges named on the header's line (a small prompt)."""
         return self.consolidator.summary_text_under(cap_tokens, compact=compact)
 
+    def newest_user_text(self, before: int) -> str:
+        """The text of the newest ``user`` message stored before index `before` (archived or
+        not), looking back at most ``_USER_LOOKBACK_MESSAGES`` messages; "" when none."""
+        last = before - 1
+        stop = max(0, last - _USER_LOOKBACK_MESSAGES)
+        while last > stop:
+            first = max(stop + 1, last - 49)
+            for m in reversed(self.messages.list(from_index=first, to_index=last)):
+                if m.message.get("role") == "user" and (text := _text(m.message.get("content")).strip()):
+                    return text
+            last = first - 1
+        return ""
 
+
+_USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
 Repack = Callable[[int, frozenset[int]], tuple[str, list[RecalledItem]]]
 """Re-pack the recalled block under a cap (tokens of its text) leaving out the given messages
 of the session: (text, items)."""
@@ -346,7 +360,8 @@ class ContextBuilder:
             messages: the conversation; None = the session's stored messages after the
                 consolidation cursor (only the tail that can matter is read).
             query: what the recalled-memory block is recalled for: one text or several;
-                None = the newest user message of the conversation.
+                None = the newest user message of the conversation (of the stored session
+                when `messages` is None, even one a tool loop has archived).
 
         Returns:
             A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
@@ -401,6 +416,9 @@ class ContextBuilder:
         if queries is None:
             newest = next((m for m in reversed(convo) if m.get("role") == "user"), None)
             queries = [q] if newest is not None and (q := _text(newest.get("content")).strip()) else []
+            older: Callable[[int], str] | None = getattr(self.sources, "newest_user_text", None)
+            if newest is None and older is not None and convo_given is None and (q := older(first)):
+                queries = [q]  # a tool loop archived this turn's request: it is still the question
         loaded = frozenset(index_of.values())
         recalled = self._recalled_part(queries, budget, loaded, blocks)
         if recalled is not None:
