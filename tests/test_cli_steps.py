@@ -74,3 +74,19 @@ def test_records_show_reads_the_references_a_prompt_names(tmp_path: Path, ws: st
     assert "name: message:4" in record and '{"reservations": ["ZFA04Y"]}' in record
     result = CliRunner().invoke(app, ["records", "show", "s1", "message:99", "-w", ws])
     assert result.exit_code != 0 and "message:99" in str(result.exception)
+
+
+@pytest.mark.parametrize("name", ["message:1–300", "message:1-300", "message:5–2"])
+def test_a_message_group_it_cannot_read_is_explained_not_called_an_invalid_name(
+        tmp_path: Path, ws: str, name: str) -> None:
+    """A group reference over the limit or running backwards names the rule it broke; the
+    record-name rules ("use letters, digits …") do not apply to it, and "unknown record"
+    would send the user looking for messages that exist."""
+    transcript = tmp_path / "t.json"
+    transcript.write_text(json.dumps(MSGS), encoding="utf-8")
+    run("replay", str(transcript), "-w", ws, "--session", "s1")
+    assert "[2] user: My user id is mia_li_3668." in run("records", "show", "s1", "message:1–2", "-w", ws)
+    result = CliRunner().invoke(app, ["records", "show", "s1", name, "-w", ws])
+    assert result.exit_code != 0
+    said = str(result.exception)
+    assert name in said and "at most 200" in said and "letters, digits" not in said, said

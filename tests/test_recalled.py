@@ -540,6 +540,39 @@ class TestArchivedSummaryBesideRecall:
         assert "history:" in text  # what is not shown is named, to be read back
 
 
+_SHOWN_RANGE = re.compile(r"^\[messages \d+-\d+ · (history:\d+)(?: · [^\]\n]*)?\]$", re.MULTILINE)
+
+
+def test_a_history_summary_the_archived_block_shows_is_not_recalled_again(tmp_path: Path) -> None:
+    """A range summary shown in the "Archived context summary" block is not repeated as a
+    recalled ``history:N`` item in the same prompt (the same text twice, paid twice); one the
+    block does not show may still be recalled."""
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing"},
+                     session={"context_window_tokens": 2_500, "max_completion_tokens": 200,
+                              "safety_buffer_tokens": 100}) as m:
+        s = fresh(m)
+        for i in range(1, 161):
+            when = WHEN + timedelta(hours=i)
+            s.add_message({"role": "user", "content": f"Turn {i}: item {i} costs {100 + 7 * i} EUR, "
+                           f"ship it to city{i % 17}."}, timestamp=when)
+            s.add_message({"role": "assistant", "content": f"Noted item {i}; total {11 * i} EUR."},
+                          timestamp=when)
+            s.prepare(system_prompt="You are helpful.")
+        ranges = s.consolidator.state().ranges
+        assert len(ranges) >= 2
+        newest = ranges[-1]
+        checked = 0
+        for budget in (4_000, 8_000, 16_000):
+            built = s.context(budget, query=newest.text, system_prompt="You are helpful.")
+            archived = next(str(msg["content"]) for msg in built.messages
+                            if is_memory_message(msg) and 'source="archived summary"' in str(msg["content"]))
+            shown = set(_SHOWN_RANGE.findall(archived))
+            recalled = {item.ref for item in built.report.recalled}
+            assert not shown & recalled, (budget, shown, recalled)
+            checked += f"history:{newest.first_cursor}" in shown
+        assert checked >= 1  # the newest range's own summary was in the block
+
+
 def test_long_replies_are_recalled_as_excerpts_so_a_small_prompt_holds_several(tmp_path: Path) -> None:
     """A chat of short user turns and long assistant replies: at a small budget each recalled
     reply shows its matching excerpt and its reference, so the block holds several records
@@ -642,3 +675,31 @@ class TestCompactFraming:
         built = self.build(tmp_path, "full", 3_000, 3_000)
         assert recalled_text(built).startswith(RECALLED_HEADER)
         assert re.search(r"^\[\d+ \w+ \d{4} · message:", recalled_text(built), re.MULTILINE)
+
+
+def test_a_tool_loop_that_archived_the_users_request_still_recalls_it(tmp_path: Path) -> None:
+    """Mid-turn, a long tool loop can push the user's request of this turn out of the live
+    conversation (consolidation cuts at a tool-group boundary when the turn alone is over the
+    target). The prompt then holds tool calls and results only; the newest stored user message
+    is still the query, so recall brings the request back as quoted, referenced memory."""
+    request = "Find every caller of parse_invoice_v2 and tell me which ones pass a currency code."
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing"},
+                     session={"context_window_tokens": 1_500, "max_completion_tokens": 200,
+                              "safety_buffer_tokens": 100}) as m:
+        s = fresh(m)
+        s.add_message({"role": "user", "content": "Hello, we are working on the billing service today."})
+        s.add_message({"role": "assistant", "content": "Great, ready when you are."})
+        s.add_message({"role": "user", "content": request})
+        for i in range(8):
+            cid = f"call_{i}"
+            s.add_message({"role": "assistant", "content": None, "tool_calls": [{
+                "id": cid, "type": "function", "function": {"name": "grep", "arguments": f'{{"page": {i}}}'}}]})
+            s.add_message({"role": "tool", "tool_call_id": cid,
+                           "content": f"page {i}: " + "billing/x.py:12: total = compute(a, b)\n" * 40})
+            built = s.prepare(system_prompt="You are a coding agent.")
+        live = [msg for msg in built.messages if msg["role"] == "user" and not is_memory_message(msg)]
+        assert not live  # the request left the live conversation (else this test shows nothing)
+        assert built.report.queries == [request]
+        assert any(item.ref == "message:3" for item in built.report.recalled)
+        assert any(request in str(msg["content"]) for msg in built.messages if is_memory_message(msg))
+        assert built.report.total_tokens <= built.report.budget_tokens

@@ -40,6 +40,7 @@ import anyio
 import anyio.to_thread
 
 from mindpalace.blocks import Message, ToolSchema
+from mindpalace.checks import require_session_id
 from mindpalace.context import BuiltContext
 from mindpalace.errors import ValidationError
 from mindpalace.facts import Fact, FactMemory, RecallHit, Remembered
@@ -169,9 +170,10 @@ class AsyncMemory:
         """The session `session_id` of (`user`, `agent`) — no I/O; created on first write.
 
         Raises:
-            ValidationError: a scope field is not storable text or over 200 characters.
+            ValidationError: `session_id` is empty or blank (the user-level scope, not a
+                session), or a scope field is not storable text or over 200 characters.
         """
-        scope = self.scope(user=user, agent=agent, session=session_id).require_concrete()
+        scope = self.scope(user=user, agent=agent, session=require_session_id(session_id)).require_concrete()
         return AsyncSession(self, self._sync_session(scope))
 
     def _sync_session(self, scope: Scope) -> Session:

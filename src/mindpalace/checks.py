@@ -20,3 +20,18 @@ def require_int(field: str, value: Any, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValidationError(f"{field} must be an int >= {minimum}, got {value!r}")
     return value
+
+
+def require_session_id(session_id: Any) -> str:
+    """`session_id` when it names a session: a string with some non-blank text.
+
+    Raises:
+        ValidationError: not a string, or empty / blank — ``""`` is the user-level scope
+            (where user facts live), not a session, so a conversation must not be written
+            there by an unset id.
+    """
+    if not isinstance(session_id, str):
+        raise ValidationError(f"session id must be a string, got {type(session_id).__name__}")
+    if not session_id.strip():
+        raise ValidationError(f"session id must not be empty or blank, got {session_id!r}")
+    return session_id

@@ -79,6 +79,7 @@ from mindpalace.blocks import (
 from mindpalace.checks import require_int
 from mindpalace.errors import ContextBudgetError, ValidationError
 from mindpalace.recalled import MemoryRecaller, RecalledItem
+from mindpalace.session.archived import shown_entries
 from mindpalace.session.consolidator import ConsolidationResult, Consolidator
 from mindpalace.session.messages import MessageLog, validate_messages
 from mindpalace.session.observations import MIN_SHOWN_TOKENS, govern, head_and_tail
@@ -229,7 +230,21 @@ class SessionSources:
         archived); `compact`: hidden ranges named on the header's line (a small prompt)."""
         return self.consolidator.summary_text_under(cap_tokens, compact=compact)
 
+    def newest_user_text(self, before: int) -> str:
+        """The text of the newest ``user`` message stored before index `before` (archived or
+        not), looking back at most ``_USER_LOOKBACK_MESSAGES`` messages; "" when none."""
+        last = before - 1
+        stop = max(0, last - _USER_LOOKBACK_MESSAGES)
+        while last > stop:
+            first = max(stop + 1, last - 49)
+            for m in reversed(self.messages.list(from_index=first, to_index=last)):
+                if m.message.get("role") == "user" and (text := _text(m.message.get("content")).strip()):
+                    return text
+            last = first - 1
+        return ""
 
+
+_USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
 Repack = Callable[[int, frozenset[int]], tuple[str, list[RecalledItem]]]
 """Re-pack the recalled block under a cap (tokens of its text) leaving out the given messages
 of the session: (text, items)."""
@@ -243,6 +258,14 @@ class _Part:
     items: list[RecalledItem] = field(default_factory=list)
     exclude: frozenset[int] = frozenset()  # messages shown verbatim (recalled block)
     cap: int = 0  # tokens its text may have (recalled block)
+    skip: frozenset[str] = frozenset()  # refs another block shows (recalled block): never repeated
+
+
+def _shown_elsewhere(parts: Sequence[_Part]) -> frozenset[str]:
+    """``history:<N>`` refs whose summary the archived block among `parts` shows as its own
+    range: the recalled block leaves them out (the same text twice in one prompt)."""
+    archived = next((p.text for p in parts if p.name is Block.ARCHIVED_SUMMARY), "")
+    return frozenset(f"history:{n}" for n in shown_entries(archived)) if archived else frozenset()
 
 
 def _render(parts: Sequence[_Part], role: MemoryRole) -> list[Message]:
@@ -337,7 +360,8 @@ class ContextBuilder:
             messages: the conversation; None = the session's stored messages after the
                 consolidation cursor (only the tail that can matter is read).
             query: what the recalled-memory block is recalled for: one text or several;
-                None = the newest user message of the conversation.
+                None = the newest user message of the conversation (of the stored session
+                when `messages` is None, even one a tool loop has archived).
 
         Returns:
             A :class:`BuiltContext` whose ``report.total_tokens <= budget_tokens``.
@@ -392,6 +416,9 @@ class ContextBuilder:
         if queries is None:
             newest = next((m for m in reversed(convo) if m.get("role") == "user"), None)
             queries = [q] if newest is not None and (q := _text(newest.get("content")).strip()) else []
+            older: Callable[[int], str] | None = getattr(self.sources, "newest_user_text", None)
+            if newest is None and older is not None and convo_given is None and (q := older(first)):
+                queries = [q]  # a tool loop archived this turn's request: it is still the question
         loaded = frozenset(index_of.values())
         recalled = self._recalled_part(queries, budget, loaded, blocks)
         if recalled is not None:
@@ -414,6 +441,14 @@ class ContextBuilder:
             text, items = recalled.repack(self.counter.count(recalled.text), kept)
             if text:
                 recalled.text, recalled.items, recalled.exclude = text, items, kept
+        if recalled is not None and recalled in fitter.blocks and recalled.skip != (
+                shown := _shown_elsewhere(fitter.blocks)):
+            # fitting cut or dropped the archived block: what it no longer shows may be recalled
+            assert recalled.repack is not None
+            recalled.skip = shown
+            text, items = recalled.repack(self.counter.count(recalled.text), recalled.exclude)
+            if text:
+                recalled.text, recalled.items = text, items
         self._add_dates(fitter, index_of, degradations)
         whole = not unloaded and not fitter.cut_messages and fitter.messages() == len(convo)
         self._top_up(fitter, recalled, whole)
@@ -593,11 +628,15 @@ class ContextBuilder:
         compact = self.compact(budget)
         item_cap = recaller.item_cap(cap)  # fixed per build: re-packing under a smaller cap keeps the items' form
 
-        def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
-            return recaller.pack(items, cap_tokens, exclude_messages=exclude, item_cap=item_cap, compact=compact)
+        part = _Part(Block.RECALLED, "", exclude=in_prompt, cap=cap, skip=_shown_elsewhere(others))
 
-        text, chosen = repack(cap, in_prompt)
-        return _Part(Block.RECALLED, text, repack, chosen, in_prompt, cap) if text else None
+        def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
+            keep = [i for i in items if i.ref not in part.skip] if part.skip else items
+            return recaller.pack(keep, cap_tokens, exclude_messages=exclude, item_cap=item_cap, compact=compact)
+
+        part.repack = repack
+        part.text, part.items = repack(cap, in_prompt)
+        return part if part.text else None
 
     def _summary_beside_recall(self, blocks: list[_Part], recalled: _Part, budget: int) -> None:
         """Shrink the archived summary in `blocks` to ``summary_share_beside_recall × budget``
@@ -620,6 +659,7 @@ class ContextBuilder:
             blocks[at] = _Part(Block.ARCHIVED_SUMMARY, text)
         else:
             del blocks[at]
+        recalled.skip = _shown_elsewhere(blocks)  # the ranges now hidden may be recalled
         freed = now - self.counter.count(text) if text else now + self._added_tokens(
             [*blocks, recalled], Block.ARCHIVED_SUMMARY)
         packed, items = recalled.repack(recalled.cap + freed, recalled.exclude)

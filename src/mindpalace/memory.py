@@ -21,6 +21,7 @@ from typing import Any
 
 from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
+from mindpalace.checks import require_session_id
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
 from mindpalace.errors import ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
@@ -388,8 +389,13 @@ class Memory:
         return Scope(self.tenant, user, agent, session)
 
     def session(self, session_id: str, *, user: str = "", agent: str = "") -> Session:
-        """The session `session_id` of (`user`, `agent`); created on first write."""
-        return Session(self, self.scope(user=user, agent=agent, session=session_id))
+        """The session `session_id` of (`user`, `agent`); created on first write.
+
+        Raises:
+            ValidationError: `session_id` is empty or blank (that is the user-level scope, not
+                a session), or a scope field is not storable text.
+        """
+        return Session(self, self.scope(user=user, agent=agent, session=require_session_id(session_id)))
 
     def autocompact(self, *, clock: Callable[[], datetime] = utcnow) -> AutoCompact:
         """The idle-session compactor over this workspace (seed 002 AutoCompact)."""

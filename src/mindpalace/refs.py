@@ -169,6 +169,17 @@ def _group_fits(runs: Sequence[tuple[int, int]]) -> bool:
     return sum(hi - lo + 1 for lo, hi in runs) <= MAX_GROUP_MESSAGES
 
 
+def group_problem(text: str) -> str | None:
+    """Why `text`, shaped like a message group (``message:<a>–<b>,<c>[@<session>]``), is not
+    one :func:`parse_ref` reads — a run backwards, an empty session, more than
+    :data:`MAX_GROUP_MESSAGES` messages —; None when it is not that shape or is readable."""
+    g = _MESSAGES.match(text)
+    if g is None or _messages_ref(text) is not None:
+        return None
+    return (f"a message group needs runs that go forward (5–9, not 9–5), at most {MAX_GROUP_MESSAGES} "
+            "messages in all (read a longer range in parts) and, after @, a session id")
+
+
 def format_ref(ref: Ref) -> str:
     """The string form of `ref` (``parse_ref(format_ref(r)) == r`` for every valid ref).
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +12,7 @@ from mindpalace.session.archived import (
     HIDDEN_HEADER,
     ArchivedRange,
     chunk_text,
+    date_span,
     fold,
     merged,
     pinned_rules,
@@ -120,3 +122,26 @@ def test_the_compact_form_names_hidden_ranges_on_the_header_line() -> None:
     first = block.splitlines()[0]
     assert first == "Archived context summary, not shown (read_files): messages 11-20 · history:2 … history:4."
     assert "Project Falcon" in block and "Hotel Gracery" in block and "noise" not in block
+
+
+def test_a_range_is_dated_by_the_messages_it_archived() -> None:
+    """A range's label says when its messages were written (UTC days), shown or hidden, so a
+    "when did …" question can be placed without reading the range back; a merge spans the
+    dates of what it covers; a range stored without dates (older state) has none."""
+    may8, may25 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC), datetime(2023, 5, 25, 9, 0, tzinfo=UTC)
+    jun3, jan2 = datetime(2023, 6, 3, 23, 59, tzinfo=UTC), datetime(2024, 1, 2, 0, 1, tzinfo=UTC)
+    assert date_span(may8, may8.replace(hour=20)) == "8 May 2023"
+    assert date_span(may8, may25) == "8–25 May 2023"
+    assert date_span(may8, jun3) == "8 May – 3 June 2023"
+    assert date_span(may8, jan2) == "8 May 2023 – 2 January 2024"
+    a = ArchivedRange(1, 40, 1, 1, "Trip to Tokyo, budget 2000 CNY.", first_at=may8, last_at=may25)
+    b = ArchivedRange(41, 60, 2, 2, "Hotel Gracery booked.", first_at=jun3, last_at=jun3)
+    assert a.label == "messages 1-40 · history:1 · 8–25 May 2023"
+    assert a.line().startswith("[messages 1-40 · history:1 · 8–25 May 2023]\n")
+    assert ArchivedRange.from_json(a.to_json()) == a
+    assert merged([a, b], "Tokyo trip, hotel booked.").label == (
+        "messages 1-60 · history:1 … history:2, 2 entries · 8 May – 3 June 2023")
+    block = render_block([a, b], COUNTER, 50, compact=True)
+    assert block is not None and "history:1 … history:2 · 8 May – 3 June 2023." in block  # hidden, named
+    legacy = ArchivedRange.from_json({k: v for k, v in a.to_json().items() if not k.endswith("_at")})
+    assert legacy is not None and legacy.label == "messages 1-40 · history:1"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -394,6 +395,7 @@ HOTELS = "Hotel shortlist: Hotel Gracery Shinjuku, 18000 JPY per night, breakfas
 class TestAccumulation:
     def test_a_second_summary_does_not_replace_the_first(self, mem: Memory) -> None:
         s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.35})  # two dated ranges fit
         fill_until(s, c, 2)
         block = str(c.summary_text())
         assert "Project Falcon" in block and "2027-03-14" in block  # main kept only HOTELS
@@ -403,6 +405,7 @@ class TestAccumulation:
     def test_a_failed_second_summary_never_replaces_a_good_first_one(self, mem: Memory) -> None:
         llm = FakeLLM([PROJECT, ProviderError("HTTP 503")], settings=LLMSettings(max_retries=0))
         s, c = session_with(mem, llm)
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.35})  # two dated ranges fit
         fill_until(s, c, 2)
         assert c.state().last_kind == "raw"
         block = str(c.summary_text())
@@ -411,6 +414,7 @@ class TestAccumulation:
 
     def test_ranges_are_labelled_with_messages_and_history_refs(self, mem: Memory) -> None:
         s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.35})  # two dated ranges fit
         fill_until(s, c, 2)
         entries = c.history.read(session=s.scope)
         block = str(c.summary_text())
@@ -418,6 +422,22 @@ class TestAccumulation:
             assert f"messages {e.messages[0]}-{e.messages[1]} · history:{e.cursor}" in block
             got = s.read_records([f"history:{e.cursor}"]).found[f"history:{e.cursor}"]
             assert got.body == e.content
+
+    def test_each_range_is_dated_by_when_its_messages_were_written(self, mem: Memory) -> None:
+        s, c = session_with(mem, FakeLLM([PROJECT, HOTELS], settings=LLMSettings(max_retries=0)))
+        start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+        i = 0
+        while c.state().entries < 2:
+            s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)},
+                          timestamp=start + timedelta(days=i))
+            c.maybe_consolidate()
+            i += 1
+            assert i < 400, "never consolidated"
+        block = str(c.summary_text())
+        for r in c.state().ranges:
+            first, last = start + timedelta(days=r.first - 1), start + timedelta(days=r.last - 1)
+            label = next(line for line in block.splitlines() if line.startswith(f"[messages {r.first}-"))
+            assert f" · {first.day}" in label and f"{last.day} {last:%B %Y}]" in label, label
 
     def test_over_the_cap_older_ranges_are_merged_and_user_rules_survive_verbatim(self, mem: Memory) -> None:
         rule = "Always answer in French and never book flights before 9 am."
@@ -435,6 +455,27 @@ class TestAccumulation:
         assert rule in block  # pinned: appended verbatim to the merge that dropped it
         assert c.counter.count(block) <= c.summary_cap_tokens
         assert block.count("messages 1-") == 1  # the merged range still names where it starts
+
+    def test_under_a_small_cap_ranges_are_still_merged_not_all_hidden(self, mem: Memory) -> None:
+        """A block cap too small for a merged summary beside the newest range's own (each new
+        range gets half the cap): every range is merged into one instead, so the block keeps
+        showing a summary rather than only naming the ranges it hides."""
+        said = ("Planning continued: hotels in Shinjuku and flights TK001 and TK002 were compared, "
+                "budget 2000 CNY per night, seats 14A and 14B held until Friday the 20th.")
+
+        def summary(_m: Any, n: int | None) -> str:
+            return c.counter.truncate(said, max(10, (n or 64) - 2))
+
+        s, c = session_with(mem, FakeLLM(settings=LLMSettings(max_retries=0), default=summary))
+        cap = c.summary_cap_tokens
+        assert cap < 100  # a small prompt's block
+        fill_until(s, c, 6)
+        state = c.state()
+        assert state.entries == 6 and len(state.ranges) <= 2
+        assert state.ranges[0].kind == "merged" and state.ranges[0].first == 1
+        block = str(c.summary_text())
+        assert c.counter.count(block) <= cap
+        assert "Not shown" not in block and "[messages 1-" in block  # shown, not only named
 
     def test_a_legacy_single_summary_state_reads_as_one_range(self, mem: Memory) -> None:
         s, c = session_with(mem)
@@ -520,7 +561,8 @@ class TestUnreachableTarget:
         assert turn(400).backed_off and llm.calls == 1
         assert turn(450).backed_off and llm.calls == 1  # a larger fixed part: still unreachable
         shrunk = [turn(100) for _ in range(3)]  # it shrank: summarized again once over budget
-        assert any(r.consolidated for r in shrunk) and llm.calls == 2
+        merges = sum(1 for r in shrunk if r.merged_ranges)  # the raw ranges, merged once there is room
+        assert any(r.consolidated for r in shrunk) and llm.calls == 2 + merges
         assert not any(r.backed_off for r in shrunk)
         assert again.state().backoff is None
 

@@ -122,13 +122,15 @@ def records_show(
 ) -> None:
     """Print one record as markdown with its YAML front matter; a reference a prompt names
     (``message:<N>[@<session>]``, ``history:<cursor>``, ``fact:<key>``) reads like read_files."""
-    from mindpalace.errors import NotFoundError
-    from mindpalace.refs import RecordRef, parse_ref
+    from mindpalace.errors import NotFoundError, ValidationError
+    from mindpalace.refs import RecordRef, group_problem, parse_ref
     from mindpalace.steps.records import render_record
 
     with open_memory(workspace) as mem:
         s = mem.session(session, user=user, agent=agent)
         ref = parse_ref(name)
+        if ref is None and (why := group_problem(name)):
+            raise ValidationError(f"cannot read {name!r}: {why}")
         if ref is None or isinstance(ref, RecordRef):
             record = s.steps.records.get(name)
         elif (found := s.read_records([name]).found.get(name)) is not None:

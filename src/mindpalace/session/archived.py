@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from mindpalace.tokens import TokenCounter
@@ -38,6 +39,8 @@ _RULE = re.compile(
     r"make sure|from now on|remember to|avoid|forbidden|required?)\b|必须|不要|不能|只能|至多|至少|禁止",
     re.IGNORECASE,
 )
+_SHOWN_ONE = re.compile(r"^\[messages \d+-\d+ · history:(\d+)(?: · [^\]\n]*)?\]$", re.MULTILINE)
+"""A shown range of one history entry, as :meth:`ArchivedRange.line` heads it."""
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _SPACE = re.compile(r"\s+")
 
@@ -53,6 +56,8 @@ class ArchivedRange:
         kind: ``summary`` (gated), ``raw`` (breadcrumb after a failed summary) or ``merged``.
         text: what the block shows for the range.
         rules: user rule sentences pinned on the range (each contained in `text`).
+        first_at / last_at: when the range's first and last messages were written (UTC;
+            None in a state stored before ranges were dated).
     """
 
     first: int
@@ -63,30 +68,46 @@ class ArchivedRange:
     kind: str = "summary"
     entries: int = 1
     rules: tuple[str, ...] = field(default_factory=tuple)
+    first_at: datetime | None = None
+    last_at: datetime | None = None
 
     @property
     def label(self) -> str:
-        """``messages 1-40 · history:3`` (``history:3 … history:9, 7 entries`` for several)."""
+        """``messages 1-40 · history:3 · 8–25 May 2023`` (``history:3 … history:9, 7 entries ·
+        …`` for several; no date when the range is undated)."""
         if self.first_cursor == self.last_cursor:
             return self.short_label
-        return f"{self.short_label}, {self.entries} entries"
+        return f"{self._refs}, {self.entries} entries{self._dates}"
 
     @property
     def short_label(self) -> str:
-        """The compact :attr:`label`: ``messages 1-40 · history:3`` or ``history:3 … history:9``
-        (no entry count)."""
+        """The compact :attr:`label`: ``messages 1-40 · history:3 · 8–25 May 2023`` or
+        ``… history:3 … history:9 · …`` (no entry count)."""
+        return self._refs + self._dates
+
+    @property
+    def _refs(self) -> str:
         refs = (f"history:{self.first_cursor}" if self.first_cursor == self.last_cursor
                 else f"history:{self.first_cursor} … history:{self.last_cursor}")
         return f"messages {self.first}-{self.last} · {refs}"
+
+    @property
+    def _dates(self) -> str:
+        if self.first_at is None or self.last_at is None:
+            return ""
+        return f" · {date_span(self.first_at, self.last_at)}"
 
     def line(self) -> str:
         tag = " · raw excerpt, summary failed" if self.kind == "raw" else ""
         return f"[{self.label}{tag}]\n{self.text}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"first": self.first, "last": self.last, "first_cursor": self.first_cursor,
-                "last_cursor": self.last_cursor, "text": self.text, "kind": self.kind,
-                "entries": self.entries, "rules": list(self.rules)}
+        out: dict[str, Any] = {"first": self.first, "last": self.last, "first_cursor": self.first_cursor,
+                               "last_cursor": self.last_cursor, "text": self.text, "kind": self.kind,
+                               "entries": self.entries, "rules": list(self.rules)}
+        if self.first_at is not None and self.last_at is not None:
+            out["first_at"], out["last_at"] = self.first_at.isoformat(), self.last_at.isoformat()
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> ArchivedRange | None:
@@ -94,9 +115,34 @@ class ArchivedRange:
         try:
             return cls(int(data["first"]), int(data["last"]), int(data["first_cursor"]),
                        int(data["last_cursor"]), str(data["text"]), str(data.get("kind", "summary")),
-                       int(data.get("entries", 1)), tuple(str(r) for r in data.get("rules") or ()))
+                       int(data.get("entries", 1)), tuple(str(r) for r in data.get("rules") or ()),
+                       _when(data.get("first_at")), _when(data.get("last_at")))
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _when(value: Any) -> datetime | None:
+    """A stored ISO timestamp as an aware UTC datetime; None when absent or not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def date_span(first: datetime, last: datetime) -> str:
+    """The UTC days from `first` to `last`, as short as is unambiguous: ``8 May 2023``,
+    ``8–25 May 2023``, ``8 May – 3 June 2023``, ``8 May 2023 – 2 January 2024``."""
+    a, b = first.astimezone(UTC), last.astimezone(UTC)
+    if a.date() == b.date():
+        return f"{a.day} {a:%B %Y}"
+    if (a.year, a.month) == (b.year, b.month):
+        return f"{a.day}–{b.day} {b:%B %Y}"
+    if a.year == b.year:
+        return f"{a.day} {a:%B} – {b.day} {b:%B %Y}"
+    return f"{a.day} {a:%B %Y} – {b.day} {b:%B %Y}"
 
 
 def normalize(text: str) -> str:
@@ -196,6 +242,13 @@ def render_block(
     return counter.truncate(text, cap_tokens) if counter.count(text) > cap_tokens else text
 
 
+def shown_entries(block_text: str) -> frozenset[int]:
+    """The history cursors whose own summary `block_text` (a :func:`render_block` text) shows:
+    ranges of one entry, not merged or hidden ones. Another block quoting ``history:<N>`` for
+    one of them would repeat its text."""
+    return frozenset(int(n) for n in _SHOWN_ONE.findall(block_text))
+
+
 def _runs(indexes: list[int]) -> list[tuple[int, int]]:
     """Sorted `indexes` as (first, last) runs of consecutive values."""
     runs: list[tuple[int, int]] = []
@@ -213,9 +266,12 @@ def span(ranges: Sequence[ArchivedRange], text: str = "") -> ArchivedRange:
     for r in ranges:
         rules.extend(x for x in r.rules if x not in rules)
     kind = "raw" if all(r.kind == "raw" for r in ranges) else "merged"
+    starts = [r.first_at for r in ranges if r.first_at is not None]
+    ends = [r.last_at for r in ranges if r.last_at is not None]
+    dated = len(starts) == len(ends) == len(ranges)  # an undated part: the span is unknown
     return ArchivedRange(ranges[0].first, ranges[-1].last, ranges[0].first_cursor,
                          ranges[-1].last_cursor, text, kind, sum(r.entries for r in ranges),
-                         tuple(rules))
+                         tuple(rules), min(starts) if dated else None, max(ends) if dated else None)
 
 
 def fold(ranges: Sequence[ArchivedRange], max_ranges: int, counter: TokenCounter,

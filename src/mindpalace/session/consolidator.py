@@ -47,6 +47,7 @@ from mindpalace.scope import Scope
 from mindpalace.session.archived import (
     ARCHIVED_SUMMARY_HEADER,
     MAX_RANGES,
+    RULES_HEADER,
     ArchivedRange,
     chunk_text,
     fold,
@@ -54,6 +55,7 @@ from mindpalace.session.archived import (
     merged,
     pinned_rules,
     render_block,
+    span,
 )
 from mindpalace.session.lease import STATE_NAMESPACE, hold
 from mindpalace.session.messages import MessageLog, StoredMessage, message_text
@@ -674,8 +676,10 @@ class Consolidator:
 
     def _merge_if_over_cap(self, result: ConsolidationResult) -> None:
         """When the block would hide a range, merge every range but the newest into one
-        summary through the gate. A failed merge changes nothing (the block then names the
-        oldest ranges instead of showing them)."""
+        summary through the gate — every range, newest included, when the cap leaves too
+        little room beside the newest one's own summary (a small prompt's block, where each
+        new range takes half the cap). A failed merge changes nothing (the block then names
+        the oldest ranges instead of showing them)."""
         state = self.state()
         ranges = state.ranges
         cap = self._block_cap(state)
@@ -684,14 +688,15 @@ class Consolidator:
         whole = "\n".join(["x", *(r.line() for r in ranges)])
         if self.counter.count(whole) + self.counter.count(ARCHIVED_SUMMARY_HEADER) < cap:
             return
-        older, newest = ranges[:-1], ranges[-1]
-        rules = [x for r in older for x in r.rules]
-        reserve = (self.counter.count(ARCHIVED_SUMMARY_HEADER) + self.counter.count(newest.line())
-                   + self.counter.count(older[0].label) + 24  # label, joins, the rules header
-                   + sum(self.counter.count(x) + 2 for x in rules))
-        room = cap - reserve
-        if room < 2 * self.summarizer.settings.min_tokens:
-            return
+        least = 2 * self.summarizer.settings.min_tokens
+        older: tuple[ArchivedRange, ...] = ranges[:-1]
+        newest: tuple[ArchivedRange, ...] = ranges[-1:]
+        room = cap - self._merge_reserve(older, newest)
+        if room < least:
+            older, newest = ranges, ()
+            room = cap - self._merge_reserve(older, newest)
+            if room < least:
+                return
         out, calls = self._summarize(merge_source(older), room)
         result.summary_calls += calls
         result.summary_tokens_spent += out.tokens_spent
@@ -700,9 +705,19 @@ class Consolidator:
                      "oldest instead", self.scope, len(older), out.reason)
             return
         one = merged(older, str(out.text))
-        new = replace(state, ranges=(one, newest))
+        new = replace(state, ranges=(one, *newest))
         self._update(new, "merge", {"ranges": [one.first, one.last], "merged": len(older)})
         result.merged_ranges += len(older)
+
+    def _merge_reserve(self, older: Sequence[ArchivedRange], kept: Sequence[ArchivedRange]) -> int:
+        """Tokens of the block beside the summary merging `older`: the header, the ranges
+        `kept` as they are, the merged range's label and the rules pinned on `older` (a merge
+        that drops one appends it verbatim)."""
+        rules = [x for r in older for x in r.rules]
+        return (self.counter.count(ARCHIVED_SUMMARY_HEADER) + sum(self.counter.count(r.line()) for r in kept)
+                + self.counter.count(span(older).label) + 12  # brackets, joins, a short summary's slack
+                + (self.counter.count(RULES_HEADER) + sum(self.counter.count(x) + 2 for x in rules)
+                   if rules else 0))
 
     def _breadcrumb(self, piece: list[StoredMessage], first: int, last: int, why: str) -> str:
         """A bounded raw excerpt naming the archived range (the full messages stay in the log)."""
@@ -742,14 +757,22 @@ class Consolidator:
     ) -> None:
         assert entry.messages is not None
         HistoryLog.index_entry(self.store, entry)
-        added = ArchivedRange(entry.messages[0], entry.messages[1], entry.cursor, entry.cursor,
-                              injected, entry.kind, 1, rules)
+        first, last = entry.messages
+        added = ArchivedRange(first, last, entry.cursor, entry.cursor, injected, entry.kind, 1, rules,
+                              *self._written_at(first, last))
         new = replace(
             state, last_consolidated=entry.messages[1], last_summary=injected,
             last_kind=entry.kind, history_cursor=entry.cursor, entries=state.entries + 1,
             ranges=fold((*state.ranges, added), MAX_RANGES, self.counter, max(16, cap // 2)),
             block_cap_tokens=cap or state.block_cap_tokens)
         self._update(new, "archive", {"cursor": entry.cursor, "messages": list(entry.messages)})
+
+    def _written_at(self, first: int, last: int) -> tuple[datetime | None, datetime | None]:
+        """When messages `first` and `last` were written (the range's dates); None for one
+        not stored."""
+        when = {m.index: m.timestamp for i in {first, last}
+                for m in self.messages.list(from_index=i, to_index=i)}
+        return when.get(first), when.get(last)
 
     def _update(self, new: ConsolidationState, op: str, data: dict[str, Any]) -> ConsolidationState:
         """Store `new` as the state and journal `op` with the version it was read at, in one
