@@ -111,6 +111,18 @@ class TestResolver:
         assert got.missing == ["message:50–60"]
         assert mem.session("g", user="u2", agent="x").read_records(["message:1–2@h"]).missing == ["message:1–2@h"]
 
+    def test_a_group_of_a_wrong_form_is_missing_with_the_rule_it_broke(self, mem: Memory) -> None:
+        # new-user finding: read_files(["message:1–300"]) said only "Not found", so the model
+        # could not tell a wrong form (over 200 messages, a run backwards) from an absent record
+        s = mem.session("g", user="u1", agent="x")
+        s.add_message({"role": "user", "content": "hello"})
+        got = s.read_records(["message:1–300", "message:9–5", "message:50–60", "nope"])
+        assert got.missing == ["message:1–300", "message:9–5", "message:50–60", "nope"]
+        assert set(got.problems) == {"message:1–300", "message:9–5"}
+        assert "at most 200" in got.problems["message:1–300"]
+        line = got.render()
+        assert "message:1–300 (a message group needs" in line and "message:50–60, nope" in line
+
     def test_a_reference_never_reads_another_users_data(self, mem: Memory) -> None:
         mine = mem.session("a", user="u1", agent="x")
         other_session = mem.session("b", user="u1", agent="x")

@@ -216,7 +216,7 @@ class RemoteSession:
 
     # -- records ----------------------------------------------------------------------------
     def read_records(self, names: Iterable[str]) -> dict[str, Any]:
-        """The read_files protocol: ``{"found": {name: record}, "missing": [names]}``."""
+        """The read_files protocol: ``{"found": {name: record}, "missing": [names], "problems": {name: why}}``."""
         return dict(self.call("POST", "/records/read", json={"names": list(names)}))
 
     def record(self, name: str) -> dict[str, Any]:

@@ -297,8 +297,9 @@ class RefResolver:
                 found[name] = record
         if plain:
             found.update(self.records.read(plain).found)
-        return ReadResult({n: found[n] for n in asked if n in found},
-                          [n for n in asked if n not in found])
+        missing = [n for n in asked if n not in found]
+        problems = {n: why for n in missing if (why := group_problem(n))}
+        return ReadResult({n: found[n] for n in asked if n in found}, missing, problems)
 
     def _resolve(self, name: str, ref: Ref) -> Record | None:
         try:

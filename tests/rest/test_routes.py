@@ -197,7 +197,7 @@ class TestPrompt:
         # the archive is the tenant's own: another tenant's read of history:1 finds nothing
         other = TestClient(app, headers=auth(keys.globex))
         read = post(other, "/records/read", {"names": ["history:1"]}).json()
-        assert read == {"found": {}, "missing": ["history:1"]}
+        assert read == {"found": {}, "missing": ["history:1"], "problems": {}}
 
     def test_a_budget_below_the_minimum_is_a_422(self, client: TestClient) -> None:
         tools = [{"type": "function", "function": {"name": f"t{i}", "description": "x" * 200,

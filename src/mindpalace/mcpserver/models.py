@@ -133,11 +133,13 @@ class RecordOut(BaseModel):
 class ReadRecordsResult(BaseModel):
     records: list[RecordOut]
     missing: list[str] = Field(description="names unknown, malformed or out of scope (never an error)")
+    problems: dict[str, str] = Field(
+        default_factory=dict, description="for a missing name of a wrong form: the rule it broke")
 
     @classmethod
     def of(cls, result: ReadResult, render: Any) -> ReadRecordsResult:
         return cls(records=[RecordOut.of(n, r, render(r)) for n, r in result.found.items()],
-                   missing=list(result.missing))
+                   missing=list(result.missing), problems=dict(result.problems))
 
 
 class ContextResult(BaseModel):

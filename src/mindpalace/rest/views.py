@@ -33,7 +33,7 @@ def record_summary(r: Record) -> dict[str, Any]:
 
 def read_result(result: ReadResult) -> dict[str, Any]:
     return {"found": {name: record(r) for name, r in result.found.items()},
-            "missing": list(result.missing)}
+            "missing": list(result.missing), "problems": dict(result.problems)}
 
 
 def fact(f: Fact) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def recall_message(
 def _parts(result: ReadResult) -> tuple[str, str, list[tuple[str, str]]]:
     head = (f"Requested records ({len(result.found)}):" if result.found
             else "None of the requested records exist.")
-    missing = "Not found: " + ", ".join(result.missing) if result.missing else ""
+    missing = result.missing_line()
     return head, missing, [(name, render_record(r)) for name, r in result.found.items()]
 
 

@@ -52,16 +52,27 @@ class ReadResult:
 
     ``missing`` holds unknown names and names that are not valid record names; nothing is raised
     for them, so a model asking for a wrong name is told so by name (seed 000 read_files).
+    ``problems`` says, for a missing name whose form is wrong (a message group over the size
+    limit, a run backwards), what rule it broke, so the model can ask again correctly.
     """
 
     found: dict[str, Record] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    problems: dict[str, str] = field(default_factory=dict)
+
+    def missing_line(self) -> str:
+        """``Not found: a, b (why)`` naming every missing name, with its problem if known; ""
+        when nothing is missing."""
+        if not self.missing:
+            return ""
+        return "Not found: " + ", ".join(
+            f"{n} ({self.problems[n]})" if n in self.problems else n for n in self.missing)
 
     def render(self) -> str:
         """Full markdown of every found record, then a line naming the missing ones."""
         parts = [render_record(r) for r in self.found.values()]
         if self.missing:
-            parts.append("Not found: " + ", ".join(self.missing))
+            parts.append(self.missing_line())
         return "\n\n".join(parts)
 
 
