@@ -23,3 +23,9 @@ def test_library_error_exits_1_with_its_message(tmp_path: Path) -> None:
     out = run("status", str(tmp_path / "nowhere"))
     assert out.returncode == 1
     assert "is not a mindpalace workspace" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_python_dash_m_mindpalace_is_the_cli() -> None:
+    # new-user finding: `python -m mindpalace` did not exist, only `python -m mindpalace.cli`
+    done = subprocess.run([sys.executable, "-m", "mindpalace", "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Usage" in done.stdout and "recall" in done.stdout, done.stderr
