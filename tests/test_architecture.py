@@ -13,7 +13,7 @@ PACKAGE = "mindpalace"
 # DESIGN.md §2, top first. Siblings inside one Layer may import each other (independent=False)
 # as long as no cycle forms; a lower layer never imports a higher one.
 LAYERS = (
-    grimp.Layer("cli", "demo", "eval", "replay", "testing", "rest", "client", "mcpserver",
+    grimp.Layer("__main__", "cli", "demo", "eval", "replay", "testing", "rest", "client", "mcpserver",
                 independent=False),  # interfaces
     grimp.Layer("agent", "aio", "worker", independent=False),  # the agent loop, the async twin, the worker:
     # clients of the facade, driven by the interfaces
