@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mindpalace.retrieval.fetch import stem_words
-from mindpalace.store.textindex import query_terms
+from mindpalace.store.textindex import STOP_WORDS, query_terms
 
 if TYPE_CHECKING:
     from mindpalace.store.base import Document
@@ -112,6 +112,7 @@ def choose_corrections(
     answer_share: float = 0.0,
     holders: Sequence[str | None] | None = None,
     shared: np.ndarray | None = None,
+    values: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -124,6 +125,10 @@ def choose_corrections(
             :func:`same_subject`.
         min_score_ratio: a correction's score must be at least this share of the score of the
             statement it corrects (≥ 0).
+        values: (n, n) bool, whether statement j can give the new value of statement i
+            (:func:`gives_new_value`; read for i < j only): a later statement on the same
+            subject that gives no value of the kind the older one gave ("I'm planning a long
+            bike ride" after "I own 3 bikes") corrects nothing. None = not checked.
     Returns:
         ``{older index: newer index}`` (newer > older); statements corrected by nothing are
         absent.
@@ -144,7 +149,10 @@ def choose_corrections(
     )
     out: dict[int, int] = {}
     for i in range(n - 1):
-        later = [j for j in range(i + 1, n) if same[i, j] and scores[j] >= min_score_ratio * scores[i]]
+        later = [
+            j for j in range(i + 1, n)
+            if same[i, j] and scores[j] >= min_score_ratio * scores[i] and (values is None or values[i, j])
+        ]
         if not later:
             continue
         closest = max(later, key=lambda j: (float(sims[i, j]), j))
@@ -252,6 +260,64 @@ def _bare(word: str) -> str:
 def other_holders(a: str | None, b: str | None) -> bool:
     """Both holders known (:func:`holder`) and different: two people's facts."""
     return a is not None and b is not None and a != b
+
+
+# -- what kind of value a statement gives ---------------------------------------------------------
+#
+# An update gives the attribute a new value of the same kind as the old one: "I own 3 bikes" →
+# "I just bought another bike, so 4 now"; "My sister lives in Denver" → "she is settled in Austin
+# for good"; "Yoga is on Tuesday" → "I signed up for the Thursday session". A later statement on
+# the same thing that gives no value of that kind is another detail of it, not its new value —
+# "I'm planning a long bike ride this weekend", "My sister's birthday is next Friday", "The cat
+# needs her vaccinations in spring", "I dropped my phone and cracked the case" — however alike
+# the two sentences are to an embedder.
+
+NUMBER, NAME, CALENDAR = "number", "name", "calendar"
+_CALENDAR_WORDS = frozenset([
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
+    "january", "february", "march", "april", "june", "july", "august", "september", "october",
+    "november", "december",
+])
+_NUMBER_WORDS = frozenset([
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "dozen", "half", "another",
+    "first", "second", "third", "once", "twice", "single", "double", "both", "none", "no",
+])
+
+
+@lru_cache(maxsize=65_536)
+def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
+    """The kinds of value an (English) sentence gives: :data:`NUMBER` (a word with a digit:
+    "3", "$1955", "6:30", "Pixel 7"), :data:`CALENDAR` (a weekday or month name) and
+    :data:`NAME` (another capitalised word: a place, a person, a brand). A leading label
+    (``user:``), "I", stop words and openers are not values; nor is the first word (capitalised
+    by position), unless `generous`, which also counts number words ("two", "another") as
+    numbers. The older statement's kinds are read
+    strictly and the newer one's generously, so a doubt never vetoes an update."""
+    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
+    kinds: set[str] = set()
+    for at, word in enumerate(raw):
+        low = word.lower().replace("’", "'")
+        if any(ch.isdigit() for ch in word) or (generous and low in _NUMBER_WORDS):
+            kinds.add(NUMBER)
+        elif low in _CALENDAR_WORDS and (at > 0 or generous):
+            kinds.add(CALENDAR)
+        elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
+                and not low.startswith("i'") and (at > 0 or generous):
+            kinds.add(NAME)  # a stop word or opener is capitalised by position ("…: The cat …")
+    return frozenset(kinds)
+
+
+def gives_new_value(older: str, newer: str) -> bool:
+    """Whether `newer` can be the new value of what `older` states: `older` gives no value
+    (:func:`value_kinds`, read strictly: "I take the bus to work") or `newer` gives one of the
+    same kind (read generously). "My sister's birthday is next Friday" gives no new value of
+    "My sister lives in Denver"; "Helped my sister pack up, she is settled in Austin" does.
+    The same sentence said again gives nothing new ("I'll think about it." twice)."""
+    if older.strip() == newer.strip():
+        return False
+    old = value_kinds(older)
+    return not old or bool(old & value_kinds(newer, generous=True))
 
 
 _TOKEN = re.compile(r"[^\W_](?:[\w-]*[^\W_])?")
@@ -363,16 +429,19 @@ def best_sentence(
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
     the part of a long message that the query retrieved it for. Sentences in `repeated` are
     passed over unless every sentence is one (text pasted into several messages)."""
-    parts = [p for p in sentences(text) if p not in repeated] or sentences(text)
+    every = sentences(text)
+    parts = [p for p in every if p not in repeated] or every
     if len(parts) <= 1:
-        return text
+        # one sentence left once the repeated ones are passed over is the one compared (the
+        # whole text would bring the pasted sentences back); a one-sentence text is compared whole
+        return parts[0] if parts and len(every) > 1 else text
     vectors = embed(parts)
     return parts[int(np.argmax(vectors @ query_vector))]
 
 
 def followup_similarity(
     terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray],
-    repeated: frozenset[str] = frozenset(), whose: str | None = None,
+    repeated: frozenset[str] = frozenset(), whose: str | None = None, older: str | None = None,
 ) -> float:
     """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
     `later` that shares one of the anchor's subject `terms` (stemmed, see
@@ -380,10 +449,13 @@ def followup_similarity(
     compared on its own sentence, not on the message's average. Sentences in `repeated` (the
     anchor's own, verbatim) are skipped: the same pasted text in two messages says nothing
     about an update; so are those stating another person's fact than `whose` (the anchor
-    sentence's :func:`holder`)."""
+    sentence's :func:`holder`), and, when the anchor sentence `older` is given, those giving no
+    new value of it (:func:`gives_new_value`: "My sister's birthday is next Friday" after "My
+    sister lives in Denver")."""
     parts = [
         s for s in sentences(later)
         if subject_terms(s) & terms and s not in repeated and not other_holders(whose, holder(s))
+        and (older is None or gives_new_value(older, s))
     ]
     if not parts:
         return float("-inf")
@@ -506,7 +578,7 @@ def find_followups(
         own_sentences = frozenset(sentences(anchor.text))
         whose = holder(sentence)
         to_anchor = [
-            followup_similarity(terms, anchor_vector, d.text, embed, own_sentences, whose) for d in found
+            followup_similarity(terms, anchor_vector, d.text, embed, own_sentences, whose, sentence) for d in found
         ]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
