@@ -162,7 +162,7 @@ class TestFollowups:
 
     def test_pasted_text_shared_by_two_messages_is_not_what_they_are_compared_on(self) -> None:
         embed = _bag_of_words
-        aside = "Can you help me plan a dinner for six guests on Saturday?"
+        aside = "I need help to plan a dinner for six guests on Saturday."  # a statement: questions are passed over
         anchor = f"{aside} Oh, one more thing: I pay 1500 a month for the flat."
         later = f"{aside} Oh, one more thing: I run 20 km every week."
         query = embed(["help me plan a dinner on Saturday, what do I pay for the flat"])[0]

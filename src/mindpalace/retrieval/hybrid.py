@@ -44,6 +44,7 @@ from mindpalace.retrieval.fetch import (
     stem_words,
 )
 from mindpalace.retrieval.supersession import (
+    answer_link,
     best_sentence,
     choose_corrections,
     find_followups,
@@ -538,6 +539,7 @@ class HybridRetriever:
                 holders=[holder(t) if alike[i] else None for i, t in enumerate(compared)],
                 shared=_share_words(compared, members[0].doc, _alike(sims, s.supersede_similarity)),
                 values=_gives_values(compared, alike),
+                answer_evidence=_answer_links(compared, members[0].doc, alike),
             )
             for i, j in chosen.items():
                 if not names_another(named, texts[i], texts[j]):
@@ -1078,6 +1080,21 @@ def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
             for j in range(i + 1, n):
                 if among[j]:
                     out[i, j] = gives_new_value(texts[i], texts[j])
+    return out
+
+
+def _answer_links(texts: Sequence[str], doc: Document, among: Sequence[bool]) -> np.ndarray:
+    """(n, n) bool, symmetric: :func:`~mindpalace.retrieval.supersession.answer_link` of each
+    pair of one speaker's `texts` (oldest first; the earlier one as the older) marked in
+    `among` (the others are never the same subject: True, nothing to veto)."""
+    n = len(texts)
+    shared = _share_words(texts, doc, among)
+    out = np.ones((n, n), dtype=bool)
+    for i in range(n):
+        if among[i]:
+            for j in range(i + 1, n):
+                if among[j]:
+                    out[i, j] = out[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
     return out
 
 

@@ -53,6 +53,7 @@ def same_subject(
     answer_share: float = 0.0,
     holders: Sequence[str | None] | None = None,
     shared: np.ndarray | None = None,
+    answer_evidence: np.ndarray | None = None,
 ) -> np.ndarray:
     """Which pairs of one speaker's statements are about the same subject (bool matrix).
 
@@ -77,6 +78,11 @@ def same_subject(
             (:func:`subject_terms`); alike on their own (`similarity`) counts only for those
             that do: "I'm a bit tired today." and "Haha, fair enough." are 0.61 alike with
             ``use`` through their common "user:" label and shortness alone. None = not checked.
+        answer_evidence: (n, n) bool, symmetric: two best answers alike at the lower
+            `answer_similarity` are one subject only where this holds (:func:`answer_link`:
+            a shared subject word, values of one kind, or a stated change); "Lunch was nice
+            today." and "The dog needs a bath this weekend." are both among six best answers
+            to "What is our dog's name?" and 0.3 alike, and nothing else. None = not checked.
     Returns:
         (n, n) bool matrix, symmetric, diagonal False.
     """
@@ -90,7 +96,10 @@ def same_subject(
     floor = answer_share * top if top > 0 else float("-inf")
     best = np.zeros(n, dtype=bool)
     best[[i for i in order if np.isfinite(q[i]) and q[i] >= floor]] = True
-    same |= np.outer(best, best) & (sims >= answer_similarity)
+    answered = np.outer(best, best) & (sims >= answer_similarity)
+    if answer_evidence is not None:
+        answered &= answer_evidence
+    same |= answered
     if holders is not None:
         for i in range(n):
             for j in range(i + 1, n):
@@ -113,6 +122,7 @@ def choose_corrections(
     holders: Sequence[str | None] | None = None,
     shared: np.ndarray | None = None,
     values: np.ndarray | None = None,
+    answer_evidence: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -121,8 +131,8 @@ def choose_corrections(
             first.
         query_sims: length n, each statement's cosine to the query (-inf when unknown).
         scores: length n, how well each statement matches the query (≥ 0, higher is better).
-        similarity / answer_similarity / answers / answer_share / holders / shared: as in
-            :func:`same_subject`.
+        similarity / answer_similarity / answers / answer_share / holders / shared /
+            answer_evidence: as in :func:`same_subject`.
         min_score_ratio: a correction's score must be at least this share of the score of the
             statement it corrects (≥ 0).
         values: (n, n) bool, whether statement j can give the new value of statement i
@@ -145,7 +155,7 @@ def choose_corrections(
         raise ValueError(f"min_score_ratio must be >= 0, got {min_score_ratio}")
     same = same_subject(
         sims, query_sims, similarity=similarity, answer_similarity=answer_similarity, answers=answers,
-        answer_share=answer_share, holders=holders, shared=shared,
+        answer_share=answer_share, holders=holders, shared=shared, answer_evidence=answer_evidence,
     )
     out: dict[int, int] = {}
     for i in range(n - 1):
@@ -177,7 +187,11 @@ def choose_corrections(
 # update of that one — is the current value; that one's own follow-ups are looked for the same
 # way (a chain whose last update shares no word with the first statement).
 
-_SENTENCE = re.compile(r"(?<=[.!?。！？\]])\s+|\s+(?=\[)")
+_QUESTION_MARKS = ("?", "？", "؟")
+# no split after a title's abbreviation ("I see Dr. Okafor", "Mrs. Lee"): the name is the value
+_SENTENCE = re.compile(
+    r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)(?<=[.!?。！？\]])\s+|\s+(?=\[)"
+)
 _SPEAKER_ONLY = re.compile(r"^[^\s:][^:\n]{0,63}:$")  # "user:", "Caroline:" — the search text's prefix
 
 
@@ -300,6 +314,8 @@ def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
         low = word.lower().replace("’", "'")
         if any(ch.isdigit() for ch in word) or (generous and low in _NUMBER_WORDS):
             kinds.add(NUMBER)
+            if any(ch.isalpha() for ch in word):
+                kinds.add(NAME)  # "4B", "S21", "5k": a number that names a thing
         elif low in _CALENDAR_WORDS and (at > 0 or generous):
             kinds.add(CALENDAR)
         elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
@@ -311,13 +327,42 @@ def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
 def gives_new_value(older: str, newer: str) -> bool:
     """Whether `newer` can be the new value of what `older` states: `older` gives no value
     (:func:`value_kinds`, read strictly: "I take the bus to work") or `newer` gives one of the
-    same kind (read generously). "My sister's birthday is next Friday" gives no new value of
+    same kind (read generously), or says that something changed (:func:`says_it_changed`). "My
+    sister's birthday is next Friday" gives no new value of
     "My sister lives in Denver"; "Helped my sister pack up, she is settled in Austin" does.
     The same sentence said again gives nothing new ("I'll think about it." twice)."""
     if older.strip() == newer.strip():
         return False
     old = value_kinds(older)
-    return not old or bool(old & value_kinds(newer, generous=True))
+    return not old or bool(old & value_kinds(newer, generous=True)) or says_it_changed(newer)
+
+
+def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
+    """Whether two of a speaker's best answers to a query, alike only at the lower answer
+    cosine, are one subject: they share a subject word, or give values of one kind (read
+    strictly for `older`, generously for `newer`: "I use a Pixel 7" / "Upgraded to a Fairphone
+    4"), or `newer` says that something changed (:func:`says_it_changed`: "Switched to the
+    train, much less stressful" after "I take my bike to work")."""
+    return share_a_word or bool(value_kinds(older) & value_kinds(newer, generous=True)) or says_it_changed(newer)
+
+
+_CHANGE_WORDS = frozenset([
+    "now", "changed", "change", "changes", "switched", "switch", "moved", "replaced", "upgraded",
+    "renamed", "instead", "anymore", "longer", "became", "become", "updated", "update", "correction",
+    "actually", "nowadays",
+])
+
+
+def says_it_changed(sentence: str) -> bool:
+    """Whether an (English) sentence says that something changed ("New race target: a
+    marathon", "I changed my running goal to a marathon", "… instead", "no longer …", "… now"):
+    such a
+    sentence may give the new value in words of another kind than the old one ("5k" → "a
+    marathon"), so :func:`gives_new_value` does not ask it for a value of the old kind."""
+    words = [w.lower() for w in _WORD.findall(sentence)]
+    # "new" opening a sentence announces ("New race target: …", "My new phone is …"; a speaker
+    # label may come first); further in it is any adjective ("My car needs new tyres")
+    return "new" in words[:2] or any(w in _CHANGE_WORDS for w in words)
 
 
 _TOKEN = re.compile(r"[^\W_](?:[\w-]*[^\W_])?")
@@ -428,9 +473,13 @@ def best_sentence(
 ) -> str:
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
     the part of a long message that the query retrieved it for. Sentences in `repeated` are
-    passed over unless every sentence is one (text pasted into several messages)."""
+    passed over unless every sentence is one (text pasted into several messages), and so are
+    questions unless every sentence left is one."""
     every = sentences(text)
     parts = [p for p in every if p not in repeated] or every
+    # a question states nothing: a statement is compared on what it states ("There are 2 bikes
+    # in our garage. Anyway, what's a sensible way to split chores?")
+    parts = [p for p in parts if not p.rstrip().endswith(_QUESTION_MARKS)] or parts
     if len(parts) <= 1:
         # one sentence left once the repeated ones are passed over is the one compared (the
         # whole text would bring the pasted sentences back); a one-sentence text is compared whole
@@ -451,11 +500,11 @@ def followup_similarity(
     about an update; so are those stating another person's fact than `whose` (the anchor
     sentence's :func:`holder`), and, when the anchor sentence `older` is given, those giving no
     new value of it (:func:`gives_new_value`: "My sister's birthday is next Friday" after "My
-    sister lives in Denver")."""
+    sister lives in Denver"); questions state nothing and are skipped too."""
     parts = [
         s for s in sentences(later)
         if subject_terms(s) & terms and s not in repeated and not other_holders(whose, holder(s))
-        and (older is None or gives_new_value(older, s))
+        and not s.rstrip().endswith(_QUESTION_MARKS) and (older is None or gives_new_value(older, s))
     ]
     if not parts:
         return float("-inf")
