@@ -20,10 +20,12 @@ from mindpalace.retrieval.supersession import (
     CALENDAR,
     NAME,
     NUMBER,
+    answer_link,
     best_sentence,
     choose_corrections,
     find_followups,
     gives_new_value,
+    says_it_changed,
     sentences,
     value_kinds,
 )
@@ -66,6 +68,26 @@ class TestValueKinds:
     ])
     def test_a_new_value_of_the_same_kind(self, older: str, newer: str, gives: bool) -> None:
         assert gives_new_value(older, newer) is gives
+
+
+class TestChangeAndAnswerLinks:
+    @pytest.mark.parametrize(("sentence", "changed"), [
+        ("user: New race target: a marathon.", True),
+        ("I changed my running goal to a marathon.", True),
+        ("I cycle in now, no longer by tram.", True),
+        ("My car needs new tyres before winter.", False),  # "new" as any adjective
+        ("The dog needs a bath this weekend.", False),
+    ])
+    def test_a_sentence_that_says_it_changed(self, sentence: str, changed: bool) -> None:
+        assert says_it_changed(sentence) is changed
+
+    def test_best_answers_are_one_subject_only_on_evidence(self) -> None:
+        assert answer_link("I use a Pixel 7.", "Upgraded to a Fairphone 4 over the weekend.", False)
+        assert answer_link("I take the tram to work.", "Switched to cycling, much less stressful.", False)
+        assert answer_link("I take the tram to work.", "The tram is always late.", True)
+        assert not answer_link("Lunch was nice today.", "The dog needs a bath this weekend.", False)
+        # a new value of the old kind is wanted for a correction, not for a shared subject
+        assert gives_new_value("I use a Pixel 7.", "Upgraded to a Fairphone 4 over the weekend.")
 
 
 class TestCorrectionsNeedAValue:
@@ -162,3 +184,33 @@ def test_a_remark_on_the_same_thing_is_not_its_current_value(
     later = [h for h in hits if remark in h.text]
     assert all("supersedes" not in h.meta for h in later)
     assert not str(said.meta.get("superseded_by", "")).startswith("s2/")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(2, 7),
+    seed=st.integers(0, 10_000),
+    holders=st.lists(st.sampled_from([None, "self", "brother", "colleague"]), min_size=7, max_size=7),
+)
+def test_a_correction_always_gives_a_value_and_never_states_another_persons_fact(
+    n: int, seed: int, holders: list[str | None]
+) -> None:
+    """Whatever the cosines and scores: every chosen correction is later than what it corrects,
+    may give its new value (`values`), has the evidence the answers path asks for
+    (`answer_evidence`) where the pair is alike only at the lower cosine, and never states
+    another person's fact than the statement it corrects."""
+    rng = np.random.default_rng(seed)
+    raw = rng.uniform(0.0, 1.0, (n, n))
+    sims = (raw + raw.T) / 2
+    np.fill_diagonal(sims, 1.0)
+    values = rng.uniform(0, 1, (n, n)) < 0.6
+    evidence = rng.uniform(0, 1, (n, n)) < 0.6
+    evidence = evidence & evidence.T
+    got = choose_corrections(
+        sims, list(rng.uniform(0, 1, n)), list(rng.uniform(1, 5, n)), similarity=0.6, answer_similarity=0.3,
+        answers=6, min_score_ratio=0.4, holders=holders[:n], values=values, answer_evidence=evidence,
+    )
+    for i, j in got.items():
+        assert j > i and values[i, j]
+        assert sims[i, j] >= 0.6 or evidence[i, j]
+        assert not (holders[i] and holders[j] and holders[i] != holders[j])
