@@ -473,13 +473,9 @@ def best_sentence(
 ) -> str:
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
     the part of a long message that the query retrieved it for. Sentences in `repeated` are
-    passed over unless every sentence is one (text pasted into several messages), and so are
-    questions unless every sentence left is one."""
+    passed over unless every sentence is one (text pasted into several messages)."""
     every = sentences(text)
     parts = [p for p in every if p not in repeated] or every
-    # a question states nothing: a statement is compared on what it states ("There are 2 bikes
-    # in our garage. Anyway, what's a sensible way to split chores?")
-    parts = [p for p in parts if not p.rstrip().endswith(_QUESTION_MARKS)] or parts
     if len(parts) <= 1:
         # one sentence left once the repeated ones are passed over is the one compared (the
         # whole text would bring the pasted sentences back); a one-sentence text is compared whole
