@@ -162,7 +162,7 @@ class TestFollowups:
 
     def test_pasted_text_shared_by_two_messages_is_not_what_they_are_compared_on(self) -> None:
         embed = _bag_of_words
-        aside = "Can you help me plan a dinner for six guests on Saturday?"
+        aside = "I need help to plan a dinner for six guests on Saturday."  # a statement: questions are passed over
         anchor = f"{aside} Oh, one more thing: I pay 1500 a month for the flat."
         later = f"{aside} Oh, one more thing: I run 20 km every week."
         query = embed(["help me plan a dinner on Saturday, what do I pay for the flat"])[0]
@@ -199,21 +199,24 @@ class TestFollowups:
         assert found(2)[0].id == 2
 
     def test_an_earlier_choice_competes_with_what_the_search_finds(self) -> None:
-        # the retrieved window linked "My sister lives in Denver" to a later statement on another
-        # detail ("known"); the subject-word search finds the real update, which is closer
-        texts = ["My sister lives in Denver.", "My sister's birthday is next Friday.",
-                 "My sister lives in Austin now."]
+        # the retrieved window linked "My sister lives in Denver" to a later, less alike update
+        # ("known"); the subject-word search finds a closer one
+        texts = ["My sister lives in Denver.", "My sister is settled in Boulder these days.",
+                 "My sister lives in Austin now.", "My sister's birthday is next Friday."]
         docs = [_doc(i, t) for i, t in enumerate(texts)]
 
-        def run(found_by_search: list[Document]) -> dict[int, Document]:
+        def run(found_by_search: list[Document], known: Document = docs[1]) -> dict[int, Document]:
             return find_followups(
                 [docs[0]], _bag_of_words([texts[0]])[0], search=lambda _a, _w: found_by_search,
                 same_speaker=lambda a, b: True, later=lambda a, b: a.id < b.id, states=lambda d: True,
-                embed=_bag_of_words, similarity=0.1, known={0: docs[1]},
+                embed=_bag_of_words, similarity=0.1, known={0: known},
             )
 
         assert run([docs[2]])[0].id == 2
         assert run([])[0].id == 1  # nothing closer found: the earlier choice stands
+        # an earlier choice on another detail (no new place) is no current value
+        assert run([], known=docs[3]) == {}
+        assert run([docs[3]], known=docs[3]) == {}
 
     @settings(max_examples=40, deadline=None)
     @given(n=st.integers(1, 6), drift=st.lists(st.floats(0.0, 0.39), max_size=4), seed=st.integers(0, 10_000))

@@ -44,10 +44,12 @@ from mindpalace.retrieval.fetch import (
     stem_words,
 )
 from mindpalace.retrieval.supersession import (
+    answer_link,
     best_sentence,
     choose_corrections,
     find_followups,
     followup_texts,
+    gives_new_value,
     holder,
     identifiers,
     names_another,
@@ -536,6 +538,8 @@ class HybridRetriever:
                 answer_share=self.settings.supersede_answer_share,
                 holders=[holder(t) if alike[i] else None for i, t in enumerate(compared)],
                 shared=_share_words(compared, members[0].doc, _alike(sims, s.supersede_similarity)),
+                values=_gives_values(compared, alike),
+                answer_evidence=_answer_links(compared, members[0].doc, alike),
             )
             for i, j in chosen.items():
                 if not names_another(named, texts[i], texts[j]):
@@ -1063,6 +1067,35 @@ def _alike(sims: np.ndarray, threshold: float) -> list[bool]:
     np.fill_diagonal(above, False)
     either: np.ndarray = np.logical_or(above.any(axis=0), above.any(axis=1))
     return [bool(x) for x in either.tolist()]
+
+
+def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
+    """(n, n) bool: whether the later of one speaker's `texts` (oldest first) can give the new
+    value of the earlier (:func:`~mindpalace.retrieval.supersession.gives_new_value`); only
+    pairs of texts marked in `among` are checked (the others are never the same subject)."""
+    n = len(texts)
+    out = np.ones((n, n), dtype=bool)
+    for i in range(n):
+        if among[i]:
+            for j in range(i + 1, n):
+                if among[j]:
+                    out[i, j] = gives_new_value(texts[i], texts[j])
+    return out
+
+
+def _answer_links(texts: Sequence[str], doc: Document, among: Sequence[bool]) -> np.ndarray:
+    """(n, n) bool, symmetric: :func:`~mindpalace.retrieval.supersession.answer_link` of each
+    pair of one speaker's `texts` (oldest first; the earlier one as the older) marked in
+    `among` (the others are never the same subject: True, nothing to veto)."""
+    n = len(texts)
+    shared = _share_words(texts, doc, among)
+    out = np.ones((n, n), dtype=bool)
+    for i in range(n):
+        if among[i]:
+            for j in range(i + 1, n):
+                if among[j]:
+                    out[i, j] = out[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
+    return out
 
 
 def _share_words(texts: Sequence[str], doc: Document, among: Sequence[bool] | None = None) -> np.ndarray:

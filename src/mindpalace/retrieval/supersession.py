@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mindpalace.retrieval.fetch import stem_words
-from mindpalace.store.textindex import query_terms
+from mindpalace.store.textindex import STOP_WORDS, query_terms
 
 if TYPE_CHECKING:
     from mindpalace.store.base import Document
@@ -53,6 +53,7 @@ def same_subject(
     answer_share: float = 0.0,
     holders: Sequence[str | None] | None = None,
     shared: np.ndarray | None = None,
+    answer_evidence: np.ndarray | None = None,
 ) -> np.ndarray:
     """Which pairs of one speaker's statements are about the same subject (bool matrix).
 
@@ -77,6 +78,11 @@ def same_subject(
             (:func:`subject_terms`); alike on their own (`similarity`) counts only for those
             that do: "I'm a bit tired today." and "Haha, fair enough." are 0.61 alike with
             ``use`` through their common "user:" label and shortness alone. None = not checked.
+        answer_evidence: (n, n) bool, symmetric: two best answers alike at the lower
+            `answer_similarity` are one subject only where this holds (:func:`answer_link`:
+            a shared subject word, values of one kind, or a stated change); "Lunch was nice
+            today." and "The dog needs a bath this weekend." are both among six best answers
+            to "What is our dog's name?" and 0.3 alike, and nothing else. None = not checked.
     Returns:
         (n, n) bool matrix, symmetric, diagonal False.
     """
@@ -90,7 +96,10 @@ def same_subject(
     floor = answer_share * top if top > 0 else float("-inf")
     best = np.zeros(n, dtype=bool)
     best[[i for i in order if np.isfinite(q[i]) and q[i] >= floor]] = True
-    same |= np.outer(best, best) & (sims >= answer_similarity)
+    answered = np.outer(best, best) & (sims >= answer_similarity)
+    if answer_evidence is not None:
+        answered &= answer_evidence
+    same |= answered
     if holders is not None:
         for i in range(n):
             for j in range(i + 1, n):
@@ -112,6 +121,8 @@ def choose_corrections(
     answer_share: float = 0.0,
     holders: Sequence[str | None] | None = None,
     shared: np.ndarray | None = None,
+    values: np.ndarray | None = None,
+    answer_evidence: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -120,10 +131,14 @@ def choose_corrections(
             first.
         query_sims: length n, each statement's cosine to the query (-inf when unknown).
         scores: length n, how well each statement matches the query (≥ 0, higher is better).
-        similarity / answer_similarity / answers / answer_share / holders / shared: as in
-            :func:`same_subject`.
+        similarity / answer_similarity / answers / answer_share / holders / shared /
+            answer_evidence: as in :func:`same_subject`.
         min_score_ratio: a correction's score must be at least this share of the score of the
             statement it corrects (≥ 0).
+        values: (n, n) bool, whether statement j can give the new value of statement i
+            (:func:`gives_new_value`; read for i < j only): a later statement on the same
+            subject that gives no value of the kind the older one gave ("I'm planning a long
+            bike ride" after "I own 3 bikes") corrects nothing. None = not checked.
     Returns:
         ``{older index: newer index}`` (newer > older); statements corrected by nothing are
         absent.
@@ -140,11 +155,14 @@ def choose_corrections(
         raise ValueError(f"min_score_ratio must be >= 0, got {min_score_ratio}")
     same = same_subject(
         sims, query_sims, similarity=similarity, answer_similarity=answer_similarity, answers=answers,
-        answer_share=answer_share, holders=holders, shared=shared,
+        answer_share=answer_share, holders=holders, shared=shared, answer_evidence=answer_evidence,
     )
     out: dict[int, int] = {}
     for i in range(n - 1):
-        later = [j for j in range(i + 1, n) if same[i, j] and scores[j] >= min_score_ratio * scores[i]]
+        later = [
+            j for j in range(i + 1, n)
+            if same[i, j] and scores[j] >= min_score_ratio * scores[i] and (values is None or values[i, j])
+        ]
         if not later:
             continue
         closest = max(later, key=lambda j: (float(sims[i, j]), j))
@@ -169,7 +187,11 @@ def choose_corrections(
 # update of that one — is the current value; that one's own follow-ups are looked for the same
 # way (a chain whose last update shares no word with the first statement).
 
-_SENTENCE = re.compile(r"(?<=[.!?。！？\]])\s+|\s+(?=\[)")
+_QUESTION_MARKS = ("?", "？", "؟")
+# no split after a title's abbreviation ("I see Dr. Okafor", "Mrs. Lee"): the name is the value
+_SENTENCE = re.compile(
+    r"(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)(?<=[.!?。！？\]])\s+|\s+(?=\[)"
+)
 _SPEAKER_ONLY = re.compile(r"^[^\s:][^:\n]{0,63}:$")  # "user:", "Caroline:" — the search text's prefix
 
 
@@ -252,6 +274,95 @@ def _bare(word: str) -> str:
 def other_holders(a: str | None, b: str | None) -> bool:
     """Both holders known (:func:`holder`) and different: two people's facts."""
     return a is not None and b is not None and a != b
+
+
+# -- what kind of value a statement gives ---------------------------------------------------------
+#
+# An update gives the attribute a new value of the same kind as the old one: "I own 3 bikes" →
+# "I just bought another bike, so 4 now"; "My sister lives in Denver" → "she is settled in Austin
+# for good"; "Yoga is on Tuesday" → "I signed up for the Thursday session". A later statement on
+# the same thing that gives no value of that kind is another detail of it, not its new value —
+# "I'm planning a long bike ride this weekend", "My sister's birthday is next Friday", "The cat
+# needs her vaccinations in spring", "I dropped my phone and cracked the case" — however alike
+# the two sentences are to an embedder.
+
+NUMBER, NAME, CALENDAR = "number", "name", "calendar"
+_CALENDAR_WORDS = frozenset([
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
+    "january", "february", "march", "april", "june", "july", "august", "september", "october",
+    "november", "december",
+])
+_NUMBER_WORDS = frozenset([
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "dozen", "half", "another",
+    "first", "second", "third", "once", "twice", "single", "double", "both", "none", "no",
+])
+
+
+@lru_cache(maxsize=65_536)
+def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
+    """The kinds of value an (English) sentence gives: :data:`NUMBER` (a word with a digit:
+    "3", "$1955", "6:30", "Pixel 7"), :data:`CALENDAR` (a weekday or month name) and
+    :data:`NAME` (another capitalised word: a place, a person, a brand). A leading label
+    (``user:``), "I", stop words and openers are not values; nor is the first word (capitalised
+    by position), unless `generous`, which also counts number words ("two", "another") as
+    numbers. The older statement's kinds are read
+    strictly and the newer one's generously, so a doubt never vetoes an update."""
+    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
+    kinds: set[str] = set()
+    for at, word in enumerate(raw):
+        low = word.lower().replace("’", "'")
+        if any(ch.isdigit() for ch in word) or (generous and low in _NUMBER_WORDS):
+            kinds.add(NUMBER)
+            if any(ch.isalpha() for ch in word):
+                kinds.add(NAME)  # "4B", "S21", "5k": a number that names a thing
+        elif low in _CALENDAR_WORDS and (at > 0 or generous):
+            kinds.add(CALENDAR)
+        elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
+                and not low.startswith("i'") and (at > 0 or generous):
+            kinds.add(NAME)  # a stop word or opener is capitalised by position ("…: The cat …")
+    return frozenset(kinds)
+
+
+def gives_new_value(older: str, newer: str) -> bool:
+    """Whether `newer` can be the new value of what `older` states: `older` gives no value
+    (:func:`value_kinds`, read strictly: "I take the bus to work") or `newer` gives one of the
+    same kind (read generously), or says that something changed (:func:`says_it_changed`). "My
+    sister's birthday is next Friday" gives no new value of
+    "My sister lives in Denver"; "Helped my sister pack up, she is settled in Austin" does.
+    The same sentence said again gives nothing new ("I'll think about it." twice)."""
+    if older.strip() == newer.strip():
+        return False
+    old = value_kinds(older)
+    return not old or bool(old & value_kinds(newer, generous=True)) or says_it_changed(newer)
+
+
+def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
+    """Whether two of a speaker's best answers to a query, alike only at the lower answer
+    cosine, are one subject: they share a subject word, or give values of one kind (read
+    strictly for `older`, generously for `newer`: "I use a Pixel 7" / "Upgraded to a Fairphone
+    4"), or `newer` says that something changed (:func:`says_it_changed`: "Switched to the
+    train, much less stressful" after "I take my bike to work")."""
+    return share_a_word or bool(value_kinds(older) & value_kinds(newer, generous=True)) or says_it_changed(newer)
+
+
+_CHANGE_WORDS = frozenset([
+    "now", "changed", "change", "changes", "switched", "switch", "moved", "replaced", "upgraded",
+    "renamed", "instead", "anymore", "longer", "became", "become", "updated", "update", "correction",
+    "actually", "nowadays",
+])
+
+
+def says_it_changed(sentence: str) -> bool:
+    """Whether an (English) sentence says that something changed ("New race target: a
+    marathon", "I changed my running goal to a marathon", "… instead", "no longer …", "… now"):
+    such a
+    sentence may give the new value in words of another kind than the old one ("5k" → "a
+    marathon"), so :func:`gives_new_value` does not ask it for a value of the old kind."""
+    words = [w.lower() for w in _WORD.findall(sentence)]
+    # "new" opening a sentence announces ("New race target: …", "My new phone is …"; a speaker
+    # label may come first); further in it is any adjective ("My car needs new tyres")
+    return "new" in words[:2] or any(w in _CHANGE_WORDS for w in words)
 
 
 _TOKEN = re.compile(r"[^\W_](?:[\w-]*[^\W_])?")
@@ -363,16 +474,19 @@ def best_sentence(
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
     the part of a long message that the query retrieved it for. Sentences in `repeated` are
     passed over unless every sentence is one (text pasted into several messages)."""
-    parts = [p for p in sentences(text) if p not in repeated] or sentences(text)
+    every = sentences(text)
+    parts = [p for p in every if p not in repeated] or every
     if len(parts) <= 1:
-        return text
+        # one sentence left once the repeated ones are passed over is the one compared (the
+        # whole text would bring the pasted sentences back); a one-sentence text is compared whole
+        return parts[0] if parts and len(every) > 1 else text
     vectors = embed(parts)
     return parts[int(np.argmax(vectors @ query_vector))]
 
 
 def followup_similarity(
     terms: frozenset[str], anchor_vector: np.ndarray, later: str, embed: Callable[[list[str]], np.ndarray],
-    repeated: frozenset[str] = frozenset(), whose: str | None = None,
+    repeated: frozenset[str] = frozenset(), whose: str | None = None, older: str | None = None,
 ) -> float:
     """Cosine between the anchor sentence (`anchor_vector`) and the closest sentence of
     `later` that shares one of the anchor's subject `terms` (stemmed, see
@@ -380,10 +494,13 @@ def followup_similarity(
     compared on its own sentence, not on the message's average. Sentences in `repeated` (the
     anchor's own, verbatim) are skipped: the same pasted text in two messages says nothing
     about an update; so are those stating another person's fact than `whose` (the anchor
-    sentence's :func:`holder`)."""
+    sentence's :func:`holder`), and, when the anchor sentence `older` is given, those giving no
+    new value of it (:func:`gives_new_value`: "My sister's birthday is next Friday" after "My
+    sister lives in Denver"); questions state nothing and are skipped too."""
     parts = [
         s for s in sentences(later)
         if subject_terms(s) & terms and s not in repeated and not other_holders(whose, holder(s))
+        and not s.rstrip().endswith(_QUESTION_MARKS) and (older is None or gives_new_value(older, s))
     ]
     if not parts:
         return float("-inf")
@@ -506,7 +623,7 @@ def find_followups(
         own_sentences = frozenset(sentences(anchor.text))
         whose = holder(sentence)
         to_anchor = [
-            followup_similarity(terms, anchor_vector, d.text, embed, own_sentences, whose) for d in found
+            followup_similarity(terms, anchor_vector, d.text, embed, own_sentences, whose, sentence) for d in found
         ]
         keep = [i for i, s in enumerate(to_anchor) if s >= similarity]
         if not keep:
