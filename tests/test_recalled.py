@@ -703,3 +703,42 @@ def test_a_tool_loop_that_archived_the_users_request_still_recalls_it(tmp_path: 
         assert any(item.ref == "message:3" for item in built.report.recalled)
         assert any(request in str(msg["content"]) for msg in built.messages if is_memory_message(msg))
         assert built.report.total_tokens <= built.report.budget_tokens
+
+
+class TestTightBudget:
+    """Fitting a tight budget trims the recalled block item by item, like the other parts."""
+
+    @staticmethod
+    def tool_turn(n: int) -> list[dict[str, Any]]:
+        """The question, one assistant turn calling `n` tools, and their ~80-token results."""
+        calls = [{"id": f"c{k}", "type": "function", "function": {"name": "ls", "arguments": "{}"}} for k in range(n)]
+        return [{"role": "user", "content": "what about the weather of topic3, topic5 and topic7"},
+                {"role": "assistant", "content": None, "tool_calls": calls},
+                *({"role": "tool", "tool_call_id": f"c{k}", "content": "file " * 80} for k in range(n))]
+
+    @pytest.mark.parametrize(("budget", "results"), [(400, 6), (500, 6), (500, 10)])
+    def test_the_recalled_block_keeps_its_best_items_beside_cut_tool_results(
+        self, mem: Memory, budget: int, results: int
+    ) -> None:
+        # before: the block (one part of ~300 tokens) was cut to the common level of the tool
+        # results (20–42 tokens), where no item fits, and dropped whole
+        s = fresh(mem)
+        chat(s, 40)
+        built = s.context_builder.build(budget, messages=self.tool_turn(results), system_prompt="You help. " * 10)
+        assert built.report.total_tokens <= budget
+        assert "recalled memory" in dict(built.report.blocks), built.report.degradations
+        assert built.report.recalled
+        assert any(re.search(r"\btopic[357]\b", i.text) for i in built.report.recalled)
+        assert not any(d.startswith("dropped block recalled memory") for d in built.report.degradations)
+
+    def test_the_block_and_a_long_message_are_cut_to_a_common_level(self, mem: Memory) -> None:
+        # a block of several items beside one long message: both are cut, the block by its
+        # lowest-ranked items (shrank, never dropped), the message keeping its head and tail
+        s = fresh(mem)
+        chat(s, 40)
+        msgs = [{"role": "user", "content": "what about the weather of topic3, topic5 and topic7 " + "blah " * 400}]
+        built = s.context_builder.build(600, messages=msgs, system_prompt="You help. " * 10)
+        degradations = " | ".join(built.report.degradations)
+        assert "shrank recalled memory" in degradations and "dropped block" not in degradations
+        assert "cut the middle of message (user)" in degradations
+        assert len(built.report.recalled) >= 3

@@ -51,8 +51,10 @@ recallable. When recall has more records for the query than that room, the archi
 ranges it hides are named, to be read back) and the recalled block gets the tokens it freed. When the prompt would exceed the budget it degrades in the order of seed 000's
 ``cut_messages``: drop images, drop the oldest messages (whole tool groups, never a call without
 its results — I1), truncate the tails of the longest remaining blocks to a common level (the
-recalled block is re-packed under that level instead: its lowest-ranked items go, whole); each
-degradation is named in the report. The final
+recalled block is re-packed under that level instead: its lowest-ranked items go, whole, one by
+one, and it keeps its best item while any other part still has text to cut — a level below one
+item no longer drops the whole block; a block dropped anyway comes back when fitting leaves room
+for its best items); each degradation is named in the report. The final
 messages always go through :func:`~mindpalace.session.pairing.repair_pairing`.
 """
 
@@ -98,6 +100,7 @@ TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 MESSAGE_CUT_NOTE: Final = "…[{tokens} tokens cut from the middle to fit the context budget{where}]…"
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
 _DATES_ROUNDS: Final = 4  # the dates note is re-made while fitting drops more messages
+_FLOOR_STEP: Final = 8  # tokens: finding the cap the recalled block's best item packs under
 _MIN_TOP_UP: Final = 12  # unused tokens worth a re-pack of the recalled block (the smallest item)
 
 
@@ -245,9 +248,19 @@ class SessionSources:
 
 
 _USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
-Repack = Callable[[int, frozenset[int]], tuple[str, list[RecalledItem]]]
-"""Re-pack the recalled block under a cap (tokens of its text) leaving out the given messages
-of the session: (text, items)."""
+
+
+class Repack(Protocol):
+    """Re-pack the recalled block under `cap_tokens` (tokens of its text) leaving out the
+    session's messages `exclude`: (text, items); ``("", [])`` when nothing fits. `each`
+    (tokens) caps what one item shows below the build's own item cap (its best-matching
+    excerpt when longer); None = the build's item cap. `only`: pack these items instead of
+    every candidate."""
+
+    def __call__(
+        self, cap_tokens: int, exclude: frozenset[int], each: int | None = None,
+        only: Sequence[RecalledItem] | None = None,
+    ) -> tuple[str, list[RecalledItem]]: ...
 
 
 @dataclass
@@ -451,7 +464,7 @@ class ContextBuilder:
                 recalled.text, recalled.items = text, items
         self._add_dates(fitter, index_of, degradations)
         whole = not unloaded and not fitter.cut_messages and fitter.messages() == len(convo)
-        self._top_up(fitter, recalled, whole)
+        self._top_up(fitter, recalled, whole, degradations)
         final, check = repair_pairing(fitter.flat())
         if not check.ok:  # cannot happen with whole-group drops; kept as a guard for I1
             pairing.closed_calls += check.closed_calls
@@ -630,9 +643,14 @@ class ContextBuilder:
 
         part = _Part(Block.RECALLED, "", exclude=in_prompt, cap=cap, skip=_shown_elsewhere(others))
 
-        def repack(cap_tokens: int, exclude: frozenset[int]) -> tuple[str, list[RecalledItem]]:
-            keep = [i for i in items if i.ref not in part.skip] if part.skip else items
-            return recaller.pack(keep, cap_tokens, exclude_messages=exclude, item_cap=item_cap, compact=compact)
+        def repack(
+            cap_tokens: int, exclude: frozenset[int], each: int | None = None,
+            only: Sequence[RecalledItem] | None = None,
+        ) -> tuple[str, list[RecalledItem]]:
+            pool = items if only is None else only
+            keep = [i for i in pool if i.ref not in part.skip] if part.skip else pool
+            return recaller.pack(keep, cap_tokens, exclude_messages=exclude,
+                                 item_cap=item_cap if each is None else min(item_cap, each), compact=compact)
 
         part.repack = repack
         part.text, part.items = repack(cap, in_prompt)
@@ -666,17 +684,22 @@ class ContextBuilder:
         if packed:
             recalled.text, recalled.items, recalled.cap = packed, items, recalled.cap + freed
 
-    def _top_up(self, fitter: _Fitter, recalled: _Part | None, whole: bool) -> None:
+    def _top_up(self, fitter: _Fitter, recalled: _Part | None, whole: bool, degradations: list[str]) -> None:
         """Give the recalled block the tokens fitting left unused (a whole message dropped for
         a few tokens' excess, a re-pack that came out short): re-packed under its size plus
         that slack — above its ``recall_share`` cap only when the conversation after the
         cursor is shown `whole` (nothing else wants the room) — and kept only when the prompt
         still fits (exact count). A larger cap keeps every item the smaller one took (greedy
-        by rank), so this mostly adds the next-ranked items."""
-        if recalled is None or recalled.repack is None or recalled not in fitter.blocks:
+        by rank), so this mostly adds the next-ranked items. A block fitting dropped whole
+        (its envelope and shell counted before its items could be trimmed) comes back when
+        the room left holds its best items."""
+        if recalled is None or recalled.repack is None:
             return
+        dropped = recalled not in fitter.blocks
         slack = fitter.budget - fitter.total()
-        size = self.counter.count(recalled.text)
+        if dropped:
+            slack -= self._added_tokens(fitter.blocks, Block.RECALLED)
+        size = 0 if dropped else self.counter.count(recalled.text)
         room = size + slack if whole else min(size + slack, recalled.cap)
         if slack < _MIN_TOP_UP or room <= size:
             return
@@ -686,9 +709,16 @@ class ContextBuilder:
             if not text or self.counter.count(text) <= size:
                 continue
             recalled.text, recalled.items = text, items
+            if dropped:
+                fitter.insert(recalled)
             if fitter.total() <= fitter.budget:  # estimates are per item; the count is exact
+                if dropped:
+                    degradations.append(f"re-packed {Block.RECALLED.value} into the {slack} tokens left "
+                                        f"({len(items)} items)")
                 return
             recalled.text, recalled.items = before
+            if dropped:
+                fitter.blocks.remove(recalled)
 
     def _added_tokens(self, others: Sequence[_Part], block: Block) -> int:
         """Tokens an empty `block` adds to the prompt beside `others` (in prompt order): the
@@ -783,9 +813,13 @@ class _Fitter:
         """Put, replace or (text None) remove the part `name`, in prompt order."""
         self.blocks = [p for p in self.blocks if p.name is not name]
         if text:
-            order = {b: i for i, b in enumerate(BLOCK_ORDER)}
-            at = next((i for i, p in enumerate(self.blocks) if order[p.name] > order[name]), len(self.blocks))
-            self.blocks.insert(at, _Part(name, text))
+            self.insert(_Part(name, text))
+
+    def insert(self, part: _Part) -> None:
+        """Put `part` among the blocks in prompt order (there is no part of its name)."""
+        order = {b: i for i, b in enumerate(BLOCK_ORDER)}
+        at = next((i for i, p in enumerate(self.blocks) if order[p.name] > order[part.name]), len(self.blocks))
+        self.blocks.insert(at, part)
 
     def fit(self, degradations: list[str]) -> None:
         if self.dropped_messages:
@@ -844,14 +878,22 @@ class _Fitter:
     def _truncate(self, total: int, degradations: list[str]) -> int:
         """Cut the tails of the longest parts: the longest is cut down to the next longest,
         then both, … (one pass computes the common level), so every block keeps its head —
-        for the newest-first memory index, its newest entries."""
+        for the newest-first memory index, its newest entries. The recalled block is cut
+        like any part but by whole items, lowest-ranked first, and keeps its best item while
+        the other parts can still give way (:func:`_level`'s floor): it is not dropped whole
+        because the common level is below the size of one item."""
         mark = self.counter.count(TRUNCATION_MARK)
         cands = self._candidates()
         if total > self.budget and cands:
-            level = _level([c[0] for c in cands], total - self.budget)
-            for tokens, name, target in cands:
-                if tokens > level:
-                    self._cut(target, name, tokens, level, mark, degradations)
+            sizes, excess = [c[0] for c in cands], total - self.budget
+            floors = [self._recalled_floor(target) for _, _, target in cands]
+            if sum(max(0, t - f) for t, f in zip(sizes, floors, strict=True)) < excess:
+                floors = [0] * len(cands)  # nothing can keep its floor: every part may go
+            level = _level(sizes, excess, floors)
+            for (tokens, name, target), floor in zip(cands, floors, strict=True):
+                keep = max(level, floor)
+                if tokens > keep:
+                    self._cut(target, name, tokens, keep, mark, degradations)
             total = self.total()
         for _ in range(4 * (len(self.blocks) + 8)):  # exact fix-up for tokenizer seams; bounded
             if total <= self.budget:
@@ -859,16 +901,41 @@ class _Fitter:
             cands = self._candidates()
             if not cands:
                 break
-            tokens, name, target = max(cands, key=lambda c: c[0])
-            self._cut(target, name, tokens, tokens - (total - self.budget), mark, degradations)
+            # the part with most text above its floor (the recalled block's best item), so the
+            # block goes below that item only when nothing else is left to cut
+            above = [(tokens - self._recalled_floor(target), tokens, name, target) for tokens, name, target in cands]
+            room, tokens, name, target = max(above, key=lambda c: c[0])
+            if room <= 0:
+                tokens, name, target = max(cands, key=lambda c: c[0])
+                room = tokens
+            self._cut(target, name, tokens, tokens - min(room, total - self.budget), mark, degradations)
             total = self.total()
         return total
+
+    def _recalled_floor(self, target: _Part | Message) -> int:
+        """The smallest cap (tokens) under which the recalled block re-packs with its best
+        item (packing estimates each item a little high, so a few tokens over the exact count
+        of the block with that item alone); 0 for any other part or message."""
+        if not (isinstance(target, _Part) and target.repack is not None and target.items):
+            return 0
+        best = target.items[:1]
+        text, _ = target.repack(self.budget, target.exclude, only=best)
+        exact = self.counter.count(text)
+        for cap in range(exact, exact + 4 * _FLOOR_STEP, _FLOOR_STEP):
+            if target.repack(cap, target.exclude, only=best)[0]:
+                return cap
+        return exact
 
     def _cut(
         self, target: _Part | Message, name: str, tokens: int, keep: int, mark: int, degradations: list[str]
     ) -> None:
         if isinstance(target, _Part) and target.repack is not None:  # recalled: whole items only
             text, items = target.repack(keep, target.exclude)
+            if not text and target.items:  # its best item alone, else that item's best excerpt
+                best = target.items[:1]
+                text, items = target.repack(keep, target.exclude, only=best)
+                if not text:
+                    text, items = target.repack(keep, target.exclude, keep, only=best)
             if text:
                 target.text, target.items = text, items
                 degradations.append(f"shrank {name} from {tokens} to {self.counter.count(text)} tokens "
@@ -934,17 +1001,23 @@ class _Fitter:
         return ContextReport(rows, total, self.budget, degradations, pairing)
 
 
-def _level(sizes: list[int], excess: int) -> int:
-    """The largest height h with sum(max(0, t - h)) >= `excess` over `sizes` (tokens): cutting
-    every part longer than h down to h removes at least `excess` tokens."""
-    ordered = [*sorted(sizes, reverse=True), 0]
-    top = 0
-    for k in range(1, len(ordered)):
-        top += ordered[k - 1]
-        h = (top - excess) // k
-        if h >= ordered[k]:
-            return max(0, h)
-    return 0
+def _level(sizes: list[int], excess: int, floors: Sequence[int] | None = None) -> int:
+    """The largest height h with sum(max(0, t - max(h, f))) >= `excess` over `sizes` (tokens)
+    and their `floors` (0 when None): cutting every part longer than h down to h, but none
+    below its floor, removes at least `excess` tokens; 0 when no h does."""
+    lows = list(floors) if floors is not None else [0] * len(sizes)
+
+    def removed(h: int) -> int:
+        return sum(max(0, t - max(h, f)) for t, f in zip(sizes, lows, strict=True))
+
+    lo, hi = 0, max(sizes, default=0)  # removed(lo) >= excess: the largest such h
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if removed(mid) >= excess:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _without_images(messages: list[Message]) -> list[Message]:
