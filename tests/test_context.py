@@ -254,7 +254,8 @@ class TestDegradation:
 
     def test_the_longest_parts_are_cut_to_a_common_level_keeping_their_heads(self, mem: Memory) -> None:
         s = filled(mem, steps=40, turns=0)
-        msgs = [{"role": "user", "content": "policy " * 600}]
+        # a request over half the budget (a shorter one is kept whole while others give way)
+        msgs = [{"role": "user", "content": "policy " * 1400}]
         full = s.context(100_000, messages=msgs)
         sizes = dict(full.report.blocks)
         built = s.context(full.report.total_tokens // 2, messages=msgs)
@@ -267,11 +268,21 @@ class TestDegradation:
         assert [n for n, _ in built.report.blocks][:2] == ["working checkpoint", "memory index"]
         envelope = (counter.count(block_text(Block.MEMORY_INDEX, "")) + 1
                     - counter.count_message({"role": "user", "content": ""}))
-        assert abs(cut["messages (1)"] - (cut["memory index"] - envelope)) <= 8  # one level for the longest
+        # one level for the longest (then the message gets back what fitting left over)
+        assert abs(cut["messages (1)"] - (cut["memory index"] - envelope)) <= 16
         assert cut["pending steps"] == sizes["pending steps"]  # short blocks untouched
         index = memory_block(built, "memory index")
         assert index.startswith('<memory source="memory index">Memory index')
         assert index.splitlines()[1].startswith("- step_40 ")  # the newest entries survive
+
+    def test_a_request_of_at_most_half_the_budget_stays_whole_while_memory_gives_way(self, mem: Memory) -> None:
+        s = filled(mem, steps=40, turns=0)
+        msgs = [{"role": "user", "content": "policy " * 600}]
+        full = s.context(100_000, messages=msgs)
+        built = s.context(full.report.total_tokens // 2, messages=msgs)
+        assert built.report.total_tokens <= full.report.total_tokens // 2
+        assert built.messages[-1] == msgs[0]
+        assert dict(built.report.blocks)["memory index"] < dict(full.report.blocks)["memory index"]
 
     def test_a_budget_below_the_irreducible_minimum_is_a_clear_error(self, mem: Memory) -> None:
         with pytest.raises(ContextBudgetError, match="irreducible minimum"):

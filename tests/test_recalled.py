@@ -742,3 +742,19 @@ class TestTightBudget:
         assert "shrank recalled memory" in degradations and "dropped block" not in degradations
         assert "cut the middle of message (user)" in degradations
         assert len(built.report.recalled) >= 3
+
+
+def test_a_message_cut_while_fitting_gets_back_the_room_left_over(mem: Memory) -> None:
+    """New-user finding: a 40-token budget for one 13-token request gave a prompt of 8 tokens
+    whose user message was "" — fitting cut the message and the message-dates note to one
+    level in one pass, and emptying the note freed its envelope too. Whatever the budget, a
+    prompt with room for the request whole holds it whole, and never exceeds the budget."""
+    request = "Please book a flight to Tokyo for next Friday, window seat."
+    s = fresh(mem)
+    s.add_message({"role": "user", "content": request})
+    counter = s.context_builder.counter
+    alone = counter.count_messages([{"role": "user", "content": request}])
+    for budget in range(alone, alone + 60):
+        built = s.context(budget)
+        assert built.report.total_tokens <= budget
+        assert built.messages[-1] == {"role": "user", "content": request}, (budget, built.report.degradations)

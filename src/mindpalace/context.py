@@ -247,6 +247,7 @@ class SessionSources:
         return ""
 
 
+_REQUEST_SHARE: Final = 0.5  # the newest user message up to this share of the budget is cut last
 _USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
 
 
@@ -798,6 +799,9 @@ class _Fitter:
         self.refs = refs or {}  # id(message) → message:<N>, for stored messages
         self.dropped_messages = 0
         self.cut_messages = False  # a conversation message was cut to fit
+        self.originals: dict[int, str] = {}  # id(message) → its text before the first cut
+        users = [m for m in convo if m.get("role") == "user" and isinstance(m.get("content"), str)]
+        self.request = id(users[-1]) if users else None  # the newest user message: cut last
 
     def messages(self) -> int:
         """How many conversation messages are still in the prompt."""
@@ -832,6 +836,32 @@ class _Fitter:
         total = self._drop_oldest(total, degradations)
         total = self._truncate(total, degradations)
         self._drop_rest(total, degradations)
+        self._restore(degradations)
+
+    def _restore(self, degradations: list[str]) -> None:
+        """Give cut conversation messages back the room fitting left over, newest first.
+
+        Cutting every part to one level in one pass does not know that emptying a memory
+        block also frees its envelope, so a message (the user's request) could end cut or
+        empty in a prompt that had room for it whole."""
+        total = self.total()
+        for msg in reversed([m for g in self.groups for m in g]):
+            original = self.originals.get(id(msg))
+            if total >= self.budget or original is None or msg.get("content") == original:
+                continue
+            before = msg["content"]
+            whole = self.counter.count(original)
+            keep = self.counter.count(before) + self.budget - total
+            msg["content"] = original
+            if keep < whole:
+                self._cut(msg, f"message ({msg.get('role')})", whole, keep, self.counter.count(TRUNCATION_MARK), [])
+            after = self.total()
+            if after > self.budget or self.counter.count(msg["content"]) <= self.counter.count(before):
+                msg["content"] = before  # a tokenizer seam: keep what fitted
+                continue
+            degradations.append(f"restored message ({msg.get('role')}) to {self.counter.count(msg['content'])} "
+                                f"of {whole} tokens (room left after fitting)")
+            total = after
 
     def _drop_images(self, total: int, degradations: list[str]) -> int:
         dropped = 0
@@ -886,7 +916,7 @@ class _Fitter:
         cands = self._candidates()
         if total > self.budget and cands:
             sizes, excess = [c[0] for c in cands], total - self.budget
-            floors = [self._recalled_floor(target) for _, _, target in cands]
+            floors = [self._floor(tokens, target) for tokens, _, target in cands]
             if sum(max(0, t - f) for t, f in zip(sizes, floors, strict=True)) < excess:
                 floors = [0] * len(cands)  # nothing can keep its floor: every part may go
             level = _level(sizes, excess, floors)
@@ -903,7 +933,7 @@ class _Fitter:
                 break
             # the part with most text above its floor (the recalled block's best item), so the
             # block goes below that item only when nothing else is left to cut
-            above = [(tokens - self._recalled_floor(target), tokens, name, target) for tokens, name, target in cands]
+            above = [(tokens - self._floor(tokens, target), tokens, name, target) for tokens, name, target in cands]
             room, tokens, name, target = max(above, key=lambda c: c[0])
             if room <= 0:
                 tokens, name, target = max(cands, key=lambda c: c[0])
@@ -911,6 +941,15 @@ class _Fitter:
             self._cut(target, name, tokens, tokens - min(room, total - self.budget), mark, degradations)
             total = self.total()
         return total
+
+    def _floor(self, tokens: int, target: _Part | Message) -> int:
+        """What fitting keeps of `target` while other parts can still give way: the newest
+        user message (the request) whole when it is at most half the budget (a longer one is
+        cut to the common level with the rest, head and tail kept), the recalled block its best
+        item, others nothing."""
+        if not isinstance(target, _Part) and id(target) == self.request:
+            return tokens if tokens <= self.budget * _REQUEST_SHARE else 0
+        return self._recalled_floor(target)
 
     def _recalled_floor(self, target: _Part | Message) -> int:
         """The smallest cap (tokens) under which the recalled block re-packs with its best
@@ -946,6 +985,7 @@ class _Fitter:
             return
         if not isinstance(target, _Part):
             self.cut_messages = True
+            self.originals.setdefault(id(target), target["content"])
             ref = self.refs.get(id(target))
             where = f"; in full as {ref}, read it with read_files" if ref else ""
             note = MESSAGE_CUT_NOTE.format(tokens=tokens - keep, where=where)
