@@ -39,6 +39,14 @@ def _search(corpus: list[Document], terms: str) -> list[Document]:
     return [d for d in corpus if wanted & set(re.findall(r"\w+", d.text.lower()))][:10]
 
 
+def _corpus(texts: list[str]) -> list[Document]:
+    """One message document per text, one day apart, ids and refs from 1."""
+    scope = Scope(tenant="t", user="u", agent="a", session="s")
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    return [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
+            for i, t in enumerate(texts)]
+
+
 def _later(a: Document, b: Document) -> bool:
     return a.id < b.id
 
@@ -55,10 +63,7 @@ class TestBatchedFollowups:
     def test_remembered_answers_and_batched_anchor_sentences_change_no_answer(
         self, texts: list[str], query: str, n_anchors: int, similarity: float, depth: int
     ) -> None:
-        scope = Scope(tenant="t", user="u", agent="a", session="s")
-        start = datetime(2025, 1, 1, tzinfo=UTC)
-        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
-                  for i, t in enumerate(texts)]
+        corpus = _corpus(texts)
         anchors = corpus[:n_anchors]
         qvec = _bag_of_words([query])[0]
         calls: list[list[str]] = []
@@ -86,10 +91,7 @@ class TestBatchedFollowups:
     def test_prefetch_is_told_each_first_search_and_changes_no_answer(
         self, texts: list[str], query: str, n_anchors: int
     ) -> None:
-        scope = Scope(tenant="t", user="u", agent="a", session="s")
-        start = datetime(2025, 1, 1, tzinfo=UTC)
-        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
-                  for i, t in enumerate(texts)]
+        corpus = _corpus(texts)
         anchors = corpus[:n_anchors]
         qvec = _bag_of_words([query])[0]
         searches: list[tuple[int, str]] = []
@@ -122,11 +124,8 @@ class TestBatchedFollowups:
             assert searches[0] in told
 
     def test_a_known_answer_is_not_searched_again_and_none_is_remembered(self) -> None:
-        scope = Scope(tenant="t", user="u", agent="a", session="s")
-        start = datetime(2025, 1, 1, tzinfo=UTC)
         texts = ["My sister lives in Denver.", "I like the garden.", "My sister moved to Austin now."]
-        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {}, start + timedelta(days=i))
-                  for i, t in enumerate(texts)]
+        corpus = _corpus(texts)
         searched: list[str] = []
 
         def search(anchor: Document, terms: str) -> list[Document]:

@@ -182,16 +182,25 @@ def test_an_append_by_another_process_is_seen(memory: Memory, workspace_dir: Pat
     assert state.version == 2 and state.artifacts == {"here": 1, "there": 2}
 
 
+def _after_another_writer(
+    memory: Memory, workspace_dir: Path, uid: str, theirs: list[Checkpoint]
+) -> TaskEventStore:
+    """A task store that appended to task "t" (and cached its state), then `theirs` appended
+    by a second Memory on the same workspace."""
+    scope = memory.scope(user="u", session=uid)
+    a = TaskEventStore(memory.store, scope, memory.settings.tasks)
+    a.append("t", [Checkpoint(artifacts={"a": 0})])
+    with Memory.open(workspace_dir, embed={"provider": "hashing"}) as other:
+        TaskEventStore(other.store, scope).append("t", theirs)
+    return a
+
+
 def test_an_append_after_another_writers_events_catches_the_cache_up(
     memory: Memory, workspace_dir: Path, uid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the cache must not stay behind after a second writer: else every later append finds it
     # stale and every snapshot due folds all the events since it
-    scope = memory.scope(user="u", session=uid)
-    a = TaskEventStore(memory.store, scope, memory.settings.tasks)
-    a.append("t", [Checkpoint(artifacts={"a": 0})])
-    with Memory.open(workspace_dir, embed={"provider": "hashing"}) as other:
-        TaskEventStore(other.store, scope).append("t", [Checkpoint(artifacts={"b": i}) for i in range(5)])
+    a = _after_another_writer(memory, workspace_dir, uid, [Checkpoint(artifacts={"b": i}) for i in range(5)])
     a.append("t", [Checkpoint(artifacts={"a": 1})])  # version 7, after the other writer's 6
     parsed: list[str] = []
     real = a.registry.parse_stored
@@ -209,11 +218,7 @@ def test_a_failed_catch_up_read_does_not_fail_the_committed_append(
 ) -> None:
     # the append is durable when the catch-up read runs: an error there must not report it as
     # failed (a retry would append it twice); the cache is dropped and rebuilt on next recover
-    scope = memory.scope(user="u", session=uid)
-    a = TaskEventStore(memory.store, scope, memory.settings.tasks)
-    a.append("t", [Checkpoint(artifacts={"a": 0})])
-    with Memory.open(workspace_dir, embed={"provider": "hashing"}) as other:
-        TaskEventStore(other.store, scope).append("t", [Checkpoint(artifacts={"b": 1})])
+    a = _after_another_writer(memory, workspace_dir, uid, [Checkpoint(artifacts={"b": 1})])
 
     def fail(task: str, *, use_snapshot: bool = True) -> None:
         raise StoreBusyError("busy")
