@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
@@ -529,6 +529,9 @@ class HybridRetriever:
             # of a pair at or above one need their holder, at or above `similarity` their words
             s = self.settings
             alike = _alike(sims, min(s.supersede_similarity, s.supersede_answer_similarity))
+            # one subject-word matrix for both uses: a pair at or above `similarity` has both
+            # its statements marked in `alike` too, so the wider mask changes none it reads
+            shared = _share_words(compared, members[0].doc, alike)
             chosen = choose_corrections(
                 sims, [_query_similarity(c) for c in members], [c.final for c in members],
                 similarity=self.settings.supersede_similarity,
@@ -537,9 +540,9 @@ class HybridRetriever:
                 min_score_ratio=self.settings.supersede_min_score_ratio,
                 answer_share=self.settings.supersede_answer_share,
                 holders=[holder(t) if alike[i] else None for i, t in enumerate(compared)],
-                shared=_share_words(compared, members[0].doc, _alike(sims, s.supersede_similarity)),
+                shared=shared,
                 values=_gives_values(compared, alike),
-                answer_evidence=_answer_links(compared, members[0].doc, alike),
+                answer_evidence=_answer_links(compared, shared, alike),
             )
             for i, j in chosen.items():
                 if not names_another(named, texts[i], texts[j]):
@@ -1069,32 +1072,30 @@ def _alike(sims: np.ndarray, threshold: float) -> list[bool]:
     return [bool(x) for x in either.tolist()]
 
 
+def _marked_pairs(among: Sequence[bool]) -> Iterator[tuple[int, int]]:
+    """(i, j), i < j, of the texts marked in `among` (the others are never the same subject)."""
+    marked = [i for i, m in enumerate(among) if m]
+    return ((i, j) for k, i in enumerate(marked) for j in marked[k + 1:])
+
+
 def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
     """(n, n) bool: whether the later of one speaker's `texts` (oldest first) can give the new
     value of the earlier (:func:`~mindpalace.retrieval.supersession.gives_new_value`); only
-    pairs of texts marked in `among` are checked (the others are never the same subject)."""
-    n = len(texts)
-    out = np.ones((n, n), dtype=bool)
-    for i in range(n):
-        if among[i]:
-            for j in range(i + 1, n):
-                if among[j]:
-                    out[i, j] = gives_new_value(texts[i], texts[j])
+    pairs of texts marked in `among` are checked (the others: True, nothing to veto)."""
+    out = np.ones((len(texts), len(texts)), dtype=bool)
+    for i, j in _marked_pairs(among):
+        out[i, j] = gives_new_value(texts[i], texts[j])
     return out
 
 
-def _answer_links(texts: Sequence[str], doc: Document, among: Sequence[bool]) -> np.ndarray:
+def _answer_links(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool]) -> np.ndarray:
     """(n, n) bool, symmetric: :func:`~mindpalace.retrieval.supersession.answer_link` of each
     pair of one speaker's `texts` (oldest first; the earlier one as the older) marked in
-    `among` (the others are never the same subject: True, nothing to veto)."""
-    n = len(texts)
-    shared = _share_words(texts, doc, among)
-    out = np.ones((n, n), dtype=bool)
-    for i in range(n):
-        if among[i]:
-            for j in range(i + 1, n):
-                if among[j]:
-                    out[i, j] = out[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
+    `among`, given which share a subject word (`shared`, :func:`_share_words`); the others
+    are never the same subject: True, nothing to veto."""
+    out = np.ones((len(texts), len(texts)), dtype=bool)
+    for i, j in _marked_pairs(among):
+        out[i, j] = out[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
     return out
 
 
