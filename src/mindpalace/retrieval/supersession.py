@@ -334,7 +334,7 @@ def gives_new_value(older: str, newer: str) -> bool:
     if older.strip() == newer.strip():
         return False
     old = value_kinds(older)
-    return not old or bool(old & value_kinds(newer, generous=True)) or says_it_changed(newer)
+    return not old or _same_kind_or_changed(old, newer)
 
 
 def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
@@ -343,7 +343,13 @@ def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
     strictly for `older`, generously for `newer`: "I use a Pixel 7" / "Upgraded to a Fairphone
     4"), or `newer` says that something changed (:func:`says_it_changed`: "Switched to the
     train, much less stressful" after "I take my bike to work")."""
-    return share_a_word or bool(value_kinds(older) & value_kinds(newer, generous=True)) or says_it_changed(newer)
+    return share_a_word or _same_kind_or_changed(value_kinds(older), newer)
+
+
+def _same_kind_or_changed(old: frozenset[str], newer: str) -> bool:
+    """Whether `newer` gives a value of one of the kinds `old` (read generously) or says that
+    something changed: the evidence :func:`gives_new_value` and :func:`answer_link` share."""
+    return bool(old & value_kinds(newer, generous=True)) or says_it_changed(newer)
 
 
 _CHANGE_WORDS = frozenset([
