@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from mindpalace.datenotes import day
+from mindpalace.timeutil import from_iso
 from mindpalace.tokens import TokenCounter
 
 ARCHIVED_SUMMARY_HEADER: Final = "Archived context summary"
@@ -126,10 +128,9 @@ def _when(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        when = datetime.fromisoformat(value)
+        return from_iso(value)
     except ValueError:
         return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def date_span(first: datetime, last: datetime) -> str:
@@ -137,7 +138,7 @@ def date_span(first: datetime, last: datetime) -> str:
     ``8–25 May 2023``, ``8 May – 3 June 2023``, ``8 May 2023 – 2 January 2024``."""
     a, b = first.astimezone(UTC), last.astimezone(UTC)
     if a.date() == b.date():
-        return f"{a.day} {a:%B %Y}"
+        return day(a.date())
     if (a.year, a.month) == (b.year, b.month):
         return f"{a.day}–{b.day} {b:%B %Y}"
     if a.year == b.year:
