@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mindpalace.session.archived import (
+    ARCHIVED_SUMMARY_HEADER,
     HIDDEN_HEADER,
     ArchivedRange,
     chunk_text,
@@ -114,13 +115,14 @@ def test_the_compact_form_names_the_same_ranges_under_the_cap_in_no_more_tokens(
         assert block == full  # nothing hidden: the forms are the same
 
 
-def test_the_compact_form_names_hidden_ranges_on_the_header_line() -> None:
+def test_the_compact_form_names_hidden_ranges_on_its_first_line_without_the_header() -> None:
     good = ArchivedRange(1, 10, 1, 1, "Project Falcon ships 2027-03-14. " * 4)
     raw = ArchivedRange(11, 20, 2, 4, "[raw archive] " + "noise " * 60, "raw", entries=3)
     new = ArchivedRange(21, 30, 5, 5, "Hotel Gracery, 18000 JPY.")
     block = str(render_block([good, raw, new], COUNTER, 110, compact=True))
     first = block.splitlines()[0]
-    assert first == "Archived context summary, not shown (read_files): messages 11-20 · history:2 … history:4."
+    assert first == "Not shown (read_files): messages 11-20 · history:2 … history:4."
+    assert ARCHIVED_SUMMARY_HEADER not in block  # the envelope's source says what the block is
     assert "Project Falcon" in block and "Hotel Gracery" in block and "noise" not in block
 
 
@@ -141,7 +143,7 @@ def test_a_range_is_dated_by_the_messages_it_archived() -> None:
     assert ArchivedRange.from_json(a.to_json()) == a
     assert merged([a, b], "Tokyo trip, hotel booked.").label == (
         "messages 1-60 · history:1 … history:2, 2 entries · 8 May – 3 June 2023")
-    block = render_block([a, b], COUNTER, 50, compact=True)
+    block = render_block([a, b], COUNTER, 35, compact=True)
     assert block is not None and "history:1 … history:2 · 8 May – 3 June 2023." in block  # hidden, named
     legacy = ArchivedRange.from_json({k: v for k, v in a.to_json().items() if not k.endswith("_at")})
     assert legacy is not None and legacy.label == "messages 1-40 · history:1"

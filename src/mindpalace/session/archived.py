@@ -30,8 +30,9 @@ from mindpalace.tokens import TokenCounter
 
 ARCHIVED_SUMMARY_HEADER: Final = "Archived context summary"
 HIDDEN_HEADER: Final = "Not shown (read them with read_files):"
-COMPACT_HIDDEN_HEADER: Final = "not shown (read_files):"
-"""The compact form (small budgets): on the block's first line, after its header."""
+COMPACT_HIDDEN_HEADER: Final = "Not shown (read_files):"
+"""The compact form (small budgets): the block's first line, in place of its header (the
+memory envelope's ``source="archived summary"`` already says what the block is)."""
 RULES_HEADER: Final = "Rules the user stated in those ranges (verbatim):"
 MAX_RULE_CHARS: Final = 300  # a longer "rule" is a paragraph, not a rule
 MAX_RULES_PER_RANGE: Final = 8  # pinned per range; more rules live in the range's summary only
@@ -202,9 +203,9 @@ def render_block(
     raw breadcrumbs first, then summaries, oldest first, never the newest range while another
     can go — and named on one line (message range and history refs); the rules pinned on hidden
     ranges stay (oldest dropped first when even they do not fit). The last resort cuts the text.
-    `compact` (a small prompt): the hidden ranges are named on the header's line, without
-    entry counts (``Archived context summary, not shown (read_files): messages 1-416 ·
-    history:1 … history:3.``); shown ranges and pinned rules are as in the full form.
+    `compact` (a small prompt): the hidden ranges are named on the first line, in place of the
+    header and without entry counts (``Not shown (read_files): messages 1-416 · history:1 …
+    history:3 · 8–25 May 2023.``); shown ranges and pinned rules are as in the full form.
     """
     if not ranges:
         return None
@@ -221,7 +222,7 @@ def render_block(
             runs = _runs(sorted(hidden))  # adjacent hidden ranges share one label
             if compact:
                 labels = [span(ranges[a:b + 1]).short_label for a, b in runs]
-                parts[0] = f"{ARCHIVED_SUMMARY_HEADER}, {COMPACT_HIDDEN_HEADER} " + "; ".join(labels) + "."
+                parts[0] = f"{COMPACT_HIDDEN_HEADER} " + "; ".join(labels) + "."
             else:
                 labels = [span(ranges[a:b + 1]).label for a, b in runs]
                 parts.append(HIDDEN_HEADER + " " + "; ".join(labels) + ".")
