@@ -46,6 +46,9 @@ def test_note() -> None:
     assert date_note("nothing relative here", SAID) == ""
     assert date_note("yesterday", None) == ""
     assert date_note("yesterday, last year", SAID) == "[dates: yesterday = 21 October 2023; last year = 2022]"
+    # a small prompt drops the label (each pair still reads "phrase = date")
+    assert date_note("yesterday, last year", SAID, compact=True) == "[yesterday = 21 October 2023; last year = 2022]"
+    assert date_note("nothing relative here", SAID, compact=True) == ""
 
 
 @given(st.text(max_size=300), st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1)))

@@ -121,10 +121,13 @@ def relative_dates(text: str, when: datetime) -> list[tuple[str, str]]:
     return out
 
 
-def date_note(text: str, when: datetime | None) -> str:
+def date_note(text: str, when: datetime | None, *, compact: bool = False) -> str:
     """``[dates: yesterday = 7 May 2023; …]`` for the relative dates of `text` said at `when`;
-    '' when there are none or `when` is unknown."""
+    '' when there are none or `when` is unknown. `compact` (a small prompt) drops the label:
+    ``[yesterday = 7 May 2023; …]`` — each pair's ``phrase = date`` still says what it is."""
     if when is None:
         return ""
     pairs = relative_dates(text, when)
-    return "[dates: " + "; ".join(f"{p} = {m}" for p, m in pairs) + "]" if pairs else ""
+    if not pairs:
+        return ""
+    return ("[" if compact else "[dates: ") + "; ".join(f"{p} = {m}" for p, m in pairs) + "]"
