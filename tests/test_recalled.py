@@ -68,8 +68,8 @@ def recalled_text(built: Any) -> str:
         content = m.get("content")
         for header, dates in ((RECALLED_HEADER, DATES_HEADER), (COMPACT_RECALLED_HEADER, COMPACT_DATES_HEADER)):
             if m["role"] == "tool" and isinstance(content, str) and header in content:
-                text = content[content.index(header):]
-                return text.split("\n" + dates)[0]
+                text = content[content.index(header):].split("\n" + dates)[0]
+                return re.split(r"\nmessage:[\d–]+ sent ", text)[0]  # the compact one-run dates line
     return ""
 
 
@@ -439,6 +439,23 @@ class TestPacking:
                 "Mia: alpha three\n[10 May 2023 · message:20]\nMia: beta later") in text
         assert recaller.counter.count(text) <= 500
 
+    def test_the_compact_form_leaves_gaps_to_the_date_line_and_notes_dates_without_a_label(
+        self, mem: Memory
+    ) -> None:
+        s = fresh(mem)
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        items = [self.item(s, 3, "alpha one"), self.item(s, 4, "alpha two yesterday"),
+                 self.item(s, 7, "alpha three"), self.item(s, 20, "beta later", day=2)]
+        text, shown = recaller.pack(items, 500, compact=True)
+        assert len(shown) == 4 and text.startswith(COMPACT_RECALLED_HEADER)
+        # the references 3–4,7 say that 5–6 are left out: no "…" line costs tokens for it
+        assert ("[8 May 2023 message:3–4,7]\nMia: alpha one\nMia: alpha two yesterday "
+                "[yesterday = 7 May 2023]\nMia: alpha three\n[10 May 2023 message:20]\nMia: beta later") in text
+        full, _ = recaller.pack(items, 500)
+        assert "\n…\n" in full and "[dates: yesterday = 7 May 2023]" in full  # the full form keeps both
+        assert recaller.counter.count(text) < recaller.counter.count(full)
+
     def test_the_envelope_names_each_speakers_role_once_and_per_line_when_ambiguous(self, mem: Memory) -> None:
         s = fresh(mem)
         recaller = s.context_builder.recaller
@@ -658,8 +675,8 @@ class TestCompactFraming:
                 named.update(range(int(a), int(b or a) + 1))
         assert {i.index for i in built.report.recalled if i.tier == "message"} <= named
         dates = next(m["content"] for m in built.messages if m["role"] == "tool")
-        assert COMPACT_DATES_HEADER + " message:81: 8 May 2023, 13:56" in dates
-        assert "Archived context summary, not shown (read_files): messages 1-" in dates
+        assert "\nmessage:81 sent 8 May 2023, 13:56 UTC" in dates  # one run: one line, no header
+        assert ">Not shown (read_files): messages 1-" in dates
 
     def test_the_compact_form_holds_at_least_as_much_memory_as_the_full_one(self, tmp_path: Path) -> None:
         compact = self.build(tmp_path, "compact", 1_000, 3_000)

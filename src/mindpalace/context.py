@@ -35,8 +35,9 @@ not once per block. Report rows stay per block: each row is what its block adds 
 
 Below ``context.compact_framing_below_tokens`` (a small prompt) the memory is framed compactly
 (:meth:`ContextBuilder.compact`): shorter headings of the recalled memory, the message dates and
-the archived ranges not shown, date lines without their separator — the same items, quoted,
-attributed, dated and with their references.
+the archived ranges not shown, date lines without their separator, no ``…`` line where recalled
+messages were left out (the date line's references say so) and relative-date notes without
+their ``dates:`` label — the same items, quoted, attributed, dated and with their references.
 
 Every part is counted exactly with ``counter.count_messages(final_messages, tools)`` (I9: tool
 schemas and reply priming included). The recalled-memory block may fill up to

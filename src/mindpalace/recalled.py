@@ -42,8 +42,11 @@ build the context builder asks :class:`MemoryRecaller` for
    as a short note (the messages' own content is never rewritten).
 
 In a small prompt (``compact=True``, below ``context.compact_framing_below_tokens``) the block
-is headed :data:`COMPACT_RECALLED_HEADER`, date lines read ``[8 May 2023 message:11–12,15]`` and
-the dates note :data:`COMPACT_DATES_HEADER` names references only; nothing else changes.
+is headed :data:`COMPACT_RECALLED_HEADER`, date lines read ``[8 May 2023 message:11–12,15]``,
+no ``…`` line marks messages left out (the date line's references show where), relative-date
+notes drop their label (``[yesterday = 7 May 2023]``) and the dates note names references only
+(:data:`COMPACT_DATES_HEADER`; one run is one line, ``message:81 sent 8 May 2023, 13:56 UTC``);
+the items, quotes, attribution, dates and references are the same.
 """
 
 from __future__ import annotations
@@ -78,8 +81,9 @@ RECALLED_HEADER = "Recalled memory (quoted, oldest first, UTC; read_files(ref) r
 DATES_HEADER = "Message dates (UTC), #1 = the first message below:"
 COMPACT_RECALLED_HEADER = "Recalled memory (quoted, UTC; read_files(ref)):"
 """The header of the compact form (a small prompt, ``context.compact_framing_below_tokens``)."""
-COMPACT_DATES_HEADER = "Message dates (UTC):"
-"""The message-dates note's compact header: runs name their references only (no positions)."""
+COMPACT_DATES_HEADER = "Sent (UTC):"
+"""The message-dates note's compact header: runs name their references only (no positions);
+one run is one line without it (``message:81 sent 8 May 2023, 13:56 UTC``)."""
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 _EXCERPT_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # where an excerpt may start: a sentence or a line
 _GAP = "… "  # marks text left out before what follows
@@ -377,9 +381,10 @@ class MemoryRecaller:
         than ``recall_excerpt_tokens`` show their best-matching excerpt. `item_cap` (tokens) caps
         what one item may show (its best-matching excerpt when longer, with its reference to read
         it whole); None = ``recall_item_max_tokens`` (see :meth:`item_cap`). `compact` (a
-        small prompt): the block is headed :data:`COMPACT_RECALLED_HEADER` and its date lines
-        drop the separator (``[8 May 2023 message:12–14]``); items, quotes, attribution, dates
-        and references are the same. Returns ``("", [])`` when nothing fits.
+        small prompt): the block is headed :data:`COMPACT_RECALLED_HEADER`, its date lines
+        drop the separator (``[8 May 2023 message:12–14,17]``), no ``…`` line marks a gap (the
+        references show it) and relative-date notes drop their label; items, quotes,
+        attribution, dates and references are the same. Returns ``("", [])`` when nothing fits.
         """
         if cap_tokens <= self.counter.count(_header(compact)) + 1:
             return "", []
@@ -432,12 +437,13 @@ class MemoryRecaller:
             # each item as shown at most item_cap tokens (an excerpt when longer), made once;
             # once the block is recall_excerpt_after full, long items show excerpts only
             late = used >= self.settings.recall_excerpt_after * cap_tokens
-            body, tokens = self._shown(item, min(item_cap, self.settings.recall_excerpt_tokens) if late else item_cap)
+            body, tokens = self._shown(item, min(item_cap, self.settings.recall_excerpt_tokens) if late else item_cap,
+                                       compact)
             if item.tier == MESSAGE_KIND:
                 # a message joins its day of the conversation (a line, a gap mark, a ref) or
                 # opens it (its date line; the first one also the envelope around them all)
                 if _day(item) in days:
-                    tokens += _JOIN_TOKENS
+                    tokens += _COMPACT_JOIN_TOKENS if compact else _JOIN_TOKENS
                 else:
                     tokens += self.counter.count(self._day_line([item], compact)) + 1
                     tokens += 0 if days else self._shell_tokens()
@@ -510,8 +516,8 @@ class MemoryRecaller:
             day = list(group)
             lines.append(self._day_line([item for item, _ in day], compact))
             for k, (item, text) in enumerate(day):
-                if k and item.index != day[k - 1][0].index + 1:
-                    lines.append("…")
+                if k and item.index != day[k - 1][0].index + 1 and not compact:
+                    lines.append("…")  # compact: the date line's references show the gap
                 if item.speaker and len(roles[item.speaker]) > 1:  # a name in two roles: per line
                     text = f"{item.speaker} ({item.source}): " + text.removeprefix(_who(item))
                 lines.append(text)
@@ -535,14 +541,14 @@ class MemoryRecaller:
             return f"[{ref}]"
         return f"[{day_date(first.date)}{' ' if compact else ' · '}{ref}]"
 
-    def _shown(self, item: RecalledItem, item_cap: int) -> tuple[str, int]:
+    def _shown(self, item: RecalledItem, item_cap: int, compact: bool = False) -> tuple[str, int]:
         """(text shown, its tokens + 1 for the newline): a message's line, or another item's
         whole envelope, cut to an excerpt when over `item_cap`; memoised per item."""
-        key = (item.tier, item.session, item.ref, item.text, item.date, item_cap)
+        key = (item.tier, item.session, item.ref, item.text, item.date, item_cap, compact)
         found = self._memo.get(key)
         if found is None:
             if item.tier == MESSAGE_KIND:
-                body = self._message_line(item, item_cap - self._shell_tokens())
+                body = self._message_line(item, item_cap - self._shell_tokens(), compact)
             else:
                 body = self._envelope(item, item_cap) or ""
             found = (body, self.counter.count(body) + 1 if body else 0)
@@ -551,19 +557,20 @@ class MemoryRecaller:
             self._memo[key] = found
         return found
 
-    def _message_line(self, item: RecalledItem, room: int) -> str:
+    def _message_line(self, item: RecalledItem, room: int, compact: bool = False) -> str:
         """``Speaker: text [dates: …]`` under `room` tokens: the text verbatim (its
         best-matching excerpt when long), then the note resolving its relative dates against
-        the message's time (:func:`~mindpalace.datenotes.date_note`, of the text shown)."""
+        the message's time (:func:`~mindpalace.datenotes.date_note`, of the text shown;
+        unlabelled when `compact`: ``[yesterday = 7 May 2023]``)."""
         whole = _line(item)
-        note = date_note(item.text, item.date)
+        note = date_note(item.text, item.date, compact=compact)
         if self.counter.count(f"{whole} {note}") <= room:
             return f"{whole} {note}" if note else whole
         who, later = _who(item), _later(item)
         text = self._fit_text(item.text, item, room - self.counter.count(f"{who}{later} {note}") - 1)
         if not text:
             return ""
-        shown_note = date_note(text, item.date)
+        shown_note = date_note(text, item.date, compact=compact)
         return f"{who}{text}{later} {shown_note}" if shown_note else f"{who}{text}{later}"
 
     def _shell_tokens(self) -> int:
@@ -627,7 +634,8 @@ class MemoryRecaller:
         `stamps` (from :meth:`message_stamps`, covering `indexes`) saves the read when the
         caller asks for several notes over one range. `compact` (a small prompt): headed
         :data:`COMPACT_DATES_HEADER`, each run named by its references only
-        (``message:601–618: 8 May 2023, 13:56``), one line when there is one run."""
+        (``message:601–618: 8 May 2023, 13:56``); one run is one line,
+        ``message:601–618 sent 8 May 2023, 13:56 UTC``."""
         if not indexes:
             return None
         if stamps is None:
@@ -645,18 +653,23 @@ class MemoryRecaller:
         if not runs:
             return None
         lines = [COMPACT_DATES_HEADER if compact else DATES_HEADER]
+        if compact and len(runs) == 1:
+            (_, i0, t0), (_, i1, t1) = runs[0][0], runs[0][-1]
+            return f"message:{i0}{'' if i0 == i1 else f'–{i1}'} sent {_time_span(t0, t1)} UTC"
         for run in runs:
             (p0, i0, t0), (p1, i1, t1) = run[0], run[-1]
             if compact:
                 where = f"message:{i0}" if p0 == p1 else f"message:{i0}–{i1}"
             else:
                 where = f"#{p0} = message:{i0}" if p0 == p1 else f"#{p0}–{p1} = message:{i0}–{i1}"
-            same = t0.replace(second=0, microsecond=0) == t1.replace(second=0, microsecond=0)
-            span = human_date(t0) if same else f"{human_date(t0)} – {t1:%H:%M}"
-            lines.append(f"{where}: {span}")
-        if compact and len(lines) == 2:
-            return f"{lines[0]} {lines[1]}"
+            lines.append(f"{where}: {_time_span(t0, t1)}")
         return "\n".join(lines)
+
+
+def _time_span(first: datetime, last: datetime) -> str:
+    """``8 May 2023, 13:56`` or ``8 May 2023, 13:56 – 14:02`` (one day's run of messages)."""
+    same = first.replace(second=0, microsecond=0) == last.replace(second=0, microsecond=0)
+    return human_date(first) if same else f"{human_date(first)} – {last:%H:%M}"
 
 
 def _part_of(ref: str) -> tuple[str, int] | None:
@@ -680,6 +693,7 @@ def _with_part(kept: RecalledItem, other: RecalledItem) -> RecalledItem:
 _MEMO_ITEMS = 4_096  # shown texts remembered across builds (cleared when full)
 _MIN_ITEM_TOKENS = 12  # below this much room no item fits (an envelope alone is more)
 _JOIN_TOKENS = 4  # a message joining an open envelope: its "…" gap line and its ref number
+_COMPACT_JOIN_TOKENS = 2  # the same in the compact form (no gap line): its ref number
 
 
 def _header(compact: bool) -> str:
