@@ -147,3 +147,11 @@ def test_a_range_is_dated_by_the_messages_it_archived() -> None:
     assert block is not None and "history:1 … history:2 · 8 May – 3 June 2023." in block  # hidden, named
     legacy = ArchivedRange.from_json({k: v for k, v in a.to_json().items() if not k.endswith("_at")})
     assert legacy is not None and legacy.label == "messages 1-40 · history:1"
+
+
+def test_questions_and_stories_about_the_past_are_no_rules() -> None:
+    text = ("Never had a chance to visit it. I always wanted a dog! Do you always run at 6? "
+            "We only stayed two nights. Never book flights on Fridays. I didn't even notice. "
+            "Always answer in French. Never exceed 300 EUR. Only red wine.")
+    assert rule_sentences(text) == ["Never book flights on Fridays.", "Always answer in French.",
+                                  "Never exceed 300 EUR.", "Only red wine."]

@@ -42,6 +42,14 @@ _RULE = re.compile(
     r"make sure|from now on|remember to|avoid|forbidden|required?)\b|必须|不要|不能|只能|至多|至少|禁止",
     re.IGNORECASE,
 )
+# A marker word in a story about the past states no rule: "Never had a chance to visit it",
+# "I always wanted a dog", "We only stayed two nights" (a rule is about what is to be done).
+_NARRATIVE = re.compile(
+    r"\b(?:never|always|only|don't|do not|didn't|did not)\s+(?:ever\s+|really\s+|even\s+)?"
+    r"(?:had|was|were|did|been|got|went|saw|seen|thought|knew|felt|made|came|took|found|told|said|"
+    r"heard|gone|done|used|wanted|loved|liked|[a-z]{3,}(?<!e)ed)\b",  # "never exceed" is a rule
+    re.IGNORECASE,
+)
 _SHOWN_ONE = re.compile(r"^\[messages \d+-\d+ · history:(\d+)(?: · [^\]\n]*)?\]$", re.MULTILINE)
 """A shown range of one history entry, as :meth:`ArchivedRange.line` heads it."""
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
@@ -153,11 +161,16 @@ def normalize(text: str) -> str:
 
 
 def rule_sentences(text: str) -> list[str]:
-    """Sentences of `text` that state a rule (must, never, always, only, at most, 必须 …)."""
+    """Sentences of `text` that state a rule (must, never, always, only, at most, 必须 …).
+
+    A question ("Do you always run?") and a story about the past ("Never had a chance to visit
+    it.") use the same words and state no rule: neither is pinned.
+    """
     out = []
     for part in _SENTENCE_END.split(text):
         s = part.strip()
-        if s and len(s) <= MAX_RULE_CHARS and _RULE.search(s) and s not in out:
+        if (s and len(s) <= MAX_RULE_CHARS and _RULE.search(s) and not s.endswith(("?", "？"))
+                and not _NARRATIVE.search(s) and s not in out):
             out.append(s)
     return out
 
