@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
@@ -44,17 +44,20 @@ from mindpalace.retrieval.fetch import (
     stem_words,
 )
 from mindpalace.retrieval.supersession import (
-    answer_link,
+    CALENDAR,
+    NAME,
+    NUMBER,
     best_sentence,
     choose_corrections,
     find_followups,
     followup_texts,
-    gives_new_value,
     holder,
     identifiers,
     names_another,
+    says_it_changed,
     sentences,
     subject_terms,
+    value_kinds,
 )
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
@@ -1072,19 +1075,22 @@ def _alike(sims: np.ndarray, threshold: float) -> list[bool]:
     return [bool(x) for x in either.tolist()]
 
 
-def _marked_pairs(among: Sequence[bool]) -> Iterator[tuple[int, int]]:
-    """(i, j), i < j, of the texts marked in `among` (the others are never the same subject)."""
-    marked = [i for i, m in enumerate(among) if m]
-    return ((i, j) for k, i in enumerate(marked) for j in marked[k + 1:])
-
-
 def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
     """(n, n) bool: whether the later of one speaker's `texts` (oldest first) can give the new
     value of the earlier (:func:`~mindpalace.retrieval.supersession.gives_new_value`); only
-    pairs of texts marked in `among` are checked (the others: True, nothing to veto)."""
+    pairs of texts marked in `among` are checked (the others: True, nothing to veto).
+
+    The same answer as ``gives_new_value`` pair by pair, from each marked text's evidence read
+    once (:func:`_value_evidence`) and combined for every pair at once."""
     out = np.ones((len(texts), len(texts)), dtype=bool)
-    for i, j in _marked_pairs(among):
-        out[i, j] = gives_new_value(texts[i], texts[j])
+    marked = [i for i, m in enumerate(among) if m]
+    if len(marked) < 2:
+        return out
+    strict, generous, changed, same_text = _value_evidence([texts[i] for i in marked])
+    # gives_new_value: not the same text, and no old value or one of its kinds or a change
+    ok = ~same_text & ((strict[:, None] == 0) | ((strict[:, None] & generous[None, :]) != 0) | changed[None, :])
+    later = np.triu(np.ones(ok.shape, dtype=bool), k=1)  # (older, newer): the pairs checked
+    out[np.ix_(marked, marked)] = np.where(later, ok, True)
     return out
 
 
@@ -1092,24 +1098,64 @@ def _answer_links(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool
     """(n, n) bool, symmetric: :func:`~mindpalace.retrieval.supersession.answer_link` of each
     pair of one speaker's `texts` (oldest first; the earlier one as the older) marked in
     `among`, given which share a subject word (`shared`, :func:`_share_words`); the others
-    are never the same subject: True, nothing to veto."""
+    are never the same subject: True, nothing to veto. Each marked text's evidence is read
+    once (:func:`_value_evidence`), the pairs combined at once."""
     out = np.ones((len(texts), len(texts)), dtype=bool)
-    for i, j in _marked_pairs(among):
-        out[i, j] = out[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
+    marked = [i for i, m in enumerate(among) if m]
+    if len(marked) < 2:
+        return out
+    strict, generous, changed, _ = _value_evidence([texts[i] for i in marked])
+    at = np.ix_(marked, marked)
+    link = shared[at].astype(bool) | ((strict[:, None] & generous[None, :]) != 0) | changed[None, :]
+    later = np.triu(np.ones(link.shape, dtype=bool), k=1)
+    # (i, j), i < j, read with texts[i] as the older; (j, i) holds the same answer
+    out[at] = np.where(later, link, np.where(later.T, link.T, True))
     return out
+
+
+_KIND_BITS = {NUMBER: 1, NAME: 2, CALENDAR: 4}
+
+
+def _kind_bits(kinds: frozenset[str]) -> int:
+    """`kinds` (:func:`~mindpalace.retrieval.supersession.value_kinds`) as a bit set."""
+    bits = 0
+    for kind in kinds:
+        bits |= _KIND_BITS[kind]
+    return bits
+
+
+def _value_evidence(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per text of `texts` (n), what :func:`~mindpalace.retrieval.supersession.gives_new_value`
+    and :func:`~mindpalace.retrieval.supersession.answer_link` read of it: its value kinds read
+    strictly and generously (int64 bit sets, :data:`_KIND_BITS`), whether it says that
+    something changed (bool), and the (n, n) bool of which texts are the same once
+    whitespace-stripped (shapes (n,), (n,), (n,), (n, n))."""
+    strict = np.array([_kind_bits(value_kinds(t)) for t in texts], dtype=np.int64)
+    generous = np.array([_kind_bits(value_kinds(t, generous=True)) for t in texts], dtype=np.int64)
+    changed = np.array([says_it_changed(t) for t in texts], dtype=bool)
+    codes: dict[str, int] = {}
+    code = np.array([codes.setdefault(t.strip(), len(codes)) for t in texts], dtype=np.int64)
+    return strict, generous, changed, code[:, None] == code[None, :]
 
 
 def _share_words(texts: Sequence[str], doc: Document, among: Sequence[bool] | None = None) -> np.ndarray:
     """(n, n) bool: which of one speaker's `texts` share a subject word
     (:func:`~mindpalace.retrieval.supersession.subject_terms`), the words of the speaker's
     label (`doc`'s, the search text's ``user:`` prefix) not counted. `among`: only the texts
-    marked True are compared (the others share nothing here); None = all."""
+    marked True are compared (the others share nothing here); None = all. One product of the
+    texts' (n, words) incidence matrix, not a set intersection per pair."""
     label = frozenset(stem_words(query_terms(_speaker(doc))))
     empty: frozenset[str] = frozenset()
     terms = [
         subject_terms(t) - label if among is None or among[i] else empty for i, t in enumerate(texts)
     ]
-    return np.array([[bool(a & b) for b in terms] for a in terms], dtype=bool)
+    vocabulary: dict[str, int] = {}
+    rows = [[vocabulary.setdefault(w, len(vocabulary)) for w in t] for t in terms]
+    incidence = np.zeros((len(texts), len(vocabulary)), dtype=np.float32)
+    for i, columns in enumerate(rows):
+        incidence[i, columns] = 1.0
+    shared: np.ndarray = (incidence @ incidence.T) > 0
+    return shared
 
 
 def _speaker(doc: Document) -> str:

@@ -1,0 +1,101 @@
+"""The supersession evidence a query computes for one speaker's statements at once (value
+kinds, stated changes, shared subject words, sentence splits) gives, pair by pair, exactly
+what the pairwise definitions in :mod:`mindpalace.retrieval.supersession` give: the matrix
+forms are a speed-up of the same answer, never another answer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindpalace.retrieval import supersession
+from mindpalace.retrieval.fetch import stem_words
+from mindpalace.retrieval.hybrid import _answer_links, _gives_values, _share_words
+from mindpalace.retrieval.supersession import answer_link, gives_new_value, sentences, subject_terms
+from mindpalace.scope import Scope
+from mindpalace.store.base import Document
+from mindpalace.store.textindex import query_terms
+
+# words that make every kind of evidence: numbers (digits and words), names, weekdays and
+# months, change words, stop words, openers, repeated subject words, a speaker's own name
+_WORDS = [
+    "I", "i", "we", "my", "Our", "the", "The", "cat", "dog", "bike", "bikes", "3", "4B", "another",
+    "two", "Tuesday", "tuesday", "May", "Osaka", "Perth", "now", "moved", "instead", "new", "New",
+    "no", "longer", "Caroline", "caroline", "Dr.", "Okafor", "lives", "in", "is", "Update:", "user:",
+    "Oh,", "own", "own.", "now.", "today!", "[shares", "a", "photo]", "Mr.", "Lee.", "?",
+]
+_texts = st.lists(st.sampled_from(_WORDS), min_size=0, max_size=9).map(" ".join)
+_statements = st.lists(_texts, min_size=0, max_size=9)
+
+
+def _doc(name: str) -> Document:
+    return Document(
+        id=1, scope=Scope(tenant="t", user="u", session="s"), kind="message", ref="1", text="x",
+        meta={"role": "user", "name": name}, created_at=datetime(2025, 1, 1, tzinfo=UTC),
+    )
+
+
+class TestPairwiseEquivalence:
+    @settings(max_examples=300)
+    @given(_statements, st.data())
+    def test_gives_values_is_gives_new_value_on_each_marked_pair(self, texts: list[str], data: st.DataObject) -> None:
+        among = data.draw(st.lists(st.booleans(), min_size=len(texts), max_size=len(texts)))
+        got = _gives_values(texts, among)
+        want = np.ones((len(texts), len(texts)), dtype=bool)
+        for i in range(len(texts)):
+            for j in range(i + 1, len(texts)):
+                if among[i] and among[j]:
+                    want[i, j] = gives_new_value(texts[i], texts[j])
+        assert got.shape == want.shape and (got == want).all()
+
+    @settings(max_examples=300)
+    @given(_statements, st.data())
+    def test_answer_links_is_answer_link_on_each_marked_pair(self, texts: list[str], data: st.DataObject) -> None:
+        n = len(texts)
+        among = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        flat = data.draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
+        shared = np.array(flat, dtype=bool).reshape(n, n)
+        got = _answer_links(texts, shared, among)
+        want = np.ones((n, n), dtype=bool)
+        for i in range(n):
+            for j in range(i + 1, n):
+                if among[i] and among[j]:
+                    want[i, j] = want[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
+        assert got.shape == want.shape and (got == want).all()
+
+    @settings(max_examples=300)
+    @given(_statements, st.data(), st.sampled_from(["Caroline", "user", ""]))
+    def test_share_words_is_a_set_intersection_per_pair(
+        self, texts: list[str], data: st.DataObject, speaker: str
+    ) -> None:
+        among = data.draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=len(texts), max_size=len(texts))))
+        got = _share_words(texts, _doc(speaker), among)
+        label = frozenset(stem_words(query_terms(speaker or "user")))  # no name: the role
+        terms = [subject_terms(t) - label if among is None or among[i] else frozenset() for i, t in enumerate(texts)]
+        want = np.array([[bool(a & b) for b in terms] for a in terms], dtype=bool).reshape(len(texts), len(texts))
+        assert got.shape == want.shape and (got == want).all()
+
+
+class TestSentences:
+    @settings(max_examples=300)
+    @given(_texts)
+    def test_a_remembered_split_is_the_split(self, text: str) -> None:
+        assert sentences(text) == list(supersession._split_sentences(text))
+
+    def test_each_call_gives_its_own_list(self) -> None:
+        text = "I live in Osaka. We moved to Perth now."
+        first = sentences(text)
+        first.append("changed by the caller")
+        assert sentences(text) == ["I live in Osaka.", "We moved to Perth now."]
+
+    def test_a_long_text_is_split_the_same_without_being_remembered(self) -> None:
+        text = "I own 3 bikes. " * 1_000  # longer than what is remembered
+        before = supersession._remembered_split.cache_info().currsize
+        assert sentences(text) == ["I own 3 bikes."] * 1_000
+        assert supersession._remembered_split.cache_info().currsize == before
+
+    def test_titles_do_not_end_a_sentence(self) -> None:
+        assert sentences("I see Dr. Okafor now. Mrs. Lee too!") == ["I see Dr. Okafor now.", "Mrs. Lee too!"]
