@@ -13,9 +13,22 @@ from hypothesis import strategies as st
 
 from mindpalace.retrieval import supersession
 from mindpalace.retrieval.fetch import stem_words
-from mindpalace.retrieval.hybrid import _answer_links, _gives_values, _share_words
-from mindpalace.retrieval.supersession import answer_link, gives_new_value, sentences, subject_terms
+from mindpalace.retrieval.hybrid import (
+    _answer_links,
+    _gives_values,
+    _group_corrections,
+    _share_words,
+)
+from mindpalace.retrieval.supersession import (
+    answer_link,
+    choose_corrections,
+    gives_new_value,
+    holder,
+    sentences,
+    subject_terms,
+)
 from mindpalace.scope import Scope
+from mindpalace.settings import FactSettings
 from mindpalace.store.base import Document
 from mindpalace.store.textindex import query_terms
 
@@ -99,3 +112,42 @@ class TestSentences:
 
     def test_titles_do_not_end_a_sentence(self) -> None:
         assert sentences("I see Dr. Okafor now. Mrs. Lee too!") == ["I see Dr. Okafor now.", "Mrs. Lee too!"]
+
+
+class TestEvidenceOnlyWhereItCanMatter:
+    """_group_corrections reads the evidence of the statements that can be one subject on their
+    cosines alone; the corrections are those of the evidence of every statement."""
+
+    @settings(max_examples=300)
+    @given(
+        _statements.filter(lambda t: len(t) >= 2), st.data(),
+        st.sampled_from([(0.5, 0.3, 6, 0.0), (0.6, 0.2, 3, 0.5), (0.3, 0.3, 0, 0.0), (0.9, 0.1, 9, 0.9)]),
+    )
+    def test_the_corrections_of_every_statements_evidence(
+        self, texts: list[str], data: st.DataObject, thresholds: tuple[float, float, int, float]
+    ) -> None:
+        n = len(texts)
+        # cosines on the thresholds too, where one side off by the last bits changes the answer
+        cosine = st.one_of(st.floats(-0.2, 1.0, allow_nan=False), st.sampled_from([0.1, 0.2, 0.3, 0.5, 0.6, 0.9]))
+        upper = np.array(data.draw(st.lists(cosine, min_size=n * n, max_size=n * n))).reshape(n, n)
+        sims = np.triu(upper, 1) + np.triu(upper, 1).T + np.eye(n)
+        # a product of float vectors need not be symmetric to the last bit: sometimes one side off
+        jitter = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e-12, -1e-12]), min_size=n * n, max_size=n * n)))
+        sims = sims + np.tril(jitter.reshape(n, n), -1)
+        query_sims = data.draw(st.lists(st.one_of(cosine, st.just(float("-inf"))), min_size=n, max_size=n))
+        scores = data.draw(st.lists(st.floats(0.0, 3.0, allow_nan=False), min_size=n, max_size=n))
+        similarity, answer_similarity, answers, share = thresholds
+        fs = FactSettings(
+            supersede_similarity=similarity, supersede_answer_similarity=answer_similarity,
+            supersede_answers=answers, supersede_answer_share=share,
+        )
+        doc = _doc("Caroline")
+        every = [True] * n
+        shared = _share_words(texts, doc, every)
+        want = choose_corrections(
+            sims, query_sims, scores, similarity=similarity, answer_similarity=answer_similarity,
+            answers=answers, min_score_ratio=fs.supersede_min_score_ratio, answer_share=share,
+            holders=[holder(t) for t in texts], shared=shared, values=_gives_values(texts, every),
+            answer_evidence=_answer_links(texts, shared, every),
+        )
+        assert _group_corrections(texts, sims, query_sims, scores, doc, fs) == want

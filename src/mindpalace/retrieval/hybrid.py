@@ -54,6 +54,7 @@ from mindpalace.retrieval.supersession import (
     holder,
     identifiers,
     names_another,
+    same_subject,
     says_it_changed,
     sentences,
     subject_terms,
@@ -528,24 +529,9 @@ class HybridRetriever:
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
             mat = self._compared_vectors(members, compared, vectors)
             sims = mat @ mat.T
-            # a pair below both cosine thresholds is never the same subject: only the statements
-            # of a pair at or above one need their holder, at or above `similarity` their words
-            s = self.settings
-            alike = _alike(sims, min(s.supersede_similarity, s.supersede_answer_similarity))
-            # one subject-word matrix for both uses: a pair at or above `similarity` has both
-            # its statements marked in `alike` too, so the wider mask changes none it reads
-            shared = _share_words(compared, members[0].doc, alike)
-            chosen = choose_corrections(
-                sims, [_query_similarity(c) for c in members], [c.final for c in members],
-                similarity=self.settings.supersede_similarity,
-                answer_similarity=self.settings.supersede_answer_similarity,
-                answers=self.settings.supersede_answers,
-                min_score_ratio=self.settings.supersede_min_score_ratio,
-                answer_share=self.settings.supersede_answer_share,
-                holders=[holder(t) if alike[i] else None for i, t in enumerate(compared)],
-                shared=shared,
-                values=_gives_values(compared, alike),
-                answer_evidence=_answer_links(compared, shared, alike),
+            chosen = _group_corrections(
+                compared, sims, [_query_similarity(c) for c in members], [c.final for c in members],
+                members[0].doc, self.settings,
             )
             for i, j in chosen.items():
                 if not names_another(named, texts[i], texts[j]):
@@ -1066,13 +1052,46 @@ def _user_of(
     return held
 
 
-def _alike(sims: np.ndarray, threshold: float) -> list[bool]:
-    """Per statement, whether its cosine to another one (`sims`: (n, n), either way round: a
-    product of float vectors need not be symmetric to the last bit) is at least `threshold`."""
-    above = sims >= threshold
-    np.fill_diagonal(above, False)
-    either: np.ndarray = np.logical_or(above.any(axis=0), above.any(axis=1))
-    return [bool(x) for x in either.tolist()]
+def _group_corrections(
+    compared: Sequence[str], sims: np.ndarray, query_sims: Sequence[float], scores: Sequence[float],
+    doc: Document, s: FactSettings,
+) -> dict[int, int]:
+    """:func:`~mindpalace.retrieval.supersession.choose_corrections` of one speaker's statements
+    (oldest first; `compared`: the sentence of each compared, `sims`: their (n, n) cosines,
+    `query_sims` / `scores`: length n; `doc`: one of them, for the speaker label) with the
+    ``supersede_*`` settings of `s`, the evidence (subject words, holders, values, answer
+    links) read only for the statements that can be one subject with another.
+
+    Those are the statements of the pairs :func:`~mindpalace.retrieval.supersession.
+    same_subject` finds on the cosines alone: the subject words, the answer links and the
+    holders only ever veto a pair, and the values are read for pairs that are one subject, so
+    no other pair is one subject whatever its evidence (True there: nothing to veto). The
+    same answer as the evidence of every statement; at 100k facts most of the window is new
+    text, whose evidence was most of the step.
+    """
+    maybe = same_subject(
+        sims, query_sims, similarity=s.supersede_similarity,
+        answer_similarity=s.supersede_answer_similarity, answers=s.supersede_answers,
+        answer_share=s.supersede_answer_share,
+    )
+    if not maybe.any():
+        return {}
+    # either way round: a product of float vectors need not be symmetric to the last bit
+    among = [bool(x) for x in (maybe.any(axis=0) | maybe.any(axis=1)).tolist()]
+    # one subject-word matrix for both uses (a pair's entry depends on its two texts only)
+    shared = _share_words(compared, doc, among)
+    return choose_corrections(
+        sims, query_sims, scores,
+        similarity=s.supersede_similarity,
+        answer_similarity=s.supersede_answer_similarity,
+        answers=s.supersede_answers,
+        min_score_ratio=s.supersede_min_score_ratio,
+        answer_share=s.supersede_answer_share,
+        holders=[holder(t) if among[i] else None for i, t in enumerate(compared)],
+        shared=shared,
+        values=_gives_values(compared, among),
+        answer_evidence=_answer_links(compared, shared, among),
+    )
 
 
 def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
