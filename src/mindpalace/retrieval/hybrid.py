@@ -1077,7 +1077,8 @@ def _group_corrections(
     if not maybe.any():
         return {}
     # either way round: a product of float vectors need not be symmetric to the last bit
-    among = [bool(x) for x in (maybe.any(axis=0) | maybe.any(axis=1)).tolist()]
+    either: np.ndarray = np.logical_or(maybe.any(axis=0), maybe.any(axis=1))
+    among = [bool(x) for x in either.tolist()]
     # one subject-word matrix for both uses (a pair's entry depends on its two texts only)
     shared = _share_words(compared, doc, among)
     return choose_corrections(
