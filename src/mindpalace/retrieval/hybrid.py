@@ -1059,28 +1059,41 @@ def _group_corrections(
     """:func:`~mindpalace.retrieval.supersession.choose_corrections` of one speaker's statements
     (oldest first; `compared`: the sentence of each compared, `sims`: their (n, n) cosines,
     `query_sims` / `scores`: length n; `doc`: one of them, for the speaker label) with the
-    ``supersede_*`` settings of `s`, the evidence (subject words, holders, values, answer
-    links) read only for the statements that can be one subject with another.
+    ``supersede_*`` settings of `s`, each piece of evidence read only for the statements of
+    the pairs it can decide.
 
-    Those are the statements of the pairs :func:`~mindpalace.retrieval.supersession.
-    same_subject` finds on the cosines alone: the subject words, the answer links and the
-    holders only ever veto a pair, and the values are read for pairs that are one subject, so
-    no other pair is one subject whatever its evidence (True there: nothing to veto). The
-    same answer as the evidence of every statement; at 100k facts most of the window is new
-    text, whose evidence was most of the step.
+    The subject words, the answer links and the holders only ever veto a pair, and the values
+    are read for pairs that are one subject, so, step by step with
+    :func:`~mindpalace.retrieval.supersession.same_subject`: the subject words of the
+    statements of the pairs one subject on their cosines alone; the answer links (value kinds,
+    stated changes) of those of such pairs that share no word (a shared word is a link); the
+    values and holders of those of the pairs one subject before the holders' veto. A pair
+    left out is no subject whatever its evidence (True there: nothing to veto), so the answer
+    is that of the evidence of every statement; at 100k facts most of the window is new text,
+    whose evidence was most of the step.
     """
-    maybe = same_subject(
-        sims, query_sims, similarity=s.supersede_similarity,
-        answer_similarity=s.supersede_answer_similarity, answers=s.supersede_answers,
-        answer_share=s.supersede_answer_share,
-    )
+    def marked(pairs: np.ndarray) -> list[bool]:
+        # either way round: a product of float vectors need not be symmetric to the last bit
+        either: np.ndarray = np.logical_or(pairs.any(axis=0), pairs.any(axis=1))
+        return [bool(x) for x in either.tolist()]
+
+    def subject(shared: np.ndarray | None = None, links: np.ndarray | None = None) -> np.ndarray:
+        return same_subject(
+            sims, query_sims, similarity=s.supersede_similarity,
+            answer_similarity=s.supersede_answer_similarity, answers=s.supersede_answers,
+            answer_share=s.supersede_answer_share, shared=shared, answer_evidence=links,
+        )
+
+    maybe = subject()
     if not maybe.any():
         return {}
-    # either way round: a product of float vectors need not be symmetric to the last bit
-    either: np.ndarray = np.logical_or(maybe.any(axis=0), maybe.any(axis=1))
-    among = [bool(x) for x in either.tolist()]
     # one subject-word matrix for both uses (a pair's entry depends on its two texts only)
-    shared = _share_words(compared, doc, among)
+    shared = _share_words(compared, doc, marked(maybe))
+    links = _answer_links(compared, shared, marked(maybe & ~shared))
+    before_veto = subject(shared, links)
+    if not before_veto.any():
+        return {}
+    among = marked(before_veto)
     return choose_corrections(
         sims, query_sims, scores,
         similarity=s.supersede_similarity,
@@ -1091,7 +1104,7 @@ def _group_corrections(
         holders=[holder(t) if among[i] else None for i, t in enumerate(compared)],
         shared=shared,
         values=_gives_values(compared, among),
-        answer_evidence=_answer_links(compared, shared, among),
+        answer_evidence=links,
     )
 
 
