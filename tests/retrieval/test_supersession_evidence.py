@@ -151,3 +151,39 @@ class TestEvidenceOnlyWhereItCanMatter:
             answer_evidence=_answer_links(texts, shared, every),
         )
         assert _group_corrections(texts, sims, query_sims, scores, doc, fs) == want
+
+
+def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
+    """value_kinds as it was written before both readings were made in one pass (the reference)."""
+    raw = supersession._WORD.findall(supersession._LABEL.sub("", sentence, count=1))
+    kinds: set[str] = set()
+    for at, word in enumerate(raw):
+        low = word.lower().replace("’", "'")
+        if any(ch.isdigit() for ch in word) or (generous and low in supersession._NUMBER_WORDS):
+            kinds.add(supersession.NUMBER)
+            if any(ch.isalpha() for ch in word):
+                kinds.add(supersession.NAME)
+        elif low in supersession._CALENDAR_WORDS and (at > 0 or generous):
+            kinds.add(supersession.CALENDAR)
+        elif word[:1].isupper() and low not in supersession.STOP_WORDS and low not in supersession._OPENERS \
+                and low not in supersession._SELF and not low.startswith("i'") and (at > 0 or generous):
+            kinds.add(supersession.NAME)
+    return frozenset(kinds)
+
+
+_KIND_WORDS = [
+    *_WORDS, "Monday", "monday", "March", "two", "Two", "another", "Another", "second", "3rd", "x²", "²",
+    "٣", "Pixel", "7", "6:30", "$1955", "S21", "I'm", "I’m", "The", "Oh", "Update:", "Correction", "Bob's",
+]
+
+
+class TestValueKindsInOnePass:
+    @settings(max_examples=1000)
+    @given(st.lists(st.sampled_from(_KIND_WORDS), max_size=10).map(" ".join), st.booleans())
+    def test_both_readings_are_the_one_reading_each(self, sentence: str, generous: bool) -> None:
+        assert supersession.value_kinds(sentence, generous=generous) == _value_kinds_one_reading(sentence, generous)
+
+    @settings(max_examples=300)
+    @given(st.text(max_size=40), st.booleans())
+    def test_any_text(self, sentence: str, generous: bool) -> None:
+        assert supersession.value_kinds(sentence, generous=generous) == _value_kinds_one_reading(sentence, generous)

@@ -319,7 +319,6 @@ _NUMBER_WORDS = frozenset([
 ])
 
 
-@lru_cache(maxsize=65_536)
 def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
     """The kinds of value an (English) sentence gives: :data:`NUMBER` (a word with a digit:
     "3", "$1955", "6:30", "Pixel 7"), :data:`CALENDAR` (a weekday or month name) and
@@ -327,21 +326,45 @@ def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
     (``user:``), "I", stop words and openers are not values; nor is the first word (capitalised
     by position), unless `generous`, which also counts number words ("two", "another") as
     numbers. The older statement's kinds are read
-    strictly and the newer one's generously, so a doubt never vetoes an update."""
+    strictly and the newer one's generously, so a doubt never vetoes an update. Both readings
+    are made in one pass over the words and remembered by sentence."""
+    return _both_kinds(sentence)[1 if generous else 0]
+
+
+@lru_cache(maxsize=65_536)
+def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(:func:`value_kinds` of `sentence` read strictly, read generously)."""
     raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
-    kinds: set[str] = set()
+    strict: set[str] = set()
+    generous: set[str] = set()
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
-        if any(ch.isdigit() for ch in word) or (generous and low in _NUMBER_WORDS):
-            kinds.add(NUMBER)
+        # a letter is never a digit: an all-letter word (most words) needs no digit scan
+        if not word.isalpha() and any(ch.isdigit() for ch in word):
+            named = any(ch.isalpha() for ch in word)
+            for kinds in (strict, generous):
+                kinds.add(NUMBER)
+                if named:
+                    kinds.add(NAME)  # "4B", "S21", "5k": a number that names a thing
+            continue
+        counted = low in _NUMBER_WORDS  # a number word: a number when read generously
+        if counted:
+            generous.add(NUMBER)
             if any(ch.isalpha() for ch in word):
-                kinds.add(NAME)  # "4B", "S21", "5k": a number that names a thing
-        elif low in _CALENDAR_WORDS and (at > 0 or generous):
-            kinds.add(CALENDAR)
+                generous.add(NAME)
+        if low in _CALENDAR_WORDS:
+            if at > 0:
+                strict.add(CALENDAR)
+            if not counted:
+                generous.add(CALENDAR)
         elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
-                and not low.startswith("i'") and (at > 0 or generous):
-            kinds.add(NAME)  # a stop word or opener is capitalised by position ("…: The cat …")
-    return frozenset(kinds)
+                and not low.startswith("i'"):
+            # a stop word or opener is capitalised by position ("…: The cat …")
+            if at > 0:
+                strict.add(NAME)
+            if not counted:
+                generous.add(NAME)
+    return frozenset(strict), frozenset(generous)
 
 
 def gives_new_value(older: str, newer: str) -> bool:
