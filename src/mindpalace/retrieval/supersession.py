@@ -210,10 +210,12 @@ def sentences(text: str) -> list[str]:
     return list(_remembered_split(text))
 
 
-_SPLIT_MEMO_CHARS = 8_192  # a longer text (a pasted document, a tool output) is split each time
+# a longer text (a pasted document, a tool output) is split each time: the memo holds at most
+# 8,192 texts of at most 2,000 characters (~35 MB with their splits at worst, far less for chat)
+_SPLIT_MEMO_CHARS = 2_000
 
 
-@lru_cache(maxsize=16_384)
+@lru_cache(maxsize=8_192)
 def _remembered_split(text: str) -> tuple[str, ...]:
     return _split_sentences(text)
 
