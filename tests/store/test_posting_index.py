@@ -242,6 +242,41 @@ def test_compact_token_table_looks_up_like_a_dict(
     assert [(t, s, e) for t, s, e in starts.spans()] == [(t, *expected[t]) for t in expected]
     for probe in [*tokens, *probes]:
         assert starts.get(probe) == expected.get(probe)
+    for probe in [*probes, *tokens]:  # asked again: answered from the memo, the same
+        assert starts.get(probe, (0, 0)) == expected.get(probe, (0, 0))
+
+
+def test_the_token_memo_is_bounded_and_answers_the_same_after_it_is_cleared() -> None:
+    tokens = [f"t{i:05d}" for i in range(300)]
+    bounds = np.arange(len(tokens) + 1, dtype=np.int64)
+    starts = _Starts(_Vocab(tokens), bounds)
+    with patch.object(bm25, "_SPAN_MEMO", 16):
+        for _ in range(2):
+            for i, t in enumerate(tokens):
+                assert starts.get(t) == (i, i + 1)
+                assert len(starts._asked) <= 16
+        assert starts.get("absent", "none") == "none"
+
+
+@settings(max_examples=300)
+@given(
+    scores=st.lists(st.sampled_from([0.0, -1.0, 0.5, 1.0, 1.5, 2.25, 7.0]), max_size=60),
+    k=st.integers(0, 25),
+    sort_all=st.sampled_from([0, 3, 2_048]),
+    seed=st.integers(0, 2**16),
+)
+def test_top_k_is_the_best_k_by_score_then_id_whichever_way_it_cuts(
+    scores: list[float], k: int, sort_all: int, seed: int
+) -> None:
+    # ties everywhere (few distinct scores), ids distinct and in any order; the whole-sort path
+    # (up to _SORT_ALL positive scores) and the partition path give the same list
+    from mindpalace.store import okapi
+
+    ids = np.random.default_rng(seed).permutation(len(scores) * 3)[: len(scores)].astype(np.int64)
+    expected = sorted(((int(i), s) for i, s in zip(ids, scores, strict=True) if s > 0), key=lambda h: (-h[1], h[0]))
+    with patch.object(okapi, "_SORT_ALL", sort_all):
+        got = okapi.top_k(np.array(scores, dtype=np.float64), ids, k)
+    assert got == (expected[:k] if k > 0 else [])
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
@@ -44,17 +44,21 @@ from mindpalace.retrieval.fetch import (
     stem_words,
 )
 from mindpalace.retrieval.supersession import (
-    answer_link,
+    CALENDAR,
+    NAME,
+    NUMBER,
     best_sentence,
     choose_corrections,
     find_followups,
     followup_texts,
-    gives_new_value,
     holder,
     identifiers,
     names_another,
+    same_subject,
+    says_it_changed,
     sentences,
     subject_terms,
+    value_kinds,
 )
 from mindpalace.retrieval.temporal import query_periods
 from mindpalace.scope import Scope
@@ -525,24 +529,9 @@ class HybridRetriever:
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
             mat = self._compared_vectors(members, compared, vectors)
             sims = mat @ mat.T
-            # a pair below both cosine thresholds is never the same subject: only the statements
-            # of a pair at or above one need their holder, at or above `similarity` their words
-            s = self.settings
-            alike = _alike(sims, min(s.supersede_similarity, s.supersede_answer_similarity))
-            # one subject-word matrix for both uses: a pair at or above `similarity` has both
-            # its statements marked in `alike` too, so the wider mask changes none it reads
-            shared = _share_words(compared, members[0].doc, alike)
-            chosen = choose_corrections(
-                sims, [_query_similarity(c) for c in members], [c.final for c in members],
-                similarity=self.settings.supersede_similarity,
-                answer_similarity=self.settings.supersede_answer_similarity,
-                answers=self.settings.supersede_answers,
-                min_score_ratio=self.settings.supersede_min_score_ratio,
-                answer_share=self.settings.supersede_answer_share,
-                holders=[holder(t) if alike[i] else None for i, t in enumerate(compared)],
-                shared=shared,
-                values=_gives_values(compared, alike),
-                answer_evidence=_answer_links(compared, shared, alike),
+            chosen = _group_corrections(
+                compared, sims, [_query_similarity(c) for c in members], [c.final for c in members],
+                members[0].doc, self.settings,
             )
             for i, j in chosen.items():
                 if not names_another(named, texts[i], texts[j]):
@@ -1063,28 +1052,78 @@ def _user_of(
     return held
 
 
-def _alike(sims: np.ndarray, threshold: float) -> list[bool]:
-    """Per statement, whether its cosine to another one (`sims`: (n, n), either way round: a
-    product of float vectors need not be symmetric to the last bit) is at least `threshold`."""
-    above = sims >= threshold
-    np.fill_diagonal(above, False)
-    either: np.ndarray = np.logical_or(above.any(axis=0), above.any(axis=1))
-    return [bool(x) for x in either.tolist()]
+def _group_corrections(
+    compared: Sequence[str], sims: np.ndarray, query_sims: Sequence[float], scores: Sequence[float],
+    doc: Document, s: FactSettings,
+) -> dict[int, int]:
+    """:func:`~mindpalace.retrieval.supersession.choose_corrections` of one speaker's statements
+    (oldest first; `compared`: the sentence of each compared, `sims`: their (n, n) cosines,
+    `query_sims` / `scores`: length n; `doc`: one of them, for the speaker label) with the
+    ``supersede_*`` settings of `s`, each piece of evidence read only for the statements of
+    the pairs it can decide.
 
+    The subject words, the answer links and the holders only ever veto a pair, and the values
+    are read for pairs that are one subject, so, step by step with
+    :func:`~mindpalace.retrieval.supersession.same_subject`: the subject words of the
+    statements of the pairs one subject on their cosines alone; the answer links (value kinds,
+    stated changes) of those of such pairs that share no word (a shared word is a link); the
+    values and holders of those of the pairs one subject before the holders' veto. A pair
+    left out is no subject whatever its evidence (True there: nothing to veto), so the answer
+    is that of the evidence of every statement; at 100k facts most of the window is new text,
+    whose evidence was most of the step.
+    """
+    def marked(pairs: np.ndarray) -> list[bool]:
+        # either way round: a product of float vectors need not be symmetric to the last bit
+        either: np.ndarray = np.logical_or(pairs.any(axis=0), pairs.any(axis=1))
+        return [bool(x) for x in either.tolist()]
 
-def _marked_pairs(among: Sequence[bool]) -> Iterator[tuple[int, int]]:
-    """(i, j), i < j, of the texts marked in `among` (the others are never the same subject)."""
-    marked = [i for i, m in enumerate(among) if m]
-    return ((i, j) for k, i in enumerate(marked) for j in marked[k + 1:])
+    def subject(shared: np.ndarray | None = None, links: np.ndarray | None = None) -> np.ndarray:
+        return same_subject(
+            sims, query_sims, similarity=s.supersede_similarity,
+            answer_similarity=s.supersede_answer_similarity, answers=s.supersede_answers,
+            answer_share=s.supersede_answer_share, shared=shared, answer_evidence=links,
+        )
+
+    maybe = subject()
+    if not maybe.any():
+        return {}
+    # one subject-word matrix for both uses (a pair's entry depends on its two texts only)
+    shared = _share_words(compared, doc, marked(maybe))
+    links = _answer_links(compared, shared, marked(maybe & ~shared))
+    before_veto = subject(shared, links)
+    if not before_veto.any():
+        return {}
+    among = marked(before_veto)
+    return choose_corrections(
+        sims, query_sims, scores,
+        similarity=s.supersede_similarity,
+        answer_similarity=s.supersede_answer_similarity,
+        answers=s.supersede_answers,
+        min_score_ratio=s.supersede_min_score_ratio,
+        answer_share=s.supersede_answer_share,
+        holders=[holder(t) if among[i] else None for i, t in enumerate(compared)],
+        shared=shared,
+        values=_gives_values(compared, among),
+        answer_evidence=links,
+    )
 
 
 def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
     """(n, n) bool: whether the later of one speaker's `texts` (oldest first) can give the new
     value of the earlier (:func:`~mindpalace.retrieval.supersession.gives_new_value`); only
-    pairs of texts marked in `among` are checked (the others: True, nothing to veto)."""
+    pairs of texts marked in `among` are checked (the others: True, nothing to veto).
+
+    The same answer as ``gives_new_value`` pair by pair, from each marked text's evidence read
+    once (:func:`_value_evidence`) and combined for every pair at once."""
     out = np.ones((len(texts), len(texts)), dtype=bool)
-    for i, j in _marked_pairs(among):
-        out[i, j] = gives_new_value(texts[i], texts[j])
+    marked = [i for i, m in enumerate(among) if m]
+    if len(marked) < 2:
+        return out
+    strict, generous, changed, same_text = _value_evidence([texts[i] for i in marked])
+    # gives_new_value: not the same text, and no old value or one of its kinds or a change
+    ok = ~same_text & ((strict[:, None] == 0) | ((strict[:, None] & generous[None, :]) != 0) | changed[None, :])
+    later = np.triu(np.ones(ok.shape, dtype=bool), k=1)  # (older, newer): the pairs checked
+    out[np.ix_(marked, marked)] = np.where(later, ok, True)
     return out
 
 
@@ -1092,24 +1131,64 @@ def _answer_links(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool
     """(n, n) bool, symmetric: :func:`~mindpalace.retrieval.supersession.answer_link` of each
     pair of one speaker's `texts` (oldest first; the earlier one as the older) marked in
     `among`, given which share a subject word (`shared`, :func:`_share_words`); the others
-    are never the same subject: True, nothing to veto."""
+    are never the same subject: True, nothing to veto. Each marked text's evidence is read
+    once (:func:`_value_evidence`), the pairs combined at once."""
     out = np.ones((len(texts), len(texts)), dtype=bool)
-    for i, j in _marked_pairs(among):
-        out[i, j] = out[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
+    marked = [i for i, m in enumerate(among) if m]
+    if len(marked) < 2:
+        return out
+    strict, generous, changed, _ = _value_evidence([texts[i] for i in marked])
+    at = np.ix_(marked, marked)
+    link = shared[at].astype(bool) | ((strict[:, None] & generous[None, :]) != 0) | changed[None, :]
+    later = np.triu(np.ones(link.shape, dtype=bool), k=1)
+    # (i, j), i < j, read with texts[i] as the older; (j, i) holds the same answer
+    out[at] = np.where(later, link, np.where(later.T, link.T, True))
     return out
+
+
+_KIND_BITS = {NUMBER: 1, NAME: 2, CALENDAR: 4}
+
+
+def _kind_bits(kinds: frozenset[str]) -> int:
+    """`kinds` (:func:`~mindpalace.retrieval.supersession.value_kinds`) as a bit set."""
+    bits = 0
+    for kind in kinds:
+        bits |= _KIND_BITS[kind]
+    return bits
+
+
+def _value_evidence(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per text of `texts` (n), what :func:`~mindpalace.retrieval.supersession.gives_new_value`
+    and :func:`~mindpalace.retrieval.supersession.answer_link` read of it: its value kinds read
+    strictly and generously (int64 bit sets, :data:`_KIND_BITS`), whether it says that
+    something changed (bool), and the (n, n) bool of which texts are the same once
+    whitespace-stripped (shapes (n,), (n,), (n,), (n, n))."""
+    strict = np.array([_kind_bits(value_kinds(t)) for t in texts], dtype=np.int64)
+    generous = np.array([_kind_bits(value_kinds(t, generous=True)) for t in texts], dtype=np.int64)
+    changed = np.array([says_it_changed(t) for t in texts], dtype=bool)
+    codes: dict[str, int] = {}
+    code = np.array([codes.setdefault(t.strip(), len(codes)) for t in texts], dtype=np.int64)
+    return strict, generous, changed, code[:, None] == code[None, :]
 
 
 def _share_words(texts: Sequence[str], doc: Document, among: Sequence[bool] | None = None) -> np.ndarray:
     """(n, n) bool: which of one speaker's `texts` share a subject word
     (:func:`~mindpalace.retrieval.supersession.subject_terms`), the words of the speaker's
     label (`doc`'s, the search text's ``user:`` prefix) not counted. `among`: only the texts
-    marked True are compared (the others share nothing here); None = all."""
+    marked True are compared (the others share nothing here); None = all. One product of the
+    texts' (n, words) incidence matrix, not a set intersection per pair."""
     label = frozenset(stem_words(query_terms(_speaker(doc))))
     empty: frozenset[str] = frozenset()
     terms = [
         subject_terms(t) - label if among is None or among[i] else empty for i, t in enumerate(texts)
     ]
-    return np.array([[bool(a & b) for b in terms] for a in terms], dtype=bool)
+    vocabulary: dict[str, int] = {}
+    rows = [[vocabulary.setdefault(w, len(vocabulary)) for w in t] for t in terms]
+    incidence = np.zeros((len(texts), len(vocabulary)), dtype=np.float32)
+    for i, columns in enumerate(rows):
+        incidence[i, columns] = 1.0
+    shared: np.ndarray = (incidence @ incidence.T) > 0
+    return shared
 
 
 def _speaker(doc: Document) -> str:

@@ -84,6 +84,8 @@ def score_postings(
 
 
 _NO_LENGTHS = np.empty(0)
+_UNASKED = object()  # a token not in _Starts' memo yet
+_SPAN_MEMO = 8_192  # tokens whose posting bounds a segment remembers
 
 
 class _Grow:
@@ -242,6 +244,26 @@ class _Starts(Mapping[str, tuple[int, int]]):
         self._tokens = tokens
         self._bounds = bounds
         self._held = np.flatnonzero(bounds[1:] > bounds[:-1])
+        # token → its [start, end), or None when it has no postings: the tokens queries asked
+        # (a few dozen per recall, the same ones query after query), each found by one binary
+        # search over the vocabulary; at most _SPAN_MEMO held, then forgotten at once
+        self._asked: dict[str, tuple[int, int] | None] = {}
+
+    def get(self, token: str, default: Any = None) -> Any:
+        """``[start, end)`` of `token`'s postings, `default` when it has none (as Mapping.get,
+        answered from the memo of asked tokens when held)."""
+        asked = self._asked
+        span = asked.get(token, _UNASKED)
+        if span is _UNASKED:
+            i = self._tokens.find(token)
+            span = None
+            if i >= 0:
+                start, end = int(self._bounds[i]), int(self._bounds[i + 1])
+                span = (start, end) if start != end else None
+            if len(asked) >= _SPAN_MEMO:
+                asked.clear()
+            asked[token] = span
+        return default if span is None else span
 
     @property
     def bounds(self) -> np.ndarray:

@@ -25,13 +25,20 @@ def length_norm(doc_len: np.ndarray, avgdl: float) -> np.ndarray:
     return K1 * (1.0 - B + B * doc_len / max(avgdl, 1e-9))
 
 
+_SORT_ALL = 2_048  # up to this many positive scores are sorted whole: one lexsort, no partition
+
+
 def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """(doc id, score) of the best `k` positive scores, ties broken by smaller doc id."""
+    """(doc id, score) of the best `k` positive scores, ties broken by smaller doc id.
+
+    `score`, `ids`: same length (ids distinct). Up to ``_SORT_ALL`` positive scores are
+    ordered by one ``lexsort`` on (−score, id) and cut at k; more are first cut to the k-th
+    score's neighbourhood by ``partition``. Both give the k first of the same total order."""
     cand = np.flatnonzero(score > 0.0)
     if cand.size == 0 or k <= 0:
         return []
     s = score[cand]
-    if cand.size > k:
+    if cand.size > max(k, _SORT_ALL):
         kth = np.partition(s, cand.size - k)[cand.size - k]  # k-th largest
         greater = np.flatnonzero(s > kth)
         ties = np.flatnonzero(s == kth)
