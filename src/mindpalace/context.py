@@ -248,6 +248,18 @@ class SessionSources:
 
 
 _REQUEST_SHARE: Final = 0.5  # the newest user message up to this share of the budget is cut last
+
+
+def request_floor(counter: TokenCounter, text: str, ref: str | None) -> int:
+    """Content tokens the newest user message keeps at least: all of `text` when that is
+    smaller, else the smallest cut that still reads (head + tail of ``MIN_SHOWN_TOKENS`` each
+    side, twice, and the note saying how much was cut and, with `ref`, where to read it whole).
+    Below it the builder refuses the budget (ContextBudgetError) instead of sending a prompt
+    whose question is empty, a bare head or gone."""
+    whole = counter.count(text)
+    where = f"; in full as {ref}, read it with read_files" if ref else ""
+    note = MESSAGE_CUT_NOTE.format(tokens=whole, where=where)  # the most digits it can need
+    return min(whole, counter.count(note) + 4 * MIN_SHOWN_TOKENS)
 _USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
 
 
@@ -423,6 +435,9 @@ class ContextBuilder:
             system_prompt = _text(lifted[-1].get("content"))
             self._check_floor(budget, blocks, tool_list, system_prompt)
         convo, pairing = repair_pairing(convo)
+        if convo:
+            self._check_floor(budget, blocks, tool_list, system_prompt,
+                              request=(convo[-1], ref_of.get(id(convo[-1]))))
         convo = self._with_l1_reminder(convo, budget)
         if system_prompt:
             at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
@@ -511,7 +526,10 @@ class ContextBuilder:
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks(budget)
-        self._check_floor(budget, blocks, tool_list, system_prompt)
+        first, last = self.sources.message_range()
+        newest = self.sources.read_messages(last, last) if first <= last else []
+        self._check_floor(budget, blocks, tool_list, system_prompt,
+                          request=(newest[-1], f"message:{last}") if newest else None)
         compact = self.compact(budget)
         fixed = [p for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
@@ -552,21 +570,43 @@ class ContextBuilder:
         return _text(latest.get("content")) if latest else None
 
     def _check_floor(
-        self, budget: int, blocks: list[_Part], tools: list[ToolSchema] | None, system_prompt: str | None
+        self, budget: int, blocks: list[_Part], tools: list[ToolSchema] | None, system_prompt: str | None,
+        *, request: tuple[Message, str | None] | None = None,
     ) -> None:
+        """Raise ContextBudgetError when `budget` cannot hold the parts never cut (tool schemas,
+        reply priming, protected blocks, the system prompt) — and, given `request` (the
+        conversation's last message and its reference), the newest user message at its
+        :func:`request_floor`: a prompt without the question it is built to answer is refused,
+        not sent with that message dropped, emptied or cut past reading back."""
         minimum = self.counter.count_messages([], tools)
         if budget < minimum:
             raise ContextBudgetError(budget, minimum)
         parts = [p for p in blocks if p.name in PROTECTED_BLOCKS]
         if system_prompt:
             parts.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
+        priming = self.counter.count_messages([])  # each part's own tokens, without the tools
+        sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
+                          for p in parts)
         if parts and budget < (floor := self.counter.count_messages(self._flat(parts), tools)):
-            priming = self.counter.count_messages([])  # each part's own tokens, without the tools
-            sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
-                              for p in parts)
             raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
                 budget, floor, f"reply priming and tool schemas {minimum}, {sizes} tokens, which "
                 "are never cut; shorten them"
+            )
+        message, ref = request if request is not None else ({}, None)
+        if message.get("role") != "user" or not isinstance(message.get("content"), str) \
+                or is_memory_message(message) or not message["content"]:
+            return
+        least = request_floor(self.counter, message["content"], ref)
+        shell = self.counter.count_message({"role": "user", "content": ""})
+        floor = self.counter.count_messages(self._flat(parts), tools) + shell + least
+        if budget < floor:
+            whole = self.counter.count(message["content"])
+            kept = "whole" if least == whole else "as head + tail + the note naming it"
+            name = "newest user message" + (f" ({ref})" if ref else "")
+            raise ContextBudgetError(
+                budget, floor, f"reply priming and tool schemas {minimum}, {sizes + ', ' if sizes else ''}"
+                f"the {name} {whole} tokens, which needs at least {shell + least} shown {kept}; "
+                "a prompt is never sent without the request it answers — shorten it"
             )
 
     def _govern(self, convo: list[Message], refs: Sequence[str | None]) -> tuple[list[Message], list[str]]:
@@ -918,7 +958,10 @@ class _Fitter:
             sizes, excess = [c[0] for c in cands], total - self.budget
             floors = [self._floor(tokens, target) for tokens, _, target in cands]
             if sum(max(0, t - f) for t, f in zip(sizes, floors, strict=True)) < excess:
-                floors = [0] * len(cands)  # nothing can keep its floor: every part may go
+                # nothing else can keep its floor: every part may go but the request's least
+                # (build() refused budgets that cannot hold it beside the protected parts)
+                floors = [f if self._is_request(target) else 0
+                          for f, (_, _, target) in zip(floors, cands, strict=True)]
             level = _level(sizes, excess, floors)
             for (tokens, name, target), floor in zip(cands, floors, strict=True):
                 keep = max(level, floor)
@@ -936,11 +979,15 @@ class _Fitter:
             above = [(tokens - self._floor(tokens, target), tokens, name, target) for tokens, name, target in cands]
             room, tokens, name, target = max(above, key=lambda c: c[0])
             if room <= 0:
-                tokens, name, target = max(cands, key=lambda c: c[0])
+                others = [c for c in cands if not self._is_request(c[2])] or cands
+                tokens, name, target = max(others, key=lambda c: c[0])
                 room = tokens
             self._cut(target, name, tokens, tokens - min(room, total - self.budget), mark, degradations)
             total = self.total()
         return total
+
+    def _is_request(self, target: _Part | Message) -> bool:
+        return not isinstance(target, _Part) and id(target) == self.request
 
     def _floor(self, tokens: int, target: _Part | Message) -> int:
         """What fitting keeps of `target` while other parts can still give way: the newest
@@ -948,7 +995,9 @@ class _Fitter:
         cut to the common level with the rest, head and tail kept), the recalled block its best
         item, others nothing."""
         if not isinstance(target, _Part) and id(target) == self.request:
-            return tokens if tokens <= self.budget * _REQUEST_SHARE else 0
+            if tokens <= self.budget * _REQUEST_SHARE:
+                return tokens
+            return request_floor(self.counter, target["content"], self.refs.get(id(target)))
         return self._recalled_floor(target)
 
     def _recalled_floor(self, target: _Part | Message) -> int:
@@ -1013,7 +1062,11 @@ class _Fitter:
         """Last resort: what is left is not text (tool-call arguments, names), or the envelopes
         and calls of memory blocks (a memory block goes whole: call and result together, I1)."""
         while total > self.budget and self.groups:
-            group = self.groups.pop(0)
+            at = next((i for i, g in enumerate(self.groups)  # the request's group goes last
+                       if not any(id(m) == self.request for m in g)), None)
+            if at is None:
+                break
+            group = self.groups.pop(at)
             degradations.append(f"dropped {len(group)} more messages (non-text parts)")
             total = self.total()
         while total > self.budget and self.blocks:
@@ -1023,6 +1076,10 @@ class _Fitter:
             part = unprotected[0]
             self.blocks.remove(part)
             degradations.append(f"dropped block {part.name}")
+            total = self.total()
+        while total > self.budget and self.groups:  # cannot happen either: build() checked the request
+            group = self.groups.pop(0)
+            degradations.append(f"dropped {len(group)} more messages (non-text parts)")
             total = self.total()
 
     def report(
