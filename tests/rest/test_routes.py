@@ -57,6 +57,12 @@ class TestMessages:
         assert "timezone" in r.json()["detail"]
         assert get(client, "/messages").json()["items"] == []
 
+    def test_a_timestamp_past_the_calendar_in_utc_is_a_422_not_a_500(self, client: TestClient) -> None:
+        for stamp in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "9999-12-31T00:00:00Z"):
+            r = post(client, "/messages", {"message": {"role": "user", "content": "x"}, "timestamp": stamp})
+            assert r.status_code == 422 and "out of range" in r.json()["detail"], r.text
+        assert get(client, "/messages").json()["items"] == []
+
     def test_a_bad_role_is_refused_by_the_facade(self, client: TestClient) -> None:
         r = post(client, "/messages", {"message": {"role": "wizard", "content": "x"}})
         assert r.status_code == 422 and "role" in r.json()["detail"]
