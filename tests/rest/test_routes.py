@@ -63,6 +63,24 @@ class TestMessages:
             assert r.status_code == 422 and "out of range" in r.json()["detail"], r.text
         assert get(client, "/messages").json()["items"] == []
 
+    def test_invalid_utf8_in_the_url_is_a_422_not_a_scope_of_replacement_characters(
+        self, client: TestClient
+    ) -> None:
+        # new-user finding: %ED%A0%80 (a UTF-8-encoded surrogate) or %FF in ?user= or in the
+        # session id was decoded to U+FFFD and the message was written to user "\ufffd\ufffd\ufffd"
+        body = {"message": {"role": "user", "content": "secret"}}
+        for path, params, pointer in [
+            (BASE + "/messages", "user=%ED%A0%80&agent=planner", "/query/user"),
+            (BASE + "/messages", "user=u1&agent=%FF%FE", "/query/agent"),
+            ("/v1/sessions/%FF%FE/messages", "user=u1", "/path"),
+        ]:
+            r = client.post(f"{path}?{params}", json=body)
+            assert r.status_code == 422 and r.headers["content-type"] == PROBLEM, r.text
+            assert r.json()["errors"][0]["pointer"] == pointer and "UTF-8" in r.json()["detail"]
+        assert client.get("/v1/sessions").json()["items"] == []
+        r = client.post(BASE + "/messages?user=%C3%A9l%C3%A8ve&agent=planner", json=body)  # valid UTF-8
+        assert r.status_code == 201 and client.get("/v1/sessions").json()["items"][0]["user"] == "élève"
+
     def test_a_bad_role_is_refused_by_the_facade(self, client: TestClient) -> None:
         r = post(client, "/messages", {"message": {"role": "wizard", "content": "x"}})
         assert r.status_code == 422 and "role" in r.json()["detail"]

@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
@@ -170,4 +171,50 @@ def _content_length(scope: Scope) -> int | None:
                 return int(value)
             except ValueError:
                 return None
+    return None
+
+
+class StrictUrl:
+    """ASGI middleware: a percent-encoded path or query that is not UTF-8 (``%FF``, ``%ED%A0%80``
+    — an encoded surrogate) is a 422 problem naming it (``/path``, ``/query/<name>``).
+
+    ASGI servers and Starlette decode such escapes with replacement characters, so a session
+    id or ``?user=`` would silently become ``"\ufffd\ufffd"`` — another scope than the caller
+    named, where the write would land.
+
+    Args:
+        app: the wrapped application.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (bad := _bad_url(scope)) is not None:
+            pointer, offset = bad
+            detail = f"invalid request: {pointer}: not UTF-8 once percent-decoded (invalid byte at offset {offset})"
+            response = problem(422, detail, Request(scope), error="ValidationError",
+                               errors=[{"pointer": pointer, "detail": "not UTF-8 once percent-decoded"}])
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _bad_url(scope: Scope) -> tuple[str, int] | None:
+    """(JSON Pointer, byte offset) of the first part of the URL that is not UTF-8, or None."""
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return "/path", exc.start
+    query = scope.get("query_string", b"")
+    for pair in query.split(b"&") if isinstance(query, bytes) else ():
+        name, _, value = pair.partition(b"=")
+        for part in (name, value):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                shown = unquote_to_bytes(name).decode("utf-8", "replace")
+                return f"/query/{shown}", exc.start
     return None
