@@ -256,6 +256,12 @@ class TestBadBodies:
         assert r.json()["errors"][0]["pointer"] == "/body/a/b~1c/1"
         assert "lone surrogate" in r.json()["detail"]
 
+    def test_a_duplicate_key_is_refused_naming_it(self, client: TestClient, call: Call) -> None:
+        # new-user finding: {"message": A, "message": B} was taken as B (the last wins in
+        # Python; a proxy or a log reading the first sees A): ambiguous, so refused
+        r = raw(client, call, b'{"a": {"k": 1, "k": 2}}')
+        assert r.status_code == 422 and "duplicate key 'k'" in r.json()["detail"]
+
     def test_invalid_utf8(self, client: TestClient, call: Call) -> None:
         r = raw(client, call, b'{"a": "\xff"}')
         assert r.status_code == 422 and "UTF-8" in r.json()["detail"]
@@ -288,6 +294,7 @@ class TestBadBodies:
 def test_nothing_is_stored_by_refused_bodies(client: TestClient) -> None:
     for body in (b'{"message": {"role": "user", "content": NaN}}',
                  b'{"message": {"role": "user", "content": "\\ud800"}}',
+                 b'{"message": {"role": "user", "content": "a"}, "message": {"role": "user", "content": "b"}}',
                  b'{"message": {"role": "user", "content": "x"}, "timestamp": "2025-01-01T00:00:00"}'):
         assert client.post(f"{BASE}/messages", params=SCOPE, content=body,
                            headers={"content-type": "application/json"}).status_code == 422

@@ -8,8 +8,8 @@ would break the one-error-format rule.)
 
 Python's decoder accepts ``NaN`` / ``Infinity`` and ``"\\ud800"`` (a lone surrogate UTF-8 cannot
 encode) and recurses until a RecursionError on hostile nesting. :class:`StrictRoute` parses
-every JSON body with :func:`parse_json`, which refuses all three — and invalid UTF-8 — with a
-422 problem naming the JSON Pointer of the bad value, before any model or facade sees it.
+every JSON body with :func:`parse_json`, which refuses all three — and invalid UTF-8, and a
+key repeated in one object — with a 422 problem naming the JSON Pointer of the bad value, before any model or facade sees it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def parse_json(body: bytes) -> Any:
     """Decode a request body strictly.
 
     Raises:
-        BadBody: not UTF-8, not JSON, NaN / Infinity, a lone surrogate or NUL in any string
-            (keys included), or nesting deeper than ``textsafe.MAX_JSON_DEPTH`` (64) levels.
+        BadBody: not UTF-8, not JSON, NaN / Infinity, a key repeated in one object, a lone
+            surrogate or NUL in any string (keys included), or nesting deeper than ``textsafe.MAX_JSON_DEPTH`` (64) levels.
     """
     try:
         text = body.decode("utf-8")
@@ -46,11 +46,22 @@ def parse_json(body: bytes) -> Any:
         raise BadBody(f"not UTF-8: invalid byte at offset {exc.start}") from exc
     _check_depth(text)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise BadBody(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
     _check_strings(value, "")
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with each key once: a repeated key is ambiguous (Python keeps the last value,
+    a proxy or a log may read the first)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BadBody(f"duplicate key {key!r} in an object")
+        out[key] = value
+    return out
 
 
 def _check_depth(text: str) -> None:
