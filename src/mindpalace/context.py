@@ -54,7 +54,11 @@ its results — I1), truncate the tails of the longest remaining blocks to a com
 recalled block is re-packed under that level instead: its lowest-ranked items go, whole, one by
 one, and it keeps its best item while any other part still has text to cut — a level below one
 item no longer drops the whole block; a block dropped anyway comes back when fitting leaves room
-for its best items); each degradation is named in the report. The final
+for its best items); each degradation is named in the report. The conversation's newest user
+message — the request the prompt answers — is cut last: whole while it is at most half the
+budget, else never below head + tail + the note naming its reference (:func:`request_floor`); a
+budget that cannot hold that beside the parts never cut is refused with ContextBudgetError
+naming it, instead of a prompt whose question is empty, a bare head or gone. The final
 messages always go through :func:`~mindpalace.session.pairing.repair_pairing`.
 """
 
@@ -400,7 +404,9 @@ class ContextBuilder:
         Raises:
             ContextBudgetError: the budget is below the irreducible minimum: tool schemas +
                 reply priming + the system prompt and the protected constraints and user
-                corrections (never cut, I7).
+                corrections (never cut, I7) + the conversation's last message, when it is a
+                user message, at its :func:`request_floor` (never dropped, emptied or cut
+                past its head, tail and reference).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
                 text; `tools` is not a list of JSON objects; a given message is malformed;
                 `query` is not text or a list of texts.
