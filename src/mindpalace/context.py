@@ -497,6 +497,31 @@ class ContextBuilder:
         report.recalled = next((p.items for p in fitter.blocks if p.name is Block.RECALLED), [])
         return BuiltContext(final, report, tool_list)
 
+    def check_request(
+        self,
+        budget_tokens: int,
+        text: str,
+        *,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSchema] | None = None,
+    ) -> None:
+        """Refuse, before it is stored, a user message `text` that the next prompt under
+        `budget_tokens` could not show: :meth:`build` would raise ContextBudgetError for it as
+        the newest message (beside the parts never cut) — and would again on every later
+        turn that resumes it. Read-only; nothing is written.
+
+        Raises:
+            ContextBudgetError: as :meth:`build`, naming the message and the least it needs.
+            ValidationError: `budget_tokens`, `system_prompt` or `tools` are malformed.
+        """
+        budget = require_int("budget_tokens", budget_tokens)
+        tool_list = _check_request(system_prompt, tools)
+        if system_prompt is None:
+            system_prompt = self._stored_system_prompt()
+        _, last = self.sources.message_range()
+        self._check_floor(budget, self._blocks(budget), tool_list, system_prompt,
+                          request=({"role": "user", "content": text}, f"message:{last + 1}"))
+
     def fixed_tokens(
         self,
         budget_tokens: int,
