@@ -313,6 +313,26 @@ class TestDegradation:
             s.prepare(30, system_prompt="You plan trips.")
         assert s.consolidator.last_consolidated == 0
 
+    def test_a_request_in_content_parts_is_cut_like_text_never_dropped(self, mem: Memory) -> None:
+        # new-user finding: a user message as content parts ([text, image], the form vision and
+        # several SDKs send) was never cut — under budget it was dropped whole ("non-text
+        # parts") and the prompt went out with the system prompt only
+        s = fresh(mem)
+        s.remember("user:city", "Lisbon", importance=0.9)
+        text = "describe this picture in detail please " * 100
+        s.add_message({"role": "user", "content": [{"type": "text", "text": text},
+                                                   {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]})
+        with pytest.raises(ContextBudgetError, match=r"newest user message \(message:1\)"):
+            s.context(30, system_prompt="sys")
+        for budget in (100, 300):
+            built = s.context(budget, system_prompt="sys")
+            assert built.report.total_tokens <= budget
+            last = built.messages[-1]["content"]
+            assert isinstance(last, str) and last.startswith("describe this picture") and "message:1" in last
+            assert IMAGE_PLACEHOLDER in last  # the image's place is still said
+        whole = s.context(4000, system_prompt="sys").messages[-1]["content"]
+        assert whole[0] == {"type": "text", "text": text}  # parts untouched when nothing must be cut
+
     def test_a_budget_below_the_irreducible_minimum_is_a_clear_error(self, mem: Memory) -> None:
         with pytest.raises(ContextBudgetError, match="irreducible minimum"):
             fresh(mem).context(20, tools=TOOLS)

@@ -624,14 +624,14 @@ class ContextBuilder:
                 "are never cut; shorten them"
             )
         message, ref = request if request is not None else ({}, None)
-        if message.get("role") != "user" or not isinstance(message.get("content"), str) \
-                or is_memory_message(message) or not message["content"]:
+        text = request_text(message.get("content")) if message.get("role") == "user" else None
+        if not text or is_memory_message(message):
             return
-        least = request_floor(self.counter, message["content"], ref)
+        least = request_floor(self.counter, text, ref)
         shell = self.counter.count_message({"role": "user", "content": ""})
         floor = self.counter.count_messages(self._flat(parts), tools) + shell + least
         if budget < floor:
-            whole = self.counter.count(message["content"])
+            whole = self.counter.count(text)
             kept = "whole" if least == whole else "as head + tail + the note naming it"
             name = "newest user message" + (f" ({ref})" if ref else "")
             raise ContextBudgetError(
@@ -871,7 +871,7 @@ class _Fitter:
         self.dropped_messages = 0
         self.cut_messages = False  # a conversation message was cut to fit
         self.originals: dict[int, str] = {}  # id(message) → its text before the first cut
-        users = [m for m in convo if m.get("role") == "user" and isinstance(m.get("content"), str)]
+        users = [m for m in convo if m.get("role") == "user" and request_text(m.get("content"))]
         self.request = id(users[-1]) if users else None  # the newest user message: cut last
 
     def messages(self) -> int:
@@ -905,6 +905,8 @@ class _Fitter:
             return
         total = self._drop_images(total, degradations)
         total = self._drop_oldest(total, degradations)
+        if total > self.budget:
+            total = self._join_text_parts(total, degradations)
         total = self._truncate(total, degradations)
         self._drop_rest(total, degradations)
         self._restore(degradations)
@@ -975,6 +977,22 @@ class _Fitter:
                 if isinstance(msg.get("content"), str) and msg["content"]:
                     out.append((self.counter.count(msg["content"]), f"message ({msg.get('role')})", msg))
         return [c for c in out if c[0] > 0]
+
+    def _join_text_parts(self, total: int, degradations: list[str]) -> int:
+        """Content parts that are all text (images already replaced) become one string, so they
+        can be cut like any text: a message sent as parts was never cut, only dropped whole."""
+        joined = 0
+        for group in self.groups:
+            for msg in group:
+                content = msg.get("content")
+                if isinstance(content, list) and (text := request_text(content)) is not None:
+                    self.originals.setdefault(id(msg), text)
+                    msg["content"] = text
+                    joined += 1
+        if not joined:
+            return total
+        degradations.append(f"joined the text parts of {joined} messages to cut them")
+        return self.total()
 
     def _truncate(self, total: int, degradations: list[str]) -> int:
         """Cut the tails of the longest parts: the longest is cut down to the next longest,
@@ -1159,6 +1177,28 @@ def _without_images(messages: list[Message]) -> list[Message]:
             m = {**m, "content": parts}
         out.append(m)
     return out
+
+
+def request_text(content: Any) -> str | None:
+    """The text of a message as fitting cuts it: string content as is; content parts that are
+    all text or images, with some text, joined by newlines (an image as
+    :data:`IMAGE_PLACEHOLDER`); None for anything else (nothing to cut, e.g. an image alone)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        return None
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, dict):
+            return None
+        if part.get("type") == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif part.get("type") in IMAGE_TYPES:
+            texts.append(IMAGE_PLACEHOLDER)
+        else:
+            return None
+    joined = "\n".join(texts)
+    return joined if any(t.strip() for t in texts if t != IMAGE_PLACEHOLDER) else None
 
 
 def _text(content: Any) -> str:
