@@ -57,7 +57,7 @@ __all__ = ["TOOL_NAMES", "MemoryTools", "ToolDefaults"]
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
-MAX_TEXT_CHARS = 100_000  # one fact, goal or analysis; the HTTP body limit caps the request
+MAX_TEXT_CHARS = 200_000  # one fact, goal or analysis, as on REST; the body limit caps the request
 MAX_NAMES = 100  # records per read_records call
 
 # -- argument types (the JSON schema of every tool's input) -----------------------------------
