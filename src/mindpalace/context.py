@@ -252,6 +252,7 @@ class SessionSources:
 
 
 _REQUEST_SHARE: Final = 0.5  # the newest user message up to this share of the budget is cut last
+_USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
 
 
 def request_floor(counter: TokenCounter, text: str, ref: str | None) -> int:
@@ -264,7 +265,6 @@ def request_floor(counter: TokenCounter, text: str, ref: str | None) -> int:
     where = f"; in full as {ref}, read it with read_files" if ref else ""
     note = MESSAGE_CUT_NOTE.format(tokens=whole, where=where)  # the most digits it can need
     return min(whole, counter.count(note) + 4 * MIN_SHOWN_TOKENS)
-_USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
 
 
 class Repack(Protocol):
@@ -615,12 +615,14 @@ class ContextBuilder:
         parts = [p for p in blocks if p.name in PROTECTED_BLOCKS]
         if system_prompt:
             parts.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
-        priming = self.counter.count_messages([])  # each part's own tokens, without the tools
-        sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
-                          for p in parts)
+        def sizes() -> str:  # each part's own tokens, without the tools (for the error only)
+            priming = self.counter.count_messages([])
+            return ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
+                             for p in parts)
+
         if parts and budget < (floor := self.counter.count_messages(self._flat(parts), tools)):
             raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
-                budget, floor, f"reply priming and tool schemas {minimum}, {sizes} tokens, which "
+                budget, floor, f"reply priming and tool schemas {minimum}, {sizes()} tokens, which "
                 "are never cut; shorten them"
             )
         message, ref = request if request is not None else ({}, None)
@@ -635,7 +637,7 @@ class ContextBuilder:
             kept = "whole" if least == whole else "as head + tail + the note naming it"
             name = "newest user message" + (f" ({ref})" if ref else "")
             raise ContextBudgetError(
-                budget, floor, f"reply priming and tool schemas {minimum}, {sizes + ', ' if sizes else ''}"
+                budget, floor, f"reply priming and tool schemas {minimum}, {sizes() + ', ' if parts else ''}"
                 f"the {name} {whole} tokens, which needs at least {shell + least} shown {kept}; "
                 "a prompt is never sent without the request it answers — shorten it"
             )
