@@ -284,6 +284,55 @@ class TestDegradation:
         assert built.messages[-1] == msgs[0]
         assert dict(built.report.blocks)["memory index"] < dict(full.report.blocks)["memory index"]
 
+    def test_a_budget_that_cannot_show_the_request_is_refused_naming_it(self, mem: Memory) -> None:
+        # new-user finding: below the request's size the prompt went out without the question —
+        # at 12-15 tokens the user message was dropped (only the system prompt was left), at
+        # 20-25 it was sent empty, at 30-50 cut to its head with no reference to read it back
+        s = fresh(mem)
+        request = "hello there, please tell me about Tokyo temples " * 20
+        s.add_message({"role": "user", "content": request})
+        refused, served = [], []
+        for budget in range(12, 160, 3):
+            try:
+                built = s.context(budget, system_prompt="You plan trips.")
+            except ContextBudgetError as err:
+                assert "newest user message (message:1)" in str(err), str(err)
+                assert err.minimum > budget
+                refused.append(budget)
+                continue
+            served.append(budget)
+            assert built.report.total_tokens <= budget
+            last = built.messages[-1]
+            assert last["role"] == "user" and last["content"].startswith("hello there")
+            assert last["content"].rstrip().endswith("Tokyo temples"), last["content"]
+            assert "in full as message:1" in last["content"]
+        assert refused and served and max(refused) < min(served)  # one threshold, no gaps
+        with pytest.raises(ContextBudgetError, match="newest user message"):  # a given conversation
+            s.context(30, system_prompt="You plan trips.", messages=[{"role": "user", "content": request}])
+        with pytest.raises(ContextBudgetError, match="newest user message"):  # refused before writing
+            s.prepare(30, system_prompt="You plan trips.")
+        assert s.consolidator.last_consolidated == 0
+
+    def test_a_request_in_content_parts_is_cut_like_text_never_dropped(self, mem: Memory) -> None:
+        # new-user finding: a user message as content parts ([text, image], the form vision and
+        # several SDKs send) was never cut — under budget it was dropped whole ("non-text
+        # parts") and the prompt went out with the system prompt only
+        s = fresh(mem)
+        s.remember("user:city", "Lisbon", importance=0.9)
+        text = "describe this picture in detail please " * 100
+        s.add_message({"role": "user", "content": [{"type": "text", "text": text},
+                                                   {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]})
+        with pytest.raises(ContextBudgetError, match=r"newest user message \(message:1\)"):
+            s.context(30, system_prompt="sys")
+        for budget in (100, 300):
+            built = s.context(budget, system_prompt="sys")
+            assert built.report.total_tokens <= budget
+            last = built.messages[-1]["content"]
+            assert isinstance(last, str) and last.startswith("describe this picture") and "message:1" in last
+            assert IMAGE_PLACEHOLDER in last  # the image's place is still said
+        whole = s.context(4000, system_prompt="sys").messages[-1]["content"]
+        assert whole[0] == {"type": "text", "text": text}  # parts untouched when nothing must be cut
+
     def test_a_budget_below_the_irreducible_minimum_is_a_clear_error(self, mem: Memory) -> None:
         with pytest.raises(ContextBudgetError, match="irreducible minimum"):
             fresh(mem).context(20, tools=TOOLS)
@@ -363,7 +412,16 @@ def test_the_prompt_never_exceeds_its_budget(
         with pytest.raises(ContextBudgetError, match="system prompt"):
             s.context_builder.build(budget, system_prompt=system, tools=tools, messages=msgs)
         return
-    built = s.context_builder.build(budget, system_prompt=system, tools=tools, messages=msgs)
+    request = msgs[-1] if msgs and msgs[-1]["role"] == "user" and isinstance(msgs[-1]["content"], str) \
+        and msgs[-1]["content"] else None
+    try:
+        built = s.context_builder.build(budget, system_prompt=system, tools=tools, messages=msgs)
+    except ContextBudgetError as err:  # the question it answers is never dropped, emptied or gutted
+        assert request is not None and "newest user message" in str(err) and err.minimum > budget
+        return
+    if request is not None:  # shown, whole or as head + tail + the cut note
+        assert built.messages[-1]["role"] == "user" and built.messages[-1]["content"]
+        assert built.messages[-1]["content"] == request["content"] or "cut from the middle" in built.messages[-1]["content"]
     exact = s.memory.tokens.count_messages(built.messages, tools)
     assert built.report.total_tokens == exact <= budget
     assert sum(t for _, t in built.report.blocks) == exact

@@ -55,7 +55,11 @@ its results — I1), truncate the tails of the longest remaining blocks to a com
 recalled block is re-packed under that level instead: its lowest-ranked items go, whole, one by
 one, and it keeps its best item while any other part still has text to cut — a level below one
 item no longer drops the whole block; a block dropped anyway comes back when fitting leaves room
-for its best items); each degradation is named in the report. The final
+for its best items); each degradation is named in the report. The conversation's newest user
+message — the request the prompt answers — is cut last: whole while it is at most half the
+budget, else never below head + tail + the note naming its reference (:func:`request_floor`); a
+budget that cannot hold that beside the parts never cut is refused with ContextBudgetError
+naming it, instead of a prompt whose question is empty, a bare head or gone. The final
 messages always go through :func:`~mindpalace.session.pairing.repair_pairing`.
 """
 
@@ -252,6 +256,18 @@ _REQUEST_SHARE: Final = 0.5  # the newest user message up to this share of the b
 _USER_LOOKBACK_MESSAGES: Final = 1_000  # a tool loop longer than this has lost its request anyway
 
 
+def request_floor(counter: TokenCounter, text: str, ref: str | None) -> int:
+    """Content tokens the newest user message keeps at least: all of `text` when that is
+    smaller, else the smallest cut that still reads (head + tail of ``MIN_SHOWN_TOKENS`` each
+    side, twice, and the note saying how much was cut and, with `ref`, where to read it whole).
+    Below it the builder refuses the budget (ContextBudgetError) instead of sending a prompt
+    whose question is empty, a bare head or gone."""
+    whole = counter.count(text)
+    where = f"; in full as {ref}, read it with read_files" if ref else ""
+    note = MESSAGE_CUT_NOTE.format(tokens=whole, where=where)  # the most digits it can need
+    return min(whole, counter.count(note) + 4 * MIN_SHOWN_TOKENS)
+
+
 class Repack(Protocol):
     """Re-pack the recalled block under `cap_tokens` (tokens of its text) leaving out the
     session's messages `exclude`: (text, items); ``("", [])`` when nothing fits. `each`
@@ -389,7 +405,9 @@ class ContextBuilder:
         Raises:
             ContextBudgetError: the budget is below the irreducible minimum: tool schemas +
                 reply priming + the system prompt and the protected constraints and user
-                corrections (never cut, I7).
+                corrections (never cut, I7) + the conversation's last message, when it is a
+                user message, at its :func:`request_floor` (never dropped, emptied or cut
+                past its head, tail and reference).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
                 text; `tools` is not a list of JSON objects; a given message is malformed;
                 `query` is not text or a list of texts.
@@ -424,6 +442,9 @@ class ContextBuilder:
             system_prompt = _text(lifted[-1].get("content"))
             self._check_floor(budget, blocks, tool_list, system_prompt)
         convo, pairing = repair_pairing(convo)
+        if convo:
+            self._check_floor(budget, blocks, tool_list, system_prompt,
+                              request=(convo[-1], ref_of.get(id(convo[-1]))))
         convo = self._with_l1_reminder(convo, budget)
         if system_prompt:
             at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
@@ -477,6 +498,31 @@ class ContextBuilder:
         report.recalled = next((p.items for p in fitter.blocks if p.name is Block.RECALLED), [])
         return BuiltContext(final, report, tool_list)
 
+    def check_request(
+        self,
+        budget_tokens: int,
+        text: str,
+        *,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSchema] | None = None,
+    ) -> None:
+        """Refuse, before it is stored, a user message `text` that the next prompt under
+        `budget_tokens` could not show: :meth:`build` would raise ContextBudgetError for it as
+        the newest message (beside the parts never cut) — and would again on every later
+        turn that resumes it. Read-only; nothing is written.
+
+        Raises:
+            ContextBudgetError: as :meth:`build`, naming the message and the least it needs.
+            ValidationError: `budget_tokens`, `system_prompt` or `tools` are malformed.
+        """
+        budget = require_int("budget_tokens", budget_tokens)
+        tool_list = _check_request(system_prompt, tools)
+        if system_prompt is None:
+            system_prompt = self._stored_system_prompt()
+        _, last = self.sources.message_range()
+        self._check_floor(budget, self._blocks(budget), tool_list, system_prompt,
+                          request=({"role": "user", "content": text}, f"message:{last + 1}"))
+
     def fixed_tokens(
         self,
         budget_tokens: int,
@@ -512,7 +558,10 @@ class ContextBuilder:
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks(budget)
-        self._check_floor(budget, blocks, tool_list, system_prompt)
+        first, last = self.sources.message_range()
+        newest = self.sources.read_messages(last, last) if first <= last else []
+        self._check_floor(budget, blocks, tool_list, system_prompt,
+                          request=(newest[-1], f"message:{last}") if newest else None)
         compact = self.compact(budget)
         fixed = [p for p in blocks if p.name is not Block.ARCHIVED_SUMMARY]
         if system_prompt is not None:
@@ -553,21 +602,45 @@ class ContextBuilder:
         return _text(latest.get("content")) if latest else None
 
     def _check_floor(
-        self, budget: int, blocks: list[_Part], tools: list[ToolSchema] | None, system_prompt: str | None
+        self, budget: int, blocks: list[_Part], tools: list[ToolSchema] | None, system_prompt: str | None,
+        *, request: tuple[Message, str | None] | None = None,
     ) -> None:
+        """Raise ContextBudgetError when `budget` cannot hold the parts never cut (tool schemas,
+        reply priming, protected blocks, the system prompt) — and, given `request` (the
+        conversation's last message and its reference), the newest user message at its
+        :func:`request_floor`: a prompt without the question it is built to answer is refused,
+        not sent with that message dropped, emptied or cut past reading back."""
         minimum = self.counter.count_messages([], tools)
         if budget < minimum:
             raise ContextBudgetError(budget, minimum)
         parts = [p for p in blocks if p.name in PROTECTED_BLOCKS]
         if system_prompt:
             parts.append(_Part(Block.SYSTEM_PROMPT, system_prompt))
+        def sizes() -> str:  # each part's own tokens, without the tools (for the error only)
+            priming = self.counter.count_messages([])
+            return ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
+                             for p in parts)
+
         if parts and budget < (floor := self.counter.count_messages(self._flat(parts), tools)):
-            priming = self.counter.count_messages([])  # each part's own tokens, without the tools
-            sizes = ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
-                              for p in parts)
             raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
-                budget, floor, f"reply priming and tool schemas {minimum}, {sizes} tokens, which "
+                budget, floor, f"reply priming and tool schemas {minimum}, {sizes()} tokens, which "
                 "are never cut; shorten them"
+            )
+        message, ref = request if request is not None else ({}, None)
+        text = request_text(message.get("content")) if message.get("role") == "user" else None
+        if not text or is_memory_message(message):
+            return
+        least = request_floor(self.counter, text, ref)
+        shell = self.counter.count_message({"role": "user", "content": ""})
+        floor = self.counter.count_messages(self._flat(parts), tools) + shell + least
+        if budget < floor:
+            whole = self.counter.count(text)
+            kept = "whole" if least == whole else "as head + tail + the note naming it"
+            name = "newest user message" + (f" ({ref})" if ref else "")
+            raise ContextBudgetError(
+                budget, floor, f"reply priming and tool schemas {minimum}, {sizes() + ', ' if parts else ''}"
+                f"the {name} {whole} tokens, which needs at least {shell + least} shown {kept}; "
+                "a prompt is never sent without the request it answers — shorten it"
             )
 
     def _govern(self, convo: list[Message], refs: Sequence[str | None]) -> tuple[list[Message], list[str]]:
@@ -801,7 +874,7 @@ class _Fitter:
         self.dropped_messages = 0
         self.cut_messages = False  # a conversation message was cut to fit
         self.originals: dict[int, str] = {}  # id(message) → its text before the first cut
-        users = [m for m in convo if m.get("role") == "user" and isinstance(m.get("content"), str)]
+        users = [m for m in convo if m.get("role") == "user" and request_text(m.get("content"))]
         self.request = id(users[-1]) if users else None  # the newest user message: cut last
 
     def messages(self) -> int:
@@ -835,6 +908,8 @@ class _Fitter:
             return
         total = self._drop_images(total, degradations)
         total = self._drop_oldest(total, degradations)
+        if total > self.budget:
+            total = self._join_text_parts(total, degradations)
         total = self._truncate(total, degradations)
         self._drop_rest(total, degradations)
         self._restore(degradations)
@@ -906,6 +981,22 @@ class _Fitter:
                     out.append((self.counter.count(msg["content"]), f"message ({msg.get('role')})", msg))
         return [c for c in out if c[0] > 0]
 
+    def _join_text_parts(self, total: int, degradations: list[str]) -> int:
+        """Content parts that are all text (images already replaced) become one string, so they
+        can be cut like any text: a message sent as parts was never cut, only dropped whole."""
+        joined = 0
+        for group in self.groups:
+            for msg in group:
+                content = msg.get("content")
+                if isinstance(content, list) and (text := request_text(content)) is not None:
+                    self.originals.setdefault(id(msg), text)
+                    msg["content"] = text
+                    joined += 1
+        if not joined:
+            return total
+        degradations.append(f"joined the text parts of {joined} messages to cut them")
+        return self.total()
+
     def _truncate(self, total: int, degradations: list[str]) -> int:
         """Cut the tails of the longest parts: the longest is cut down to the next longest,
         then both, … (one pass computes the common level), so every block keeps its head —
@@ -919,7 +1010,10 @@ class _Fitter:
             sizes, excess = [c[0] for c in cands], total - self.budget
             floors = [self._floor(tokens, target) for tokens, _, target in cands]
             if sum(max(0, t - f) for t, f in zip(sizes, floors, strict=True)) < excess:
-                floors = [0] * len(cands)  # nothing can keep its floor: every part may go
+                # nothing else can keep its floor: every part may go but the request's least
+                # (build() refused budgets that cannot hold it beside the protected parts)
+                floors = [f if self._is_request(target) else 0
+                          for f, (_, _, target) in zip(floors, cands, strict=True)]
             level = _level(sizes, excess, floors)
             for (tokens, name, target), floor in zip(cands, floors, strict=True):
                 keep = max(level, floor)
@@ -937,11 +1031,15 @@ class _Fitter:
             above = [(tokens - self._floor(tokens, target), tokens, name, target) for tokens, name, target in cands]
             room, tokens, name, target = max(above, key=lambda c: c[0])
             if room <= 0:
-                tokens, name, target = max(cands, key=lambda c: c[0])
+                others = [c for c in cands if not self._is_request(c[2])] or cands
+                tokens, name, target = max(others, key=lambda c: c[0])
                 room = tokens
             self._cut(target, name, tokens, tokens - min(room, total - self.budget), mark, degradations)
             total = self.total()
         return total
+
+    def _is_request(self, target: _Part | Message) -> bool:
+        return not isinstance(target, _Part) and id(target) == self.request
 
     def _floor(self, tokens: int, target: _Part | Message) -> int:
         """What fitting keeps of `target` while other parts can still give way: the newest
@@ -949,7 +1047,9 @@ class _Fitter:
         cut to the common level with the rest, head and tail kept), the recalled block its best
         item, others nothing."""
         if not isinstance(target, _Part) and id(target) == self.request:
-            return tokens if tokens <= self.budget * _REQUEST_SHARE else 0
+            if tokens <= self.budget * _REQUEST_SHARE:
+                return tokens
+            return request_floor(self.counter, target["content"], self.refs.get(id(target)))
         return self._recalled_floor(target)
 
     def _recalled_floor(self, target: _Part | Message) -> int:
@@ -1014,7 +1114,11 @@ class _Fitter:
         """Last resort: what is left is not text (tool-call arguments, names), or the envelopes
         and calls of memory blocks (a memory block goes whole: call and result together, I1)."""
         while total > self.budget and self.groups:
-            group = self.groups.pop(0)
+            at = next((i for i, g in enumerate(self.groups)  # the request's group goes last
+                       if not any(id(m) == self.request for m in g)), None)
+            if at is None:
+                break
+            group = self.groups.pop(at)
             degradations.append(f"dropped {len(group)} more messages (non-text parts)")
             total = self.total()
         while total > self.budget and self.blocks:
@@ -1024,6 +1128,10 @@ class _Fitter:
             part = unprotected[0]
             self.blocks.remove(part)
             degradations.append(f"dropped block {part.name}")
+            total = self.total()
+        while total > self.budget and self.groups:  # cannot happen either: build() checked the request
+            group = self.groups.pop(0)
+            degradations.append(f"dropped {len(group)} more messages (non-text parts)")
             total = self.total()
 
     def report(
@@ -1072,6 +1180,28 @@ def _without_images(messages: list[Message]) -> list[Message]:
             m = {**m, "content": parts}
         out.append(m)
     return out
+
+
+def request_text(content: Any) -> str | None:
+    """The text of a message as fitting cuts it: string content as is; content parts that are
+    all text or images, with some text, joined by newlines (an image as
+    :data:`IMAGE_PLACEHOLDER`); None for anything else (nothing to cut, e.g. an image alone)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        return None
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, dict):
+            return None
+        if part.get("type") == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif part.get("type") in IMAGE_TYPES:
+            texts.append(IMAGE_PLACEHOLDER)
+        else:
+            return None
+    joined = "\n".join(texts)
+    return joined if any(t.strip() for t in texts if t != IMAGE_PLACEHOLDER) else None
 
 
 def _text(content: Any) -> str:

@@ -105,7 +105,10 @@ class DimensionMismatchError(ValidationError):
 
 class ContextBudgetError(ValidationError):
     """The requested prompt budget is below the irreducible minimum: tool schemas, reply
-    priming and the protected constraints / user corrections, which are never cut (I7)."""
+    priming, the system prompt and the protected constraints / user corrections, which are
+    never cut (I7) — and the conversation's newest user message at its least (whole, or head +
+    tail + the note naming its reference): a prompt is never sent without the request it
+    answers. The message names each part with its tokens; ``minimum`` is their sum."""
 
     def __init__(
         self, budget: int, minimum: int, parts: str = "tool schemas and reply priming"

@@ -23,7 +23,7 @@ from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
 from mindpalace.checks import require_session_id
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
-from mindpalace.errors import ValidationError
+from mindpalace.errors import NotFoundError, ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
@@ -824,8 +824,13 @@ class Session:
         Raises:
             OutcomeUnknownError: a non-idempotent call of the task has an unsettled outcome
                 (settle it with ``Task.resolve`` first); nothing is removed.
+            NotFoundError: `task_id` names a task other than the default one that has no
+                events and no ledger rows in this session (a typo); nothing is removed.
         """
         task = self.task if task_id is None else self.tasks(task_id)
+        if task.id != self.task.id and task.version == 0 and not task.ledger_entries():
+            # a typo must not wipe the session's working facts (some live nowhere else)
+            raise NotFoundError("task", task_id, self.scope)
         with self.store.transaction():
             removed = task.clear()
             removed.update(self.steps.clear())

@@ -14,7 +14,13 @@ import pytest
 
 from mindpalace import Memory
 from mindpalace.agent import Agent, Tool, agent_llm, tool
-from mindpalace.errors import ConfigError, EffectNotApplied, InvalidTextError, ProviderError
+from mindpalace.errors import (
+    ConfigError,
+    ContextBudgetError,
+    EffectNotApplied,
+    InvalidTextError,
+    ProviderError,
+)
 from mindpalace.session.lease import SessionBusyError
 from mindpalace.tasks import NOT_RUN
 from mindpalace.testing.openai_stub import StubServer, api_error, chat, serve_stub, tool_call
@@ -266,6 +272,18 @@ class TestInput:
             agent.run(message)
         s = mem.session("trip", user="u1")
         assert s.messages.count() == 0 and s.task.version == 0 and stub.requests == []
+
+    def test_a_message_the_budget_cannot_show_is_refused_before_anything_is_stored(self, mem, stub):
+        # new-user finding: the message was stored and its step started, then every prepare
+        # refused the budget — the open turn was resumed first on each later run, so the
+        # session answered nothing again until the budget was raised
+        stub.script(chat("short answer <summary>s</summary>"))
+        with agent_for(mem, [], budget_tokens=520) as agent:
+            with pytest.raises(ContextBudgetError, match="newest user message"):
+                agent.run("please summarise this: " + "lorem ipsum dolor sit amet " * 400)
+            s = mem.session("trip", user="u1")
+            assert s.messages.count() == 0 and s.task.version == 0 and stub.requests == []
+            assert agent.run("short question").reply == "short answer"
 
     def test_a_session_with_a_turn_in_flight_elsewhere_is_refused(self, mem, stub):
         s = mem.session("trip", user="u1")

@@ -107,6 +107,12 @@ class TestParse:
         ('{"flight": "\\ud800", "when": "2025-05-20"}', "Invalid JSON"),
         ('{"flight": "UA100", "when": "2025-05-20", "meal": "veg"}', "meal: Extra inputs are not permitted"),
         ("[" * 10_000, "Invalid JSON"),
+        # new-user findings: true booked one bag, "2" two, and a repeated key took its last value
+        ('{"flight": "UA100", "when": "2025-05-20", "bags": true}', "bags: Input should be a valid integer"),
+        ('{"flight": "UA100", "when": "2025-05-20", "bags": "2"}', "bags: Input should be a valid integer"),
+        ('{"flight": "UA100", "when": "2025-05-20", "bags": 1.0}', "bags: Input should be a valid integer"),
+        ('{"flight": "UA100", "flight": "UA200", "when": "2025-05-20"}', "duplicate key 'flight'"),
+        ('{"flight": "UA100", "when": "2025-05-20", "seat": {"row": 1, "row": 2, "letter": "A"}}', "duplicate key 'row'"),
     ])
     def test_bad_arguments_are_refused_naming_what_was_wrong(self, raw, problem):
         with pytest.raises(ValidationError, match="invalid arguments for reserve") as err:

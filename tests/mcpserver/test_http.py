@@ -4,8 +4,10 @@ scoping on every tool (I10), idempotency across a restart."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,6 +94,37 @@ def test_a_request_without_a_live_key_is_refused(url: str, keys: Keys) -> None:
     assert post(url, "mp_0123456789abcdef_" + "x" * 43) == 401  # well-formed, unknown
     assert post(url, "not a key") == 401
     assert post(url, keys.acme) == 200
+
+
+def test_body_and_text_limits_agree_with_rest(url: str, keys: Keys) -> None:
+    """New-user finding: MCP took a 4 MiB body (the SDK's default) where REST answers 413 over
+    ``server.max_body_bytes`` (1 MiB), and refused a 150,000-character fact REST stores."""
+    from mindpalace.mcpserver.tools import MAX_TEXT_CHARS as MCP_TEXT
+    from mindpalace.rest.models import MAX_TEXT_CHARS as REST_TEXT
+
+    assert MCP_TEXT == REST_TEXT
+    # a declared 1.5 MB body: the server answers before reading it (sending it all would meet a
+    # closed connection)
+    where = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+    try:
+        conn.putrequest("POST", where.path)
+        for name, value in {"Content-Type": "application/json", "Content-Length": "1500000",
+                            "Accept": "application/json, text/event-stream",
+                            "MCP-Protocol-Version": "2025-11-25",
+                            "Authorization": f"Bearer {keys.acme}"}.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        assert conn.getresponse().status == 413
+    finally:
+        conn.close()
+
+    async def main() -> None:
+        async with http_client(url, keys.acme) as c:
+            kept = await call(c, "remember", key="user:essay", content="y" * 150_000, user_id="u-limits")
+            assert len(kept["fact"]["content"]) == 150_000
+
+    anyio.run(main)
 
 
 def test_a_read_only_key_reads_and_cannot_write(url: str, keys: Keys) -> None:

@@ -125,3 +125,75 @@ def test_i10_no_read_tool_of_another_tenant_sees_a_write(
         await root.aclose()
 
     anyio.run(main)
+
+
+def test_numbers_and_flags_are_as_strict_as_rest(tmp_path: Path) -> None:
+    """REST refuses ``"budget_tokens": "100"`` (422); MCP's argument models were lax and
+    coerced "0.9", true, "5", 5.0 into numbers and stored them. The same inputs are tool
+    errors naming the argument, and nothing is written."""
+    from mcp import Client
+
+    from mindpalace.mcpserver.server import build_server
+
+    from .helpers import call, refused
+
+    async def main() -> None:
+        amem = AsyncMemory(Memory.open(tmp_path / "ws", embed={"provider": "hashing"}))
+        async with amem, Client(build_server(amem, ToolDefaults(user_id="u1"))) as c:
+            cases: list[tuple[str, dict[str, object], str]] = [
+                ("remember", {"key": "user:x", "content": "x", "importance": "0.9"}, "importance"),
+                ("remember", {"key": "user:x", "content": "x", "importance": True}, "importance"),
+                ("recall", {"query": "x", "limit": "5"}, "limit"),
+                ("recall", {"query": "x", "limit": 5.0}, "limit"),
+                ("recall", {"query": "x", "limit": True}, "limit"),
+                ("get_context", {"budget_tokens": "100"}, "budget_tokens"),
+                ("get_context", {"budget_tokens": 100.0}, "budget_tokens"),
+                ("record_step", {"goal": "g", "evaluation": "success", "step": "1"}, "step"),
+                ("checkpoint", {"step": "2"}, "step"),
+                ("checkpoint", {"step": True}, "step"),
+            ]
+            for tool, args, named in cases:
+                message = await refused(c, tool, **args)
+                assert named in message, f"{tool}({args}): {message!r} does not name {named!r}"
+            status = await call(c, "task_status")
+            assert status["version"] == 0 and status["exists"] is False
+            assert (await call(c, "recall", query="x"))["results"] == []
+            # an int is still a number for a share, as in REST's strict float
+            assert (await call(c, "remember", key="user:x", content="x", importance=1))["fact"]["importance"] == 1.0
+
+    anyio.run(main)
+
+
+def test_a_key_names_one_call_of_one_tool_with_arguments_of_the_same_json_types(tmp_path: Path) -> None:
+    """New-user findings: a replay compared arguments with Python equality, so true == 1 ==
+    1.0 — set_constraint(value=true) after set_constraint(value=1) with one key answered
+    ``replayed`` and left the constraint 1; and a key was one call per tool, so forget with
+    the key a remember used ran a second write."""
+    from mcp import Client
+
+    from mindpalace.mcpserver.server import build_server
+
+    from .helpers import call, refused
+
+    async def main() -> None:
+        amem = AsyncMemory(Memory.open(tmp_path / "ws", embed={"provider": "hashing"}))
+        async with amem, Client(build_server(amem, ToolDefaults(user_id="u1"))) as c:
+            await call(c, "set_constraint", name="n", value=1, idempotency_key="x1")
+            for other in (True, 1.0):
+                message = await refused(c, "set_constraint", name="n", value=other, idempotency_key="x1")
+                assert "first used with other arguments" in message
+            again = await call(c, "set_constraint", name="n", value=1, idempotency_key="x1")
+            assert again["replayed"] and (await call(c, "task_status"))["constraints"] == {"n": 1}
+            await call(c, "checkpoint", artifacts={"a": 1}, idempotency_key="c1")
+            assert "other arguments" in await refused(c, "checkpoint", artifacts={"a": True}, idempotency_key="c1")
+            await call(c, "remember", key="user:city", content="Porto", importance=0.9, idempotency_key="k1")
+            message = await refused(c, "forget", key="user:city", idempotency_key="k1")
+            assert "'k1'" in message and "remember" in message
+            # a refused call holds no key: another tool may use it
+            assert "entity:attribute" in await refused(c, "remember", key="nocolon", content="x",
+                                                       idempotency_key="k2")  # refused by the engine
+            assert (await call(c, "forget", key="user:x", idempotency_key="k2"))["replayed"] is False
+            hits = (await call(c, "recall", query="city"))["results"]
+            assert [h["memory"] for h in hits if h["key"] == "user:city"] == ["user:city: Porto"]
+
+    anyio.run(main)

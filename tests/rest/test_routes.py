@@ -57,6 +57,30 @@ class TestMessages:
         assert "timezone" in r.json()["detail"]
         assert get(client, "/messages").json()["items"] == []
 
+    def test_a_timestamp_past_the_calendar_in_utc_is_a_422_not_a_500(self, client: TestClient) -> None:
+        for stamp in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "9999-12-31T00:00:00Z"):
+            r = post(client, "/messages", {"message": {"role": "user", "content": "x"}, "timestamp": stamp})
+            assert r.status_code == 422 and "out of range" in r.json()["detail"], r.text
+        assert get(client, "/messages").json()["items"] == []
+
+    def test_invalid_utf8_in_the_url_is_a_422_not_a_scope_of_replacement_characters(
+        self, client: TestClient
+    ) -> None:
+        # new-user finding: %ED%A0%80 (a UTF-8-encoded surrogate) or %FF in ?user= or in the
+        # session id was decoded to U+FFFD and the message was written to user "\ufffd\ufffd\ufffd"
+        body = {"message": {"role": "user", "content": "secret"}}
+        for path, params, pointer in [
+            (BASE + "/messages", "user=%ED%A0%80&agent=planner", "/query/user"),
+            (BASE + "/messages", "user=u1&agent=%FF%FE", "/query/agent"),
+            ("/v1/sessions/%FF%FE/messages", "user=u1", "/path"),
+        ]:
+            r = client.post(f"{path}?{params}", json=body)
+            assert r.status_code == 422 and r.headers["content-type"] == PROBLEM, r.text
+            assert r.json()["errors"][0]["pointer"] == pointer and "UTF-8" in r.json()["detail"]
+        assert client.get("/v1/sessions").json()["items"] == []
+        r = client.post(BASE + "/messages?user=%C3%A9l%C3%A8ve&agent=planner", json=body)  # valid UTF-8
+        assert r.status_code == 201 and client.get("/v1/sessions").json()["items"][0]["user"] == "élève"
+
     def test_a_bad_role_is_refused_by_the_facade(self, client: TestClient) -> None:
         r = post(client, "/messages", {"message": {"role": "wizard", "content": "x"}})
         assert r.status_code == 422 and "role" in r.json()["detail"]
@@ -232,6 +256,12 @@ class TestBadBodies:
         assert r.json()["errors"][0]["pointer"] == "/body/a/b~1c/1"
         assert "lone surrogate" in r.json()["detail"]
 
+    def test_a_duplicate_key_is_refused_naming_it(self, client: TestClient, call: Call) -> None:
+        # new-user finding: {"message": A, "message": B} was taken as B (the last wins in
+        # Python; a proxy or a log reading the first sees A): ambiguous, so refused
+        r = raw(client, call, b'{"a": {"k": 1, "k": 2}}')
+        assert r.status_code == 422 and "duplicate key 'k'" in r.json()["detail"]
+
     def test_invalid_utf8(self, client: TestClient, call: Call) -> None:
         r = raw(client, call, b'{"a": "\xff"}')
         assert r.status_code == 422 and "UTF-8" in r.json()["detail"]
@@ -264,6 +294,7 @@ class TestBadBodies:
 def test_nothing_is_stored_by_refused_bodies(client: TestClient) -> None:
     for body in (b'{"message": {"role": "user", "content": NaN}}',
                  b'{"message": {"role": "user", "content": "\\ud800"}}',
+                 b'{"message": {"role": "user", "content": "a"}, "message": {"role": "user", "content": "b"}}',
                  b'{"message": {"role": "user", "content": "x"}, "timestamp": "2025-01-01T00:00:00"}'):
         assert client.post(f"{BASE}/messages", params=SCOPE, content=body,
                            headers={"content-type": "application/json"}).status_code == 422

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -26,6 +26,26 @@ class TestMessageLog:
             s.messages.add_many([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
                                 timestamps=[datetime.now(UTC), datetime(2025, 1, 1)])
         assert s.messages.count() == 0
+
+    @pytest.mark.parametrize(
+        "when",
+        [datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),  # before year 1 in UTC: OverflowError
+         datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-14))),
+         datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)],  # "no date" sentinels
+    )
+    def test_a_timestamp_at_the_ends_of_the_calendar_is_refused_and_nothing_stored(
+        self, memory: Memory, uid: str, when: datetime
+    ) -> None:
+        # new-user finding: the first two raised a raw OverflowError (REST: a 500); the last one
+        # was stored, and every later recall of the session that named a date ("yesterday")
+        # raised OverflowError in the date arithmetic (period end + slack past year 9999)
+        s = memory.session(uid)
+        with pytest.raises(ValidationError, match=r"timestamp: .* out of range"):
+            s.messages.add_many([{"role": "user", "content": "a"}, {"role": "user", "content": "I went yesterday"}],
+                                timestamps=[datetime.now(UTC), when])
+        assert s.messages.count() == 0
+        s.add_message({"role": "user", "content": "I went there yesterday"}, timestamp=datetime(2023, 5, 8, tzinfo=UTC))
+        assert s.recall("when did I go yesterday")  # no OverflowError
 
     @pytest.mark.parametrize(
         "bad",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mindpalace import Memory, OutcomeUnknownError
+from mindpalace import Memory, NotFoundError, OutcomeUnknownError
 from mindpalace.memory import Session
 from mindpalace.scope import ANY, Scope
 
@@ -26,6 +26,13 @@ def run_task(s: Session, i: int, task_id: str | None = None) -> None:
     s.remember(f"trip:note{i % 3}", f"scratch note {i}", importance=0.2)   # working memory only
     s.remember(f"user:visit{i}", f"visited Senso-ji on day {i}", importance=0.9)  # long-term
     s.add_message({"role": "assistant", "content": f"booked ticket {result['ticket']}"})
+
+
+def fresh_default(mem: Memory) -> dict[str, int]:
+    """clear_task() on a session whose default task has no events: still its short-term memory."""
+    s = mem.session("no-events", user="u1")
+    s.remember("trip:scratch", "draft", importance=0.1)
+    return s.clear_task()
 
 
 def inventory(mem: Memory) -> dict[str, Any]:
@@ -87,6 +94,20 @@ class TestClearTask:
         # besides the logs and the long-term facts, nothing accumulates
         assert all(inv["records"] == 0 and set(inv["kv"]) == {"facts", "steps"} and inv["kv"]["steps"] == 1
                    for inv in sizes)
+
+    def test_an_unknown_task_id_is_refused_and_nothing_is_removed(self, tmemory: Memory) -> None:
+        # new-user finding: clear_task("trp") (a typo of "trip") removed the session's step
+        # memory and its working-memory facts — a fact below the importance threshold lives
+        # only there, so it was gone for good
+        s = tmemory.session("typo", user="u1")
+        run_task(s, 1, task_id="trip")
+        before = inventory(tmemory)
+        with pytest.raises(NotFoundError, match="'trp'"):
+            s.clear_task("trp")
+        assert inventory(tmemory) == before
+        assert s.facts.peek("trip:note1") is not None and s.steps.state.next_step == 2
+        assert s.clear_task("trip")["working_facts"] == 2  # the real one still ends
+        assert fresh_default(tmemory)["working_facts"] == 1  # the default task needs no events
 
     def test_a_task_with_an_unsettled_side_effect_is_not_cleared(self, tmemory: Memory) -> None:
         # clearing would drop the ledger's `unknown` row, and the same call would run again:

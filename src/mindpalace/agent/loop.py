@@ -235,6 +235,8 @@ class Agent:
 
         Raises:
             InvalidTextError: `message` is empty or not storable text (nothing stored).
+            ContextBudgetError: `agent.budget_tokens` cannot show `message` beside the parts
+                of the prompt never cut (nothing stored; see ``ContextBuilder.check_request``).
             SessionBusyError: another live process holds the session's turn lease.
             ProviderError: the model failed after its retries (or the breaker is open); the
                 turn stays unfinished and a later run continues it.
@@ -242,6 +244,9 @@ class Agent:
         """
         text = require_text("message", message, allow_empty=False)
         with self._turn_lease():
+            # before it is stored: a stored message no prompt can show wedges every later turn
+            self.session.context_builder.check_request(
+                self.budget_tokens, text, system_prompt=self.system_prompt, tools=self.schemas)
             earlier = self._resume()
             turn = self._start(text)
             self._loop(turn)

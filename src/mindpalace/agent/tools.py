@@ -3,8 +3,9 @@
 A tool is a function with annotated parameters. :meth:`Tool.from_function` (or the
 :func:`tool` decorator) builds a pydantic model from its signature
 (:func:`pydantic.create_model`); that model gives the OpenAI tool schema sent to the model and
-validates the arguments the model sends back — malformed JSON, wrong types, unknown or missing
-arguments, NaN, lone surrogates and oversized payloads are refused with a message naming what
+validates the arguments the model sends back — malformed JSON, wrong types (strictly: ``true``
+is not 1 and ``"2"`` not 2), a key repeated in one object, unknown or missing arguments, NaN,
+lone surrogates and oversized payloads are refused with a message naming what
 was wrong, which the agent loop hands to the model as the tool's result (never a crash).
 
 ``side_effect=True`` marks a tool whose call changes the world (a booking, a payment, an
@@ -131,8 +132,9 @@ class Tool:
             JSON — what the ledger keys and step records keep).
 
         Raises:
-            ValidationError: not text, too long, not JSON, not an object, or values that do
-                not match the schema; the message lists the offending fields.
+            ValidationError: not text, too long, not JSON, not an object, a key repeated in
+                one object, or values that do not match the schema strictly (no coercion
+                between JSON types); the message lists the offending fields.
         """
         if not isinstance(arguments, str):
             raise ValidationError(f"arguments of {self.name} must be JSON text, got {type(arguments).__name__}")
@@ -140,6 +142,9 @@ class Tool:
             raise ValidationError(
                 f"arguments of {self.name} are {len(arguments)} characters, over the limit of "
                 f"{max_chars} (agent.tool_arguments_max_chars)")
+        if (repeated := _repeated_key(arguments)) is not None:
+            raise ValidationError(f"invalid arguments for {self.name}: duplicate key {repeated!r} in an "
+                                  "object (each argument once)")
         try:
             parsed = self.params.model_validate_json(arguments.strip() or "{}")
         except PydanticValidationError as exc:
@@ -211,13 +216,41 @@ def _params_model(fn: Callable[..., Any], tool_name: str, arg_docs: dict[str, st
         default = ... if p.default is p.empty else p.default
         info = Field(default, description=arg_docs[pname]) if pname in arg_docs else Field(default)
         fields[pname] = (hints[pname], info)
-    config = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=False)
+    # strict: a model's true is not 1 bag, nor "2" two — a wrong type is an error the model sees
+    # and corrects (JSON-mode strictness still reads dates, enums and tuples from their JSON)
+    config = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=False, strict=True)
     try:
         model: type[BaseModel] = create_model(f"{tool_name}_arguments", __config__=config, **fields)
         model.model_json_schema()
     except Exception as exc:  # pydantic raises several kinds for types it cannot schema
         raise ValidationError(f"tool {tool_name}: no JSON schema for its parameters: {exc}") from exc
     return model
+
+
+class _Repeated(Exception):  # a control-flow signal inside _repeated_key, never raised out
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Repeated(key)
+        out[key] = value
+    return out
+
+
+def _repeated_key(text: str) -> str | None:
+    """The first key repeated inside one JSON object of `text` (its last value would win
+    silently), or None — also when `text` is not JSON (the model's validation says why)."""
+    try:
+        json.loads(text or "{}", object_pairs_hook=_unique_pairs)
+    except _Repeated as rep:
+        return rep.key
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:

@@ -17,7 +17,6 @@ arguments is refused (the Stripe rule): it names a different call.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -34,6 +33,7 @@ __all__ = ["LEDGER_SESSION", "LEDGER_TASK", "run_once"]
 
 LEDGER_SESSION: Final = "mcp-idempotency"
 LEDGER_TASK: Final = "mcp-writes"
+WRITE_TOOLS: Final = ("remember", "forget", "set_constraint", "record_step", "checkpoint")
 _REFUSALS = (ValidationError, NotFoundError, ConstraintError)  # raised before anything is stored
 
 
@@ -46,10 +46,12 @@ def run_once(
     key (compared on a repeat); `ledger` is the tenant's :data:`LEDGER_SESSION` session.
 
     Raises:
-        ValidationError: the key was first used with other arguments, or is not storable text.
+        ValidationError: the key was first used with other arguments or by another tool
+            (a key names one call), or is not storable text.
         OutcomeUnknownError: an earlier call with this key started and never finished.
         whatever `write` raises (a refusal leaves the key usable again).
     """
+    _unused_by_other_tools(ledger, tool, key)
     call = ledger.tasks(LEDGER_TASK).tool_call(tool, args, key=key)
     with call:
         if call.done:
@@ -76,12 +78,22 @@ def run_once(
         return result, not ran
 
 
-def _canonical(args: dict[str, Any]) -> Any:
-    return json.loads(canonical_json(args))
-
-
 def _same_call(key: str, first: dict[str, Any], now: dict[str, Any]) -> None:
-    if first != _canonical(now):
+    # compared as canonical JSON text, not with ==: in Python true == 1 == 1.0, so another
+    # value of another JSON type would have been answered as a replay of the first
+    if canonical_json(first) != canonical_json(now):
         raise ValidationError(
             f"idempotency_key {key!r} was first used with other arguments: a key names one "
             "call; use a new key for a different write")
+
+
+def _unused_by_other_tools(ledger: Session, tool: str, key: str) -> None:
+    """Refuse `key` when another write tool's call holds it (the ledger keys a call by tool and
+    key; a key names one call whatever the tool). A refused call (``failed``) holds nothing."""
+    entries = ledger.tasks.ledger
+    for other in WRITE_TOOLS:
+        held = None if other == tool else entries.get(LEDGER_TASK, f"{other}:{key}")
+        if held is not None and held.status != "failed":
+            raise ValidationError(
+                f"idempotency_key {key!r} was first used by the tool {other!r}: a key names one "
+                "call; use a new key for a different write")

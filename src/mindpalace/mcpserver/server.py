@@ -129,7 +129,8 @@ async def serve_http(
     http.check()
     await memory.run(lambda: None)
     app = build_server(memory, defaults, http=http).streamable_http_app(
-        streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=http.host)
+        streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=http.host,
+        max_request_body_size=memory.memory.settings.server.max_body_bytes)  # 413 over it, as on REST
     family = socket.AF_INET6 if ":" in http.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

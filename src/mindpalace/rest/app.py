@@ -19,7 +19,7 @@ from mindpalace.aio import DEFAULT_MAX_THREADS, AsyncMemory
 from mindpalace.auth import require_tenant
 from mindpalace.memory import Memory
 from mindpalace.rest import inspector, problems
-from mindpalace.rest.body import BodyLimit
+from mindpalace.rest.body import BodyLimit, StrictUrl
 from mindpalace.rest.deps import TenantPool
 from mindpalace.rest.routes import ROUTERS
 from mindpalace.settings import ServerSettings
@@ -75,6 +75,7 @@ def create_app(
     app.state.max_body_bytes = server.max_body_bytes
     problems.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=server.max_body_bytes)
+    app.add_middleware(StrictUrl)
     for router in ROUTERS:
         app.include_router(router, responses=problems.RESPONSES if router.prefix else None)
     inspector.install(app)  # /ui: the web inspector, same keys and tenants

@@ -8,8 +8,8 @@ would break the one-error-format rule.)
 
 Python's decoder accepts ``NaN`` / ``Infinity`` and ``"\\ud800"`` (a lone surrogate UTF-8 cannot
 encode) and recurses until a RecursionError on hostile nesting. :class:`StrictRoute` parses
-every JSON body with :func:`parse_json`, which refuses all three — and invalid UTF-8 — with a
-422 problem naming the JSON Pointer of the bad value, before any model or facade sees it.
+every JSON body with :func:`parse_json`, which refuses all three — and invalid UTF-8, and a
+key repeated in one object — with a 422 problem naming the JSON Pointer of the bad value, before any model or facade sees it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
@@ -36,8 +37,8 @@ def parse_json(body: bytes) -> Any:
     """Decode a request body strictly.
 
     Raises:
-        BadBody: not UTF-8, not JSON, NaN / Infinity, a lone surrogate or NUL in any string
-            (keys included), or nesting deeper than ``textsafe.MAX_JSON_DEPTH`` (64) levels.
+        BadBody: not UTF-8, not JSON, NaN / Infinity, a key repeated in one object, a lone
+            surrogate or NUL in any string (keys included), or nesting deeper than ``textsafe.MAX_JSON_DEPTH`` (64) levels.
     """
     try:
         text = body.decode("utf-8")
@@ -45,11 +46,22 @@ def parse_json(body: bytes) -> Any:
         raise BadBody(f"not UTF-8: invalid byte at offset {exc.start}") from exc
     _check_depth(text)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise BadBody(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
     _check_strings(value, "")
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with each key once: a repeated key is ambiguous (Python keeps the last value,
+    a proxy or a log may read the first)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BadBody(f"duplicate key {key!r} in an object")
+        out[key] = value
+    return out
 
 
 def _check_depth(text: str) -> None:
@@ -170,4 +182,50 @@ def _content_length(scope: Scope) -> int | None:
                 return int(value)
             except ValueError:
                 return None
+    return None
+
+
+class StrictUrl:
+    """ASGI middleware: a percent-encoded path or query that is not UTF-8 (``%FF``, ``%ED%A0%80``
+    — an encoded surrogate) is a 422 problem naming it (``/path``, ``/query/<name>``).
+
+    ASGI servers and Starlette decode such escapes with replacement characters, so a session
+    id or ``?user=`` would silently become ``"\ufffd\ufffd"`` — another scope than the caller
+    named, where the write would land.
+
+    Args:
+        app: the wrapped application.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (bad := _bad_url(scope)) is not None:
+            pointer, offset = bad
+            detail = f"invalid request: {pointer}: not UTF-8 once percent-decoded (invalid byte at offset {offset})"
+            response = problem(422, detail, Request(scope), error="ValidationError",
+                               errors=[{"pointer": pointer, "detail": "not UTF-8 once percent-decoded"}])
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _bad_url(scope: Scope) -> tuple[str, int] | None:
+    """(JSON Pointer, byte offset) of the first part of the URL that is not UTF-8, or None."""
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return "/path", exc.start
+    query = scope.get("query_string", b"")
+    for pair in query.split(b"&") if isinstance(query, bytes) else ():
+        name, _, value = pair.partition(b"=")
+        for part in (name, value):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                shown = unquote_to_bytes(name).decode("utf-8", "replace")
+                return f"/query/{shown}", exc.start
     return None

@@ -17,7 +17,7 @@ from mindpalace.errors import ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store import NewEvent, Store
 from mindpalace.textsafe import clean_json
-from mindpalace.timeutil import from_iso, require_aware, to_iso, utcnow
+from mindpalace.timeutil import from_iso, require_stamp, to_iso, utcnow
 
 STREAM = "messages"
 ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -147,7 +147,7 @@ class MessageLog:
             raise ValidationError("timestamps must have one entry per message")
         now = utcnow()
         clean = [validate_message(m) for m in messages]
-        when = [now if t is None else require_aware("timestamp", t) for t in stamps]
+        when = [now if t is None else require_stamp("timestamp", t) for t in stamps]
         events = [
             NewEvent("message", {"message": m, "timestamp": to_iso(t)})
             for m, t in zip(clean, when, strict=True)
