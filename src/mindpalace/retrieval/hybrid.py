@@ -50,6 +50,7 @@ from mindpalace.retrieval.supersession import (
     find_followups,
     followup_texts,
     gives_new_value,
+    gives_value_on_subject,
     holder,
     identifiers,
     names_another,
@@ -543,6 +544,7 @@ class HybridRetriever:
                 shared=shared,
                 values=_gives_values(compared, alike),
                 answer_evidence=_answer_links(compared, shared, alike),
+                strong=_values_on_subject(compared, shared, alike),
             )
             for i, j in chosen.items():
                 if not names_another(named, texts[i], texts[j]):
@@ -1085,6 +1087,16 @@ def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
     out = np.ones((len(texts), len(texts)), dtype=bool)
     for i, j in _marked_pairs(among):
         out[i, j] = gives_new_value(texts[i], texts[j])
+    return out
+
+
+def _values_on_subject(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool]) -> np.ndarray:
+    """(n, n) bool: whether the later of one speaker's `texts` (oldest first) gives a value of
+    the earlier's kind on a subject word they share (:func:`~mindpalace.retrieval.supersession.
+    gives_value_on_subject`); only pairs marked in `among` are checked (the others: False)."""
+    out = np.zeros((len(texts), len(texts)), dtype=bool)
+    for i, j in _marked_pairs(among):
+        out[i, j] = gives_value_on_subject(texts[i], texts[j], bool(shared[i, j]))
     return out
 
 

@@ -123,6 +123,7 @@ def choose_corrections(
     shared: np.ndarray | None = None,
     values: np.ndarray | None = None,
     answer_evidence: np.ndarray | None = None,
+    strong: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -139,6 +140,13 @@ def choose_corrections(
             (:func:`gives_new_value`; read for i < j only): a later statement on the same
             subject that gives no value of the kind the older one gave ("I'm planning a long
             bike ride" after "I own 3 bikes") corrects nothing. None = not checked.
+        strong: (n, n) bool, whether j gives a value of i's kind on a subject word the two share
+            (:func:`gives_value_on_subject`; read for i < j only). Among several later
+            statements that correct i, those that do are taken first (then the closest); and
+            a later C that does for i or for i's chosen correction B (and can give B's value,
+            alike at `answer_similarity`) is B's update: i's current value. None = neither.
+        Two updates B < C of one statement: when C is taken as its current value, B (corrected
+        by nothing else, C able to give its value) is marked corrected by C as well.
     Returns:
         ``{older index: newer index}`` (newer > older); statements corrected by nothing are
         absent.
@@ -158,6 +166,7 @@ def choose_corrections(
         answer_share=answer_share, holders=holders, shared=shared, answer_evidence=answer_evidence,
     )
     out: dict[int, int] = {}
+    updates: dict[int, list[int]] = {}
     for i in range(n - 1):
         later = [
             j for j in range(i + 1, n)
@@ -165,14 +174,35 @@ def choose_corrections(
         ]
         if not later:
             continue
-        closest = max(later, key=lambda j: (float(sims[i, j]), j))
+        updates[i] = later
+        # a later statement sharing a subject word with A is better evidence than one linked to
+        # it as an answer only: "My sister has an apartment in Denver" → "Oh, one more thing: my
+        # sister took a job in Boston" (0.40 alike), not "Since the move I ride the train" (0.40)
+        closest = max(later, key=lambda j: (strong is None or bool(strong[i, j]), float(sims[i, j]), j))
         # a later update of the closest one is the current value: A → B → C points at C when
         # C is alike to A and to B at least as much as B is to A; a later statement alike to A
         # only, or to both only as much as any statement on the thing (another detail of it),
         # is not
         link = max(similarity, float(sims[i, closest]))
         chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= link]
+        if not chain and values is not None and strong is not None:
+            # …nor when C, one more update of A, can give B's value too and gives A's or B's
+            # value on a word they share (`strong`: "My best friend is Hannah" → "Hannah and I
+            # drifted apart; Mei is my person" → "Amara and I have become inseparable, she's my
+            # closest friend these days")
+            chain = [
+                j for j in later if j > closest and sims[closest, j] >= answer_similarity
+                and values[closest, j] and (strong[i, j] or strong[closest, j])
+            ]
         out[i] = chain[-1] if chain else closest
+    # two updates of one statement are two values of one thing: the one taken as its current
+    # value is also newer than an earlier update that nothing corrected ("I own 3 bikes" →
+    # "Oh, one more thing: that's bike number 4" → "I just bought another bike, so 5 now": the
+    # middle one, inside a long message, is little alike to the last)
+    for i, current in list(out.items()):
+        for j in updates[i]:
+            if j < current and j not in out and (values is None or values[j, current]):
+                out[j] = current
     return out
 
 
@@ -312,16 +342,28 @@ def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
     kinds: set[str] = set()
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
-        if any(ch.isdigit() for ch in word) or (generous and low in _NUMBER_WORDS):
+        digits = any(ch.isdigit() for ch in word)
+        if digits or (generous and low in _NUMBER_WORDS):
             kinds.add(NUMBER)
-            if any(ch.isalpha() for ch in word):
-                kinds.add(NAME)  # "4B", "S21", "5k": a number that names a thing
+            if digits and any(ch.isalpha() for ch in word):
+                kinds.add(NAME)  # "4B", "S21", "5k": a number that names a thing ("one" names nothing)
         elif low in _CALENDAR_WORDS and (at > 0 or generous):
             kinds.add(CALENDAR)
         elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
-                and not low.startswith("i'") and (at > 0 or generous):
+                and not low.startswith("i'") and (at > 0 or generous or _named_first(raw)):
             kinds.add(NAME)  # a stop word or opener is capitalised by position ("…: The cat …")
     return frozenset(kinds)
+
+
+def _named_first(raw: Sequence[str]) -> bool:
+    """Whether a sentence's first word (capitalised by position) is a name all the same: a
+    possessive ("Marta's class is on Thursday") or one of a pair with the speaker ("Amara and I
+    have become inseparable", "Hannah and me"): a verb or an adverb opening a sentence is
+    neither ("Bought two more ferns", "Honestly Jonah is …")."""
+    first = raw[0].replace("’", "'") if raw else ""
+    if first.endswith("'s") and len(first) > 2:
+        return True
+    return len(raw) > 2 and raw[1].lower() == "and" and raw[2].lower() in ("i", "me", "i've", "i'm")
 
 
 def gives_new_value(older: str, newer: str) -> bool:
@@ -334,7 +376,7 @@ def gives_new_value(older: str, newer: str) -> bool:
     if older.strip() == newer.strip():
         return False
     old = value_kinds(older)
-    return not old or _same_kind_or_changed(old, newer)
+    return not old or _same_kind_or_changed(old, newer, older)
 
 
 def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
@@ -343,13 +385,82 @@ def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
     strictly for `older`, generously for `newer`: "I use a Pixel 7" / "Upgraded to a Fairphone
     4"), or `newer` says that something changed (:func:`says_it_changed`: "Switched to the
     train, much less stressful" after "I take my bike to work")."""
-    return share_a_word or _same_kind_or_changed(value_kinds(older), newer)
+    return share_a_word or _same_kind_or_changed(value_kinds(older), newer, older)
 
 
-def _same_kind_or_changed(old: frozenset[str], newer: str) -> bool:
+def gives_value_on_subject(older: str, newer: str, share_a_word: bool) -> bool:
+    """Whether `newer` states a value of a kind `older` gives, both read strictly
+    (:func:`value_kinds`; amounts in the same units, :func:`amount_units`), and the two share a
+    subject word (`share_a_word`): "My sister took a job in Boston" of "My sister has an
+    apartment in Denver", not "Lessons are getting harder this month" of "I take Spanish
+    lessons on Thursdays" (a capitalised first word is no value read strictly)."""
+    if not share_a_word or older.strip() == newer.strip():
+        return False
+    kinds = value_kinds(older) & value_kinds(newer)
+    if kinds == {NUMBER} and not _units_agree(older, newer):
+        return False
+    return bool(kinds)
+
+
+def _same_kind_or_changed(old: frozenset[str], newer: str, older: str | None = None) -> bool:
     """Whether `newer` gives a value of one of the kinds `old` (read generously) or says that
-    something changed: the evidence :func:`gives_new_value` and :func:`answer_link` share."""
-    return bool(old & value_kinds(newer, generous=True)) or says_it_changed(newer)
+    something changed: the evidence :func:`gives_new_value` and :func:`answer_link` share. With
+    the `older` sentence given, a number counts as a value of its kind only when the two
+    sentences' amounts are not in different units (:func:`amount_units`: "$1515 a month" and
+    "16 km a week" are two quantities)."""
+    shared = old & value_kinds(newer, generous=True)
+    if shared == {NUMBER} and older is not None and not _units_agree(older, newer):
+        shared = frozenset()
+    return bool(shared) or says_it_changed(newer)
+
+
+MONEY, TIME_OF_DAY, DISTANCE, WEIGHT, DURATION, PERCENT = (
+    "money", "time of day", "distance", "weight", "duration", "percent",
+)
+_UNIT_WORDS = {
+    **dict.fromkeys(("dollar", "dollars", "euro", "euros", "bucks", "usd", "eur", "gbp", "k€"), MONEY),
+    **dict.fromkeys(("am", "pm", "a.m", "p.m", "o'clock"), TIME_OF_DAY),
+    **dict.fromkeys(("km", "kms", "kilometres", "kilometers", "mi", "mile", "miles", "m", "metres", "meters",
+                     "k"), DISTANCE),
+    **dict.fromkeys(("kg", "kgs", "kilos", "lb", "lbs", "g", "grams"), WEIGHT),
+    **dict.fromkeys(("year", "years", "month", "months", "week", "weeks", "day", "days", "hour", "hours",
+                     "hrs", "h", "minute", "minutes", "mins", "min", "seconds"), DURATION),
+    **dict.fromkeys(("%", "percent", "per cent"), PERCENT),
+}
+_AMOUNT = re.compile(r"([$€£¥])?\s?(\d+(?:[.,:]\d+)*)\s?(%|[A-Za-z][\w.']*)?")
+
+
+@lru_cache(maxsize=65_536)
+def amount_units(sentence: str) -> frozenset[str] | None:
+    """The kinds of unit of the amounts written with digits in `sentence`: :data:`MONEY` ("$1515",
+    "40 euros"), :data:`TIME_OF_DAY` ("6:30", "7 pm"), :data:`DISTANCE` ("25 km"),
+    :data:`WEIGHT`, :data:`DURATION` ("six years" is no digit; "3 weeks"), :data:`PERCENT`.
+    None when some amount has no unit of these ("3 bikes", "5 in total", "room 4B": a count or a
+    name, which any unit may be a count of) or there is no amount."""
+    kinds: set[str] = set()
+    found = False
+    for m in _AMOUNT.finditer(sentence):
+        currency, number, after = m.groups()
+        start = m.start(2)
+        if start > 0 and (sentence[start - 1].isalpha() or sentence[start - 1] in "-_"):
+            continue  # a digit inside a name: "S21", "db-7"
+        found = True
+        if currency:
+            kinds.add(MONEY)
+        elif ":" in number:
+            kinds.add(TIME_OF_DAY)
+        elif after is not None and after.lower().rstrip(".") in _UNIT_WORDS:
+            kinds.add(_UNIT_WORDS[after.lower().rstrip(".")])
+        else:
+            return None
+    return frozenset(kinds) if found else None
+
+
+def _units_agree(older: str, newer: str) -> bool:
+    """False only when both sentences' amounts all have units (:func:`amount_units`) and no kind
+    of unit is shared: a doubt never vetoes."""
+    a, b = amount_units(older), amount_units(newer)
+    return a is None or b is None or bool(a & b)
 
 
 _CHANGE_WORDS = frozenset([
@@ -482,6 +593,13 @@ def best_sentence(
     passed over unless every sentence is one (text pasted into several messages)."""
     every = sentences(text)
     parts = [p for p in every if p not in repeated] or every
+    # a question states nothing: "Can you help me plan a dinner? … Oh, one more thing: my rent
+    # is $1450" is compared on what it states (unless it only asks)
+    parts = [p for p in parts if not p.rstrip().endswith(_QUESTION_MARKS)] or parts
+    # …and on a sentence that gives a value (a number, a name, a day: :func:`value_kinds`) when
+    # one does: the aside a long message wraps a fact in ("I want to start journaling again")
+    # can be as near the query to an embedder as "I moved my alarm to 5:45" is
+    parts = [p for p in parts if value_kinds(p)] or parts
     if len(parts) <= 1:
         # one sentence left once the repeated ones are passed over is the one compared (the
         # whole text would bring the pasted sentences back); a one-sentence text is compared whole
