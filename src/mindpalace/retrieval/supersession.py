@@ -146,7 +146,8 @@ def choose_corrections(
             a later C that does for i or for i's chosen correction B (and can give B's value,
             alike at `answer_similarity`) is B's update: i's current value. None = neither.
         Two updates B < C of one statement: when C is taken as its current value, B (corrected
-        by nothing else, C able to give its value) is marked corrected by C as well.
+        by nothing else; C able to give its value, with the `answer_evidence` for the pair, and
+        not another person's fact) is marked corrected by C as well.
     Returns:
         ``{older index: newer index}`` (newer > older); statements corrected by nothing are
         absent.
@@ -201,9 +202,21 @@ def choose_corrections(
     # middle one, inside a long message, is little alike to the last)
     for i, current in list(out.items()):
         for j in updates[i]:
-            if j < current and j not in out and (values is None or values[j, current]):
+            if j < current and j not in out and (values is None or values[j, current]) \
+                    and _may_link(j, current, holders, answer_evidence):
                 out[j] = current
     return out
+
+
+def _may_link(
+    i: int, j: int, holders: Sequence[str | None] | None, answer_evidence: np.ndarray | None,
+) -> bool:
+    """Whether two updates of one statement may be linked to each other: with the evidence
+    :func:`same_subject` asks of best answers, and not two people's facts (however little alike:
+    each is one subject with the statement they update)."""
+    if answer_evidence is not None and not answer_evidence[i, j]:
+        return False
+    return holders is None or not other_holders(holders[i], holders[j])
 
 
 # -- follow-ups: later statements that the query does not reach ----------------------------------
@@ -596,10 +609,6 @@ def best_sentence(
     # a question states nothing: "Can you help me plan a dinner? … Oh, one more thing: my rent
     # is $1450" is compared on what it states (unless it only asks)
     parts = [p for p in parts if not p.rstrip().endswith(_QUESTION_MARKS)] or parts
-    # …and on a sentence that gives a value (a number, a name, a day: :func:`value_kinds`) when
-    # one does: the aside a long message wraps a fact in ("I want to start journaling again")
-    # can be as near the query to an embedder as "I moved my alarm to 5:45" is
-    parts = [p for p in parts if value_kinds(p)] or parts
     if len(parts) <= 1:
         # one sentence left once the repeated ones are passed over is the one compared (the
         # whole text would bring the pasted sentences back); a one-sentence text is compared whole
