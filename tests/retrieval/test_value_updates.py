@@ -249,6 +249,8 @@ class TestValuesReadCloser:
         ("I have 3 bikes.", None),  # a count of anything
         ("I use a Galaxy S21.", None),  # a name with a digit is no amount
         ("Bought two more ferns, 5 in total.", None),
+        ("I train mornings at 6 now instead of weekends only.", {TIME_OF_DAY}),  # a bare number after "at"
+        ("I'm training for a 5k under 25 minutes.", {DISTANCE, DURATION}),
     ])
     def test_amount_units(self, text: str, units: set[str] | None) -> None:
         assert amount_units(text) == (frozenset(units) if units is not None else None)
@@ -268,6 +270,9 @@ class TestValuesReadCloser:
         older = "My sister has an apartment in Denver."
         assert gives_value_on_subject(older, "Oh, one more thing: my sister took a job in Boston.", True)
         assert not gives_value_on_subject(older, "Since the move I ride the train into town.", False)
+        # a clock time is no new race distance, however many words the two share
+        assert not gives_value_on_subject("I'm training for a 5k under 25 minutes.",
+                                          "I train mornings at 6 now instead of weekends only.", True)
         # a capitalised first word is no value read strictly
         assert not gives_value_on_subject("I take Spanish lessons on Thursdays.",
                                           "Lessons are getting harder this month.", True)

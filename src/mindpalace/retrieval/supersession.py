@@ -446,7 +446,7 @@ _AMOUNT = re.compile(r"([$€£¥])?\s?(\d+(?:[.,:]\d+)*)\s?(%|[A-Za-z][\w.']*)?
 @lru_cache(maxsize=65_536)
 def amount_units(sentence: str) -> frozenset[str] | None:
     """The kinds of unit of the amounts written with digits in `sentence`: :data:`MONEY` ("$1515",
-    "40 euros"), :data:`TIME_OF_DAY` ("6:30", "7 pm"), :data:`DISTANCE` ("25 km"),
+    "40 euros"), :data:`TIME_OF_DAY` ("6:30", "7 pm", "at 6"), :data:`DISTANCE` ("25 km", "5k"),
     :data:`WEIGHT`, :data:`DURATION` ("six years" is no digit; "3 weeks"), :data:`PERCENT`.
     None when some amount has no unit of these ("3 bikes", "5 in total", "room 4B": a count or a
     name, which any unit may be a count of) or there is no amount."""
@@ -464,6 +464,8 @@ def amount_units(sentence: str) -> frozenset[str] | None:
             kinds.add(TIME_OF_DAY)
         elif after is not None and after.lower().rstrip(".") in _UNIT_WORDS:
             kinds.add(_UNIT_WORDS[after.lower().rstrip(".")])
+        elif sentence[:m.start()].rstrip().lower().endswith((" at", "\tat")) or sentence[:m.start()].strip().lower() == "at":
+            kinds.add(TIME_OF_DAY)  # "I train at 6 now": a bare number after "at" is a clock time
         else:
             return None
     return frozenset(kinds) if found else None
