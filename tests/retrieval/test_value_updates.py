@@ -293,13 +293,18 @@ class TestWhichUpdateIsCurrent:
         # 0 "I own 3 bikes." 1 "(a long message) … that's bike number 4 for me." 2 "Another bike, so 5
         # now.": 1 and 2 both update 0, but 1 is little alike to 2 — it was left above 2
         sims = np.array([[1, 0.3, 0.62], [0.3, 1, 0.1], [0.62, 0.1, 1]])
-        got = choose_corrections(sims, [0.5, 0.5, 0.5], [3.0, 3.0, 3.0], **_OPTS)  # type: ignore[arg-type]
-        assert got == {0: 2, 1: 2}
+        strong = np.array([[False, True, True], [False, False, False], [False, False, False]])
+        args = ([0.5, 0.5, 0.5], [3.0, 3.0, 3.0])
+        assert choose_corrections(sims, *args, strong=strong, **_OPTS) == {0: 2, 1: 2}  # type: ignore[arg-type]
+        # without a value on a shared word, two statements alike to a third are no evidence
+        assert choose_corrections(sims, *args, **_OPTS) == {0: 2}  # type: ignore[arg-type]
+        assert choose_corrections(sims, *args, strong=np.zeros((3, 3), dtype=bool), **_OPTS) == {0: 2}  # type: ignore[arg-type]
 
     def test_no_link_between_two_peoples_facts(self) -> None:
         sims = np.array([[1, 0.3, 0.62], [0.3, 1, 0.1], [0.62, 0.1, 1]])
+        strong = np.array([[False, True, True], [False, False, False], [False, False, False]])
         got = choose_corrections(sims, [0.5, 0.5, 0.5], [3.0, 3.0, 3.0], holders=[None, "brother", "self"],
-                                 **_OPTS)  # type: ignore[arg-type]
+                                 strong=strong, **_OPTS)  # type: ignore[arg-type]
         assert got == {0: 2}
 
     def test_a_value_on_a_shared_word_is_taken_before_a_closer_answer(self) -> None:

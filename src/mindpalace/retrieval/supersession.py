@@ -145,9 +145,12 @@ def choose_corrections(
             statements that correct i, those that do are taken first (then the closest); and
             a later C that does for i or for i's chosen correction B (and can give B's value,
             alike at `answer_similarity`) is B's update: i's current value. None = neither.
-        Two updates B < C of one statement: when C is taken as its current value, B (corrected
-        by nothing else; C able to give its value, with the `answer_evidence` for the pair, and
-        not another person's fact) is marked corrected by C as well.
+        Two updates B < C of one statement A: when C is taken as A's current value, B (corrected
+        by nothing else; C able to give its value, with the `answer_evidence` for the pair, not
+        another person's fact; and B gives A's value on a shared word, or C gives B's: `strong`)
+        is marked corrected by C as well. Without `strong`, not: a predicate every statement
+        shares ("my violin lessons start next week", "my garden tomatoes start next week") is no
+        evidence that they are values of one thing.
     Returns:
         ``{older index: newer index}`` (newer > older); statements corrected by nothing are
         absent.
@@ -200,10 +203,10 @@ def choose_corrections(
     # value is also newer than an earlier update that nothing corrected ("I own 3 bikes" →
     # "Oh, one more thing: that's bike number 4" → "I just bought another bike, so 5 now": the
     # middle one, inside a long message, is little alike to the last)
-    for i, current in list(out.items()):
+    for i, current in ([] if strong is None else list(out.items())):
         for j in updates[i]:
             if j < current and j not in out and (values is None or values[j, current]) \
-                    and _may_link(j, current, holders, answer_evidence):
+                    and (strong[i, j] or strong[j, current]) and _may_link(j, current, holders, answer_evidence):
                 out[j] = current
     return out
 
