@@ -179,9 +179,10 @@ def choose_corrections(
         if not later:
             continue
         updates[i] = later
-        # a later statement sharing a subject word with A is better evidence than one linked to
-        # it as an answer only: "My sister has an apartment in Denver" → "Oh, one more thing: my
-        # sister took a job in Boston" (0.40 alike), not "Since the move I ride the train" (0.40)
+        # a later statement giving A's value on a word they share (`strong`) is better evidence
+        # than one linked to it as an answer only: "My sister has an apartment in Denver" → "Oh,
+        # one more thing: my sister took a job in Boston" (0.40 alike), not "Since the move I ride
+        # the train" (0.40)
         closest = max(later, key=lambda j: (strong is None or bool(strong[i, j]), float(sims[i, j]), j))
         # a later update of the closest one is the current value: A → B → C points at C when
         # C is alike to A and to B at least as much as B is to A; a later statement alike to A
@@ -203,7 +204,9 @@ def choose_corrections(
     # value is also newer than an earlier update that nothing corrected ("I own 3 bikes" →
     # "Oh, one more thing: that's bike number 4" → "I just bought another bike, so 5 now": the
     # middle one, inside a long message, is little alike to the last)
-    for i, current in ([] if strong is None else list(out.items())):
+    if strong is None:
+        return out
+    for i, current in list(out.items()):
         for j in updates[i]:
             if j < current and j not in out and (values is None or values[j, current]) \
                     and (strong[i, j] or strong[j, current]) and _may_link(j, current, holders, answer_evidence):
@@ -434,7 +437,7 @@ MONEY, TIME_OF_DAY, DISTANCE, WEIGHT, DURATION, PERCENT = (
     "money", "time of day", "distance", "weight", "duration", "percent",
 )
 _UNIT_WORDS = {
-    **dict.fromkeys(("dollar", "dollars", "euro", "euros", "bucks", "usd", "eur", "gbp", "k€"), MONEY),
+    **dict.fromkeys(("dollar", "dollars", "euro", "euros", "bucks", "usd", "eur", "gbp"), MONEY),
     **dict.fromkeys(("am", "pm", "a.m", "p.m", "o'clock"), TIME_OF_DAY),
     **dict.fromkeys(("km", "kms", "kilometres", "kilometers", "mi", "mile", "miles", "m", "metres", "meters",
                      "k"), DISTANCE),
@@ -444,6 +447,7 @@ _UNIT_WORDS = {
     **dict.fromkeys(("%", "percent", "per cent"), PERCENT),
 }
 _AMOUNT = re.compile(r"([$€£¥])?\s?(\d+(?:[.,:]\d+)*)\s?(%|[A-Za-z][\w.']*)?")
+_AT_END = re.compile(r"(?:^|\W)at\s*$", re.IGNORECASE)  # "… at " right before a number
 
 
 @lru_cache(maxsize=65_536)
@@ -467,7 +471,7 @@ def amount_units(sentence: str) -> frozenset[str] | None:
             kinds.add(TIME_OF_DAY)
         elif after is not None and after.lower().rstrip(".") in _UNIT_WORDS:
             kinds.add(_UNIT_WORDS[after.lower().rstrip(".")])
-        elif sentence[:m.start()].rstrip().lower().endswith((" at", "\tat")) or sentence[:m.start()].strip().lower() == "at":
+        elif _AT_END.search(sentence, 0, m.start()):
             kinds.add(TIME_OF_DAY)  # "I train at 6 now": a bare number after "at" is a clock time
         else:
             return None
@@ -608,7 +612,9 @@ def best_sentence(
 ) -> str:
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
     the part of a long message that the query retrieved it for. Sentences in `repeated` are
-    passed over unless every sentence is one (text pasted into several messages)."""
+    passed over unless every sentence is one (text pasted into several messages), and so are
+    questions unless the text only asks (a question states nothing: "What's a sensible way to
+    split chores? There are 2 bikes in our garage." is compared on the bikes)."""
     every = sentences(text)
     parts = [p for p in every if p not in repeated] or every
     # a question states nothing: "Can you help me plan a dinner? … Oh, one more thing: my rent
