@@ -18,11 +18,13 @@ from mindpalace.retrieval.hybrid import (
     _gives_values,
     _group_corrections,
     _share_words,
+    _values_on_subject,
 )
 from mindpalace.retrieval.supersession import (
     answer_link,
     choose_corrections,
     gives_new_value,
+    gives_value_on_subject,
     holder,
     sentences,
     subject_terms,
@@ -39,6 +41,7 @@ _WORDS = [
     "two", "Tuesday", "tuesday", "May", "Osaka", "Perth", "now", "moved", "instead", "new", "New",
     "no", "longer", "Caroline", "caroline", "Dr.", "Okafor", "lives", "in", "is", "Update:", "user:",
     "Oh,", "own", "own.", "now.", "today!", "[shares", "a", "photo]", "Mr.", "Lee.", "?",
+    "$1515", "16", "km", "at", "6", "pm", "weeks", "and", "me", "Bob's",
 ]
 _texts = st.lists(st.sampled_from(_WORDS), min_size=0, max_size=9).map(" ".join)
 _statements = st.lists(_texts, min_size=0, max_size=9)
@@ -77,6 +80,23 @@ class TestPairwiseEquivalence:
             for j in range(i + 1, n):
                 if among[i] and among[j]:
                     want[i, j] = want[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
+        assert got.shape == want.shape and (got == want).all()
+
+    @settings(max_examples=300)
+    @given(_statements, st.data())
+    def test_values_on_subject_is_gives_value_on_subject_on_each_marked_pair(
+        self, texts: list[str], data: st.DataObject
+    ) -> None:
+        n = len(texts)
+        among = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        flat = data.draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
+        shared = np.array(flat, dtype=bool).reshape(n, n)
+        got = _values_on_subject(texts, shared, among)
+        want = np.zeros((n, n), dtype=bool)
+        for i in range(n):
+            for j in range(i + 1, n):
+                if among[i] and among[j]:
+                    want[i, j] = gives_value_on_subject(texts[i], texts[j], bool(shared[i, j]))
         assert got.shape == want.shape and (got == want).all()
 
     @settings(max_examples=300)
@@ -149,6 +169,7 @@ class TestEvidenceOnlyWhereItCanMatter:
             answers=answers, min_score_ratio=fs.supersede_min_score_ratio, answer_share=share,
             holders=[holder(t) for t in texts], shared=shared, values=_gives_values(texts, every),
             answer_evidence=_answer_links(texts, shared, every),
+            strong=_values_on_subject(texts, shared, every),
         )
         assert _group_corrections(texts, sims, query_sims, scores, doc, fs) == want
 
@@ -159,14 +180,16 @@ def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
     kinds: set[str] = set()
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
-        if any(ch.isdigit() for ch in word) or (generous and low in supersession._NUMBER_WORDS):
+        digits = any(ch.isdigit() for ch in word)
+        if digits or (generous and low in supersession._NUMBER_WORDS):
             kinds.add(supersession.NUMBER)
-            if any(ch.isalpha() for ch in word):
+            if digits and any(ch.isalpha() for ch in word):
                 kinds.add(supersession.NAME)
         elif low in supersession._CALENDAR_WORDS and (at > 0 or generous):
             kinds.add(supersession.CALENDAR)
         elif word[:1].isupper() and low not in supersession.STOP_WORDS and low not in supersession._OPENERS \
-                and low not in supersession._SELF and not low.startswith("i'") and (at > 0 or generous):
+                and low not in supersession._SELF and not low.startswith("i'") \
+                and (at > 0 or generous or supersession._named_first(raw)):
             kinds.add(supersession.NAME)
     return frozenset(kinds)
 
@@ -174,6 +197,7 @@ def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
 _KIND_WORDS = [
     *_WORDS, "Monday", "monday", "March", "two", "Two", "another", "Another", "second", "3rd", "x²", "²",
     "٣", "Pixel", "7", "6:30", "$1955", "S21", "I'm", "I’m", "The", "Oh", "Update:", "Correction", "Bob's",
+    "and", "me", "Hannah", "Monday's",
 ]
 
 

@@ -18,13 +18,19 @@ from hypothesis import strategies as st
 from mindpalace import Memory
 from mindpalace.retrieval.supersession import (
     CALENDAR,
+    DISTANCE,
+    DURATION,
+    MONEY,
     NAME,
     NUMBER,
+    TIME_OF_DAY,
+    amount_units,
     answer_link,
     best_sentence,
     choose_corrections,
     find_followups,
     gives_new_value,
+    gives_value_on_subject,
     says_it_changed,
     sentences,
     value_kinds,
@@ -200,11 +206,124 @@ def test_a_correction_always_gives_a_value_and_never_states_another_persons_fact
     values = rng.uniform(0, 1, (n, n)) < 0.6
     evidence = rng.uniform(0, 1, (n, n)) < 0.6
     evidence = evidence & evidence.T
+    strong = rng.uniform(0, 1, (n, n)) < 0.3  # values on a shared word: chains and preferences only
     got = choose_corrections(
         sims, list(rng.uniform(0, 1, n)), list(rng.uniform(1, 5, n)), similarity=0.6, answer_similarity=0.3,
         answers=6, min_score_ratio=0.4, holders=holders[:n], values=values, answer_evidence=evidence,
+        strong=strong,
     )
     for i, j in got.items():
         assert j > i and values[i, j]
         assert sims[i, j] >= 0.6 or evidence[i, j]
         assert not (holders[i] and holders[j] and holders[i] != holders[j])
+
+
+# -- ku10j: which sentence is compared, which values agree, which update is the current one ------
+
+
+class TestValuesReadCloser:
+    def test_a_number_word_names_nothing(self) -> None:
+        # "one" counted as a number that names a thing ("4B") made a yoga mat a new class day
+        assert value_kinds("I bought a new yoga mat, a purple one.", generous=True) == frozenset({NUMBER})
+        assert not gives_new_value("Yoga with Marta is on Tuesday.", "I bought a new yoga mat, a purple one.")
+
+    @pytest.mark.parametrize(("text", "kinds"), [
+        ("Amara and I have become inseparable, she's my closest friend these days.", {NAME}),
+        ("Marta's class is on Thursday.", {NAME, CALENDAR}),
+        ("Bought two more ferns, 5 in total.", {NUMBER}),  # a verb first is no name
+        ("Honestly Jonah is the one I call first.", {NAME}),
+    ])
+    def test_a_name_opening_a_sentence(self, text: str, kinds: set[str]) -> None:
+        assert value_kinds(text) == frozenset(kinds)
+
+    def test_a_remark_gives_no_new_value_of_a_name_said_first(self) -> None:
+        older = "Amara and I have become inseparable, she's my closest friend these days."
+        assert not gives_new_value(older, "We're throwing a surprise party for a friend.")
+        assert gives_new_value(older, "Honestly Jonah is the one I call first about anything.")
+
+    @pytest.mark.parametrize(("text", "units"), [
+        ("I pay $1515 monthly for the flat.", {MONEY}),
+        ("My weekly mileage is 16 km.", {DISTANCE}),
+        ("My alarm goes off at 6:30.", {TIME_OF_DAY}),
+        ("I've been a nurse for 6 years.", {DURATION}),
+        ("I have 3 bikes.", None),  # a count of anything
+        ("I use a Galaxy S21.", None),  # a name with a digit is no amount
+        ("Bought two more ferns, 5 in total.", None),
+        ("I train mornings at 6 now instead of weekends only.", {TIME_OF_DAY}),  # a bare number after "at"
+        ("I'm training for a 5k under 25 minutes.", {DISTANCE, DURATION}),
+    ])
+    def test_amount_units(self, text: str, units: set[str] | None) -> None:
+        assert amount_units(text) == (frozenset(units) if units is not None else None)
+
+    @pytest.mark.parametrize(("older", "newer", "gives"), [
+        ("I pay $1515 monthly for the flat.", "My weekly mileage is 16 km.", False),
+        ("I pay $1515 monthly for the flat.", "The landlord raised it to $1665 from next month.", True),
+        ("I get up at 7:30 on weekdays.", "The new schedule means my alarm goes off at 6:30.", True),
+        ("I run 20 km a week.", "I pay $900 a month.", False),
+        ("I have 3 houseplants.", "Got two cuttings from a friend, so 5 altogether.", True),  # a doubt never vetoes
+    ])
+    def test_amounts_in_different_units_are_no_new_value(self, older: str, newer: str, gives: bool) -> None:
+        assert gives_new_value(older, newer) is gives
+        assert answer_link(older, newer, False) is gives
+
+    def test_a_value_on_a_shared_subject_word(self) -> None:
+        older = "My sister has an apartment in Denver."
+        assert gives_value_on_subject(older, "Oh, one more thing: my sister took a job in Boston.", True)
+        assert not gives_value_on_subject(older, "Since the move I ride the train into town.", False)
+        # a clock time is no new race distance, however many words the two share
+        assert not gives_value_on_subject("I'm training for a 5k under 25 minutes.",
+                                          "I train mornings at 6 now instead of weekends only.", True)
+        # a capitalised first word is no value read strictly
+        assert not gives_value_on_subject("I take Spanish lessons on Thursdays.",
+                                          "Lessons are getting harder this month.", True)
+
+
+class TestComparedSentence:
+    def test_a_question_is_not_the_sentence_compared(self) -> None:
+        text = "What's a sensible way to split chores with roommates? There are 2 bikes in our garage."
+        query = bag_of_words(["what is a sensible way to split chores"])[0]
+        assert best_sentence(text, query, bag_of_words) == "There are 2 bikes in our garage."
+
+
+_OPTS = {"similarity": 0.5, "answer_similarity": 0.25, "answers": 3, "min_score_ratio": 0.4}
+
+
+class TestWhichUpdateIsCurrent:
+    def test_an_earlier_update_is_superseded_by_the_current_value_too(self) -> None:
+        # 0 "I own 3 bikes." 1 "(a long message) … that's bike number 4 for me." 2 "Another bike, so 5
+        # now.": 1 and 2 both update 0, but 1 is little alike to 2 — it was left above 2
+        sims = np.array([[1, 0.3, 0.62], [0.3, 1, 0.1], [0.62, 0.1, 1]])
+        strong = np.array([[False, True, True], [False, False, False], [False, False, False]])
+        args = ([0.5, 0.5, 0.5], [3.0, 3.0, 3.0])
+        assert choose_corrections(sims, *args, strong=strong, **_OPTS) == {0: 2, 1: 2}  # type: ignore[arg-type]
+        # without a value on a shared word, two statements alike to a third are no evidence
+        assert choose_corrections(sims, *args, **_OPTS) == {0: 2}  # type: ignore[arg-type]
+        assert choose_corrections(sims, *args, strong=np.zeros((3, 3), dtype=bool), **_OPTS) == {0: 2}  # type: ignore[arg-type]
+
+    def test_no_link_between_two_peoples_facts(self) -> None:
+        sims = np.array([[1, 0.3, 0.62], [0.3, 1, 0.1], [0.62, 0.1, 1]])
+        strong = np.array([[False, True, True], [False, False, False], [False, False, False]])
+        got = choose_corrections(sims, [0.5, 0.5, 0.5], [3.0, 3.0, 3.0], holders=[None, "brother", "self"],
+                                 strong=strong, **_OPTS)  # type: ignore[arg-type]
+        assert got == {0: 2}
+
+    def test_a_value_on_a_shared_word_is_taken_before_a_closer_answer(self) -> None:
+        # 0 "My sister has an apartment in Denver." 1 "Since the move I ride the train." 2 "My sister
+        # took a job in Boston.": 1 is a hair closer to 0, 2 gives 0's value on "sister"
+        sims = np.array([[1, 0.41, 0.40], [0.41, 1, 0.2], [0.40, 0.2, 1]])
+        strong = np.array([[False, False, True], [False, False, False], [False, False, False]])
+        args = ([0.5, 0.5, 0.5], [3.0, 3.0, 3.0])
+        assert choose_corrections(sims, *args, **_OPTS)[0] == 1  # type: ignore[arg-type]
+        assert choose_corrections(sims, *args, strong=strong, **_OPTS)[0] == 2  # type: ignore[arg-type]
+
+    def test_a_second_update_that_gives_the_value_ends_the_chain(self) -> None:
+        # 0 "My best friend is Hannah." 1 "Hannah and I drifted apart; Mei is my person." 2 "Amara and I
+        # have become inseparable, she's my closest friend": 2 is less alike to 1 than 1 is to 0
+        sims = np.array([[1, 0.65, 0.50], [0.65, 1, 0.51], [0.50, 0.51, 1]])
+        shared = np.array([[False, True, True], [True, False, False], [True, False, False]])
+        strong = np.array([[False, True, True], [False, False, False], [False, False, False]])
+        values = np.ones((3, 3), dtype=bool)
+        args = ([0.5, 0.1, 0.3], [3.0, 3.0, 3.0])
+        opts = {**_OPTS, "answers": 2, "shared": shared, "values": values}
+        assert choose_corrections(sims, *args, **opts) == {0: 1}  # type: ignore[arg-type]
+        assert choose_corrections(sims, *args, strong=strong, **opts) == {0: 2, 1: 2}  # type: ignore[arg-type]

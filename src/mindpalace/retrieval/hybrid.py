@@ -47,6 +47,7 @@ from mindpalace.retrieval.supersession import (
     CALENDAR,
     NAME,
     NUMBER,
+    amount_units,
     best_sentence,
     choose_corrections,
     find_followups,
@@ -1105,6 +1106,7 @@ def _group_corrections(
         shared=shared,
         values=_gives_values(compared, among),
         answer_evidence=links,
+        strong=_values_on_subject(compared, shared, among),
     )
 
 
@@ -1119,11 +1121,28 @@ def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
     marked = [i for i, m in enumerate(among) if m]
     if len(marked) < 2:
         return out
-    strict, generous, changed, same_text = _value_evidence([texts[i] for i in marked])
+    strict, generous, changed, same_text, apart = _value_evidence([texts[i] for i in marked])
     # gives_new_value: not the same text, and no old value or one of its kinds or a change
-    ok = ~same_text & ((strict[:, None] == 0) | ((strict[:, None] & generous[None, :]) != 0) | changed[None, :])
+    ok = ~same_text & ((strict[:, None] == 0) | _kinds_given(strict, generous, apart) | changed[None, :])
     later = np.triu(np.ones(ok.shape, dtype=bool), k=1)  # (older, newer): the pairs checked
     out[np.ix_(marked, marked)] = np.where(later, ok, True)
+    return out
+
+
+def _values_on_subject(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool]) -> np.ndarray:
+    """(n, n) bool: whether the later of one speaker's `texts` (oldest first) gives a value of
+    the earlier's kind on a subject word they share (:func:`~mindpalace.retrieval.supersession.
+    gives_value_on_subject`); only pairs marked in `among` are checked (the others: False).
+    Each marked text's evidence is read once (:func:`_value_evidence`), the pairs combined at
+    once."""
+    out = np.zeros((len(texts), len(texts)), dtype=bool)
+    marked = [i for i, m in enumerate(among) if m]
+    if len(marked) < 2:
+        return out
+    strict, _, _, same_text, apart = _value_evidence([texts[i] for i in marked])
+    at = np.ix_(marked, marked)
+    ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart)
+    out[at] = np.triu(ok, k=1)  # (older, newer) pairs only
     return out
 
 
@@ -1137,9 +1156,9 @@ def _answer_links(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool
     marked = [i for i, m in enumerate(among) if m]
     if len(marked) < 2:
         return out
-    strict, generous, changed, _ = _value_evidence([texts[i] for i in marked])
+    strict, generous, changed, _, apart = _value_evidence([texts[i] for i in marked])
     at = np.ix_(marked, marked)
-    link = shared[at].astype(bool) | ((strict[:, None] & generous[None, :]) != 0) | changed[None, :]
+    link = shared[at].astype(bool) | _kinds_given(strict, generous, apart) | changed[None, :]
     later = np.triu(np.ones(link.shape, dtype=bool), k=1)
     # (i, j), i < j, read with texts[i] as the older; (j, i) holds the same answer
     out[at] = np.where(later, link, np.where(later.T, link.T, True))
@@ -1157,18 +1176,37 @@ def _kind_bits(kinds: frozenset[str]) -> int:
     return bits
 
 
-def _value_evidence(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per text of `texts` (n), what :func:`~mindpalace.retrieval.supersession.gives_new_value`
-    and :func:`~mindpalace.retrieval.supersession.answer_link` read of it: its value kinds read
-    strictly and generously (int64 bit sets, :data:`_KIND_BITS`), whether it says that
-    something changed (bool), and the (n, n) bool of which texts are the same once
-    whitespace-stripped (shapes (n,), (n,), (n,), (n, n))."""
+def _value_evidence(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per text of `texts` (n), what :func:`~mindpalace.retrieval.supersession.gives_new_value`,
+    :func:`~mindpalace.retrieval.supersession.answer_link` and
+    :func:`~mindpalace.retrieval.supersession.gives_value_on_subject` read of it: its value kinds
+    read strictly and generously (int64 bit sets, :data:`_KIND_BITS`), whether it says that
+    something changed (bool), the (n, n) bool of which texts are the same once
+    whitespace-stripped, and the (n, n) bool of which texts' amounts are in different units
+    (:func:`~mindpalace.retrieval.supersession.amount_units`, both known and no kind shared)
+    (shapes (n,), (n,), (n,), (n, n), (n, n))."""
     strict = np.array([_kind_bits(value_kinds(t)) for t in texts], dtype=np.int64)
     generous = np.array([_kind_bits(value_kinds(t, generous=True)) for t in texts], dtype=np.int64)
     changed = np.array([says_it_changed(t) for t in texts], dtype=bool)
     codes: dict[str, int] = {}
     code = np.array([codes.setdefault(t.strip(), len(codes)) for t in texts], dtype=np.int64)
-    return strict, generous, changed, code[:, None] == code[None, :]
+    units = [amount_units(t) for t in texts]
+    apart = np.zeros((len(texts), len(texts)), dtype=bool)
+    known = [(i, u) for i, u in enumerate(units) if u is not None]
+    for a, ua in known:  # only texts whose every amount has a unit: few
+        for b, ub in known:
+            apart[a, b] = not (ua & ub)
+    return strict, generous, changed, code[:, None] == code[None, :], apart
+
+
+def _kinds_given(old: np.ndarray, new: np.ndarray, apart: np.ndarray) -> np.ndarray:
+    """(n, n) bool: whether text j gives a value of a kind text i gives (bit sets `old` for i,
+    `new` for j), numbers counting only when their amounts are not in different units
+    (`apart`) — the kind test of :func:`~mindpalace.retrieval.supersession.gives_new_value`."""
+    both = old[:, None] & new[None, :]
+    only_numbers = both == _KIND_BITS[NUMBER]
+    kinds: np.ndarray = (both != 0) & ~(only_numbers & apart)
+    return kinds
 
 
 def _share_words(texts: Sequence[str], doc: Document, among: Sequence[bool] | None = None) -> np.ndarray:

@@ -123,6 +123,7 @@ def choose_corrections(
     shared: np.ndarray | None = None,
     values: np.ndarray | None = None,
     answer_evidence: np.ndarray | None = None,
+    strong: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -139,6 +140,17 @@ def choose_corrections(
             (:func:`gives_new_value`; read for i < j only): a later statement on the same
             subject that gives no value of the kind the older one gave ("I'm planning a long
             bike ride" after "I own 3 bikes") corrects nothing. None = not checked.
+        strong: (n, n) bool, whether j gives a value of i's kind on a subject word the two share
+            (:func:`gives_value_on_subject`; read for i < j only). Among several later
+            statements that correct i, those that do are taken first (then the closest); and
+            a later C that does for i or for i's chosen correction B (and can give B's value,
+            alike at `answer_similarity`) is B's update: i's current value. None = neither.
+        Two updates B < C of one statement A: when C is taken as A's current value, B (corrected
+        by nothing else; C able to give its value, with the `answer_evidence` for the pair, not
+        another person's fact; and B gives A's value on a shared word, or C gives B's: `strong`)
+        is marked corrected by C as well. Without `strong`, not: a predicate every statement
+        shares ("my violin lessons start next week", "my garden tomatoes start next week") is no
+        evidence that they are values of one thing.
     Returns:
         ``{older index: newer index}`` (newer > older); statements corrected by nothing are
         absent.
@@ -158,6 +170,7 @@ def choose_corrections(
         answer_share=answer_share, holders=holders, shared=shared, answer_evidence=answer_evidence,
     )
     out: dict[int, int] = {}
+    updates: dict[int, list[int]] = {}
     for i in range(n - 1):
         later = [
             j for j in range(i + 1, n)
@@ -165,15 +178,51 @@ def choose_corrections(
         ]
         if not later:
             continue
-        closest = max(later, key=lambda j: (float(sims[i, j]), j))
+        updates[i] = later
+        # a later statement giving A's value on a word they share (`strong`) is better evidence
+        # than one linked to it as an answer only: "My sister has an apartment in Denver" → "Oh,
+        # one more thing: my sister took a job in Boston" (0.40 alike), not "Since the move I ride
+        # the train" (0.40)
+        closest = max(later, key=lambda j: (strong is None or bool(strong[i, j]), float(sims[i, j]), j))
         # a later update of the closest one is the current value: A → B → C points at C when
         # C is alike to A and to B at least as much as B is to A; a later statement alike to A
         # only, or to both only as much as any statement on the thing (another detail of it),
         # is not
         link = max(similarity, float(sims[i, closest]))
         chain = [j for j in later if j > closest and sims[i, j] >= similarity and sims[closest, j] >= link]
+        if not chain and values is not None and strong is not None:
+            # …nor when C, one more update of A, can give B's value too and gives A's or B's
+            # value on a word they share (`strong`: "My best friend is Hannah" → "Hannah and I
+            # drifted apart; Mei is my person" → "Amara and I have become inseparable, she's my
+            # closest friend these days")
+            chain = [
+                j for j in later if j > closest and sims[closest, j] >= answer_similarity
+                and values[closest, j] and (strong[i, j] or strong[closest, j])
+            ]
         out[i] = chain[-1] if chain else closest
+    # two updates of one statement are two values of one thing: the one taken as its current
+    # value is also newer than an earlier update that nothing corrected ("I own 3 bikes" →
+    # "Oh, one more thing: that's bike number 4" → "I just bought another bike, so 5 now": the
+    # middle one, inside a long message, is little alike to the last)
+    if strong is None:
+        return out
+    for i, current in list(out.items()):
+        for j in updates[i]:
+            if j < current and j not in out and (values is None or values[j, current]) \
+                    and (strong[i, j] or strong[j, current]) and _may_link(j, current, holders, answer_evidence):
+                out[j] = current
     return out
+
+
+def _may_link(
+    i: int, j: int, holders: Sequence[str | None] | None, answer_evidence: np.ndarray | None,
+) -> bool:
+    """Whether two updates of one statement may be linked to each other: with the evidence
+    :func:`same_subject` asks of best answers, and not two people's facts (however little alike:
+    each is one subject with the statement they update)."""
+    if answer_evidence is not None and not answer_evidence[i, j]:
+        return False
+    return holders is None or not other_holders(holders[i], holders[j])
 
 
 # -- follow-ups: later statements that the query does not reach ----------------------------------
@@ -351,22 +400,31 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
             continue
         counted = low in _NUMBER_WORDS  # a number word: a number when read generously
         if counted:
-            generous.add(NUMBER)
-            if any(ch.isalpha() for ch in word):
-                generous.add(NAME)
-        if low in _CALENDAR_WORDS:
-            if at > 0:
-                strict.add(CALENDAR)
-            if not counted:
-                generous.add(CALENDAR)
-        elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
-                and not low.startswith("i'"):
-            # a stop word or opener is capitalised by position ("…: The cat …")
-            if at > 0:
-                strict.add(NAME)
-            if not counted:
-                generous.add(NAME)
+            generous.add(NUMBER)  # "one" names nothing
+        calendar = low in _CALENDAR_WORDS
+        # a stop word or opener is capitalised by position ("…: The cat …")
+        name = word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS \
+            and low not in _SELF and not low.startswith("i'")
+        if calendar and at > 0:
+            strict.add(CALENDAR)
+        elif name and (at > 0 or _named_first(raw)):  # a first word may be a name all the same
+            strict.add(NAME)
+        if calendar and not counted:
+            generous.add(CALENDAR)
+        elif name and not counted:
+            generous.add(NAME)
     return frozenset(strict), frozenset(generous)
+
+
+def _named_first(raw: Sequence[str]) -> bool:
+    """Whether a sentence's first word (capitalised by position) is a name all the same: a
+    possessive ("Marta's class is on Thursday") or one of a pair with the speaker ("Amara and I
+    have become inseparable", "Hannah and me"): a verb or an adverb opening a sentence is
+    neither ("Bought two more ferns", "Honestly Jonah is …")."""
+    first = raw[0].replace("’", "'") if raw else ""
+    if first.endswith("'s") and len(first) > 2:
+        return True
+    return len(raw) > 2 and raw[1].lower() == "and" and raw[2].lower() in ("i", "me", "i've", "i'm")
 
 
 def gives_new_value(older: str, newer: str) -> bool:
@@ -379,7 +437,7 @@ def gives_new_value(older: str, newer: str) -> bool:
     if older.strip() == newer.strip():
         return False
     old = value_kinds(older)
-    return not old or _same_kind_or_changed(old, newer)
+    return not old or _same_kind_or_changed(old, newer, older)
 
 
 def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
@@ -388,13 +446,85 @@ def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
     strictly for `older`, generously for `newer`: "I use a Pixel 7" / "Upgraded to a Fairphone
     4"), or `newer` says that something changed (:func:`says_it_changed`: "Switched to the
     train, much less stressful" after "I take my bike to work")."""
-    return share_a_word or _same_kind_or_changed(value_kinds(older), newer)
+    return share_a_word or _same_kind_or_changed(value_kinds(older), newer, older)
 
 
-def _same_kind_or_changed(old: frozenset[str], newer: str) -> bool:
+def gives_value_on_subject(older: str, newer: str, share_a_word: bool) -> bool:
+    """Whether `newer` states a value of a kind `older` gives, both read strictly
+    (:func:`value_kinds`; amounts in the same units, :func:`amount_units`), and the two share a
+    subject word (`share_a_word`): "My sister took a job in Boston" of "My sister has an
+    apartment in Denver", not "Lessons are getting harder this month" of "I take Spanish
+    lessons on Thursdays" (a capitalised first word is no value read strictly)."""
+    if not share_a_word or older.strip() == newer.strip():
+        return False
+    kinds = value_kinds(older) & value_kinds(newer)
+    if kinds == {NUMBER} and not _units_agree(older, newer):
+        return False
+    return bool(kinds)
+
+
+def _same_kind_or_changed(old: frozenset[str], newer: str, older: str | None = None) -> bool:
     """Whether `newer` gives a value of one of the kinds `old` (read generously) or says that
-    something changed: the evidence :func:`gives_new_value` and :func:`answer_link` share."""
-    return bool(old & value_kinds(newer, generous=True)) or says_it_changed(newer)
+    something changed: the evidence :func:`gives_new_value` and :func:`answer_link` share. With
+    the `older` sentence given, a number counts as a value of its kind only when the two
+    sentences' amounts are not in different units (:func:`amount_units`: "$1515 a month" and
+    "16 km a week" are two quantities)."""
+    shared = old & value_kinds(newer, generous=True)
+    if shared == {NUMBER} and older is not None and not _units_agree(older, newer):
+        shared = frozenset()
+    return bool(shared) or says_it_changed(newer)
+
+
+MONEY, TIME_OF_DAY, DISTANCE, WEIGHT, DURATION, PERCENT = (
+    "money", "time of day", "distance", "weight", "duration", "percent",
+)
+_UNIT_WORDS = {
+    **dict.fromkeys(("dollar", "dollars", "euro", "euros", "bucks", "usd", "eur", "gbp"), MONEY),
+    **dict.fromkeys(("am", "pm", "a.m", "p.m", "o'clock"), TIME_OF_DAY),
+    **dict.fromkeys(("km", "kms", "kilometres", "kilometers", "mi", "mile", "miles", "m", "metres", "meters",
+                     "k"), DISTANCE),
+    **dict.fromkeys(("kg", "kgs", "kilos", "lb", "lbs", "g", "grams"), WEIGHT),
+    **dict.fromkeys(("year", "years", "month", "months", "week", "weeks", "day", "days", "hour", "hours",
+                     "hrs", "h", "minute", "minutes", "mins", "min", "seconds"), DURATION),
+    **dict.fromkeys(("%", "percent", "per cent"), PERCENT),
+}
+_AMOUNT = re.compile(r"([$€£¥])?\s?(\d+(?:[.,:]\d+)*)\s?(%|[A-Za-z][\w.']*)?")
+_AT_END = re.compile(r"(?:^|\W)at\s*$", re.IGNORECASE)  # "… at " right before a number
+
+
+@lru_cache(maxsize=65_536)
+def amount_units(sentence: str) -> frozenset[str] | None:
+    """The kinds of unit of the amounts written with digits in `sentence`: :data:`MONEY` ("$1515",
+    "40 euros"), :data:`TIME_OF_DAY` ("6:30", "7 pm", "at 6"), :data:`DISTANCE` ("25 km", "5k"),
+    :data:`WEIGHT`, :data:`DURATION` ("six years" is no digit; "3 weeks"), :data:`PERCENT`.
+    None when some amount has no unit of these ("3 bikes", "5 in total", "room 4B": a count or a
+    name, which any unit may be a count of) or there is no amount."""
+    kinds: set[str] = set()
+    found = False
+    for m in _AMOUNT.finditer(sentence):
+        currency, number, after = m.groups()
+        start = m.start(2)
+        if start > 0 and (sentence[start - 1].isalpha() or sentence[start - 1] in "-_"):
+            continue  # a digit inside a name: "S21", "db-7"
+        found = True
+        if currency:
+            kinds.add(MONEY)
+        elif ":" in number:
+            kinds.add(TIME_OF_DAY)
+        elif after is not None and after.lower().rstrip(".") in _UNIT_WORDS:
+            kinds.add(_UNIT_WORDS[after.lower().rstrip(".")])
+        elif _AT_END.search(sentence, 0, m.start()):
+            kinds.add(TIME_OF_DAY)  # "I train at 6 now": a bare number after "at" is a clock time
+        else:
+            return None
+    return frozenset(kinds) if found else None
+
+
+def _units_agree(older: str, newer: str) -> bool:
+    """False only when both sentences' amounts all have units (:func:`amount_units`) and no kind
+    of unit is shared: a doubt never vetoes."""
+    a, b = amount_units(older), amount_units(newer)
+    return a is None or b is None or bool(a & b)
 
 
 _CHANGE_WORDS = frozenset([
@@ -525,9 +655,14 @@ def best_sentence(
 ) -> str:
     """The sentence of `text` closest to the query (the whole text when it is one sentence):
     the part of a long message that the query retrieved it for. Sentences in `repeated` are
-    passed over unless every sentence is one (text pasted into several messages)."""
+    passed over unless every sentence is one (text pasted into several messages), and so are
+    questions unless the text only asks (a question states nothing: "What's a sensible way to
+    split chores? There are 2 bikes in our garage." is compared on the bikes)."""
     every = sentences(text)
     parts = [p for p in every if p not in repeated] or every
+    # a question states nothing: "Can you help me plan a dinner? … Oh, one more thing: my rent
+    # is $1450" is compared on what it states (unless it only asks)
+    parts = [p for p in parts if not p.rstrip().endswith(_QUESTION_MARKS)] or parts
     if len(parts) <= 1:
         # one sentence left once the repeated ones are passed over is the one compared (the
         # whole text would bring the pasted sentences back); a one-sentence text is compared whole
