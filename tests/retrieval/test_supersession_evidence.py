@@ -5,6 +5,7 @@ forms are a speed-up of the same answer, never another answer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
@@ -54,32 +55,41 @@ def _doc(name: str) -> Document:
     )
 
 
+def _marks(texts: list[str], data: st.DataObject) -> tuple[list[bool], np.ndarray]:
+    """A drawn `among` mask (n) and `shared` matrix (n, n) for `texts`."""
+    n = len(texts)
+    among = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    flat = data.draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
+    return among, np.array(flat, dtype=bool).reshape(n, n)
+
+
+def _pairwise(texts: list[str], among: list[bool], fill: bool, pair: Callable[[int, int], bool]) -> np.ndarray:
+    """(n, n): `pair(i, j)` for each i < j both marked in `among`, `fill` elsewhere."""
+    n = len(texts)
+    want = np.full((n, n), fill, dtype=bool)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if among[i] and among[j]:
+                want[i, j] = pair(i, j)
+    return want
+
+
 class TestPairwiseEquivalence:
     @settings(max_examples=300)
     @given(_statements, st.data())
     def test_gives_values_is_gives_new_value_on_each_marked_pair(self, texts: list[str], data: st.DataObject) -> None:
         among = data.draw(st.lists(st.booleans(), min_size=len(texts), max_size=len(texts)))
         got = _gives_values(texts, among)
-        want = np.ones((len(texts), len(texts)), dtype=bool)
-        for i in range(len(texts)):
-            for j in range(i + 1, len(texts)):
-                if among[i] and among[j]:
-                    want[i, j] = gives_new_value(texts[i], texts[j])
+        want = _pairwise(texts, among, True, lambda i, j: gives_new_value(texts[i], texts[j]))
         assert got.shape == want.shape and (got == want).all()
 
     @settings(max_examples=300)
     @given(_statements, st.data())
     def test_answer_links_is_answer_link_on_each_marked_pair(self, texts: list[str], data: st.DataObject) -> None:
-        n = len(texts)
-        among = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-        flat = data.draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
-        shared = np.array(flat, dtype=bool).reshape(n, n)
+        among, shared = _marks(texts, data)
         got = _answer_links(texts, shared, among)
-        want = np.ones((n, n), dtype=bool)
-        for i in range(n):
-            for j in range(i + 1, n):
-                if among[i] and among[j]:
-                    want[i, j] = want[j, i] = answer_link(texts[i], texts[j], bool(shared[i, j]))
+        want = _pairwise(texts, among, True, lambda i, j: answer_link(texts[i], texts[j], bool(shared[i, j])))
+        want = np.where(np.triu(np.ones_like(want), 1), want, want.T)  # symmetric
         assert got.shape == want.shape and (got == want).all()
 
     @settings(max_examples=300)
@@ -87,16 +97,9 @@ class TestPairwiseEquivalence:
     def test_values_on_subject_is_gives_value_on_subject_on_each_marked_pair(
         self, texts: list[str], data: st.DataObject
     ) -> None:
-        n = len(texts)
-        among = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-        flat = data.draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
-        shared = np.array(flat, dtype=bool).reshape(n, n)
+        among, shared = _marks(texts, data)
         got = _values_on_subject(texts, shared, among)
-        want = np.zeros((n, n), dtype=bool)
-        for i in range(n):
-            for j in range(i + 1, n):
-                if among[i] and among[j]:
-                    want[i, j] = gives_value_on_subject(texts[i], texts[j], bool(shared[i, j]))
+        want = _pairwise(texts, among, False, lambda i, j: gives_value_on_subject(texts[i], texts[j], bool(shared[i, j])))
         assert got.shape == want.shape and (got == want).all()
 
     @settings(max_examples=300)

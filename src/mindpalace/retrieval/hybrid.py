@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -1118,14 +1118,13 @@ def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
     The same answer as ``gives_new_value`` pair by pair, from each marked text's evidence read
     once (:func:`_value_evidence`) and combined for every pair at once."""
     out = np.ones((len(texts), len(texts)), dtype=bool)
-    marked = [i for i, m in enumerate(among) if m]
-    if len(marked) < 2:
+    if (found := _marked_evidence(texts, among)) is None:
         return out
-    strict, generous, changed, same_text, apart = _value_evidence([texts[i] for i in marked])
+    at, (strict, generous, changed, same_text, apart) = found
     # gives_new_value: not the same text, and no old value or one of its kinds or a change
     ok = ~same_text & ((strict[:, None] == 0) | _kinds_given(strict, generous, apart) | changed[None, :])
     later = np.triu(np.ones(ok.shape, dtype=bool), k=1)  # (older, newer): the pairs checked
-    out[np.ix_(marked, marked)] = np.where(later, ok, True)
+    out[at] = np.where(later, ok, True)
     return out
 
 
@@ -1136,11 +1135,9 @@ def _values_on_subject(texts: Sequence[str], shared: np.ndarray, among: Sequence
     Each marked text's evidence is read once (:func:`_value_evidence`), the pairs combined at
     once."""
     out = np.zeros((len(texts), len(texts)), dtype=bool)
-    marked = [i for i, m in enumerate(among) if m]
-    if len(marked) < 2:
+    if (found := _marked_evidence(texts, among)) is None:
         return out
-    strict, _, _, same_text, apart = _value_evidence([texts[i] for i in marked])
-    at = np.ix_(marked, marked)
+    at, (strict, _, _, same_text, apart) = found
     ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart)
     out[at] = np.triu(ok, k=1)  # (older, newer) pairs only
     return out
@@ -1153,16 +1150,26 @@ def _answer_links(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool
     are never the same subject: True, nothing to veto. Each marked text's evidence is read
     once (:func:`_value_evidence`), the pairs combined at once."""
     out = np.ones((len(texts), len(texts)), dtype=bool)
-    marked = [i for i, m in enumerate(among) if m]
-    if len(marked) < 2:
+    if (found := _marked_evidence(texts, among)) is None:
         return out
-    strict, generous, changed, _, apart = _value_evidence([texts[i] for i in marked])
-    at = np.ix_(marked, marked)
+    at, (strict, generous, changed, _, apart) = found
     link = shared[at].astype(bool) | _kinds_given(strict, generous, apart) | changed[None, :]
     later = np.triu(np.ones(link.shape, dtype=bool), k=1)
     # (i, j), i < j, read with texts[i] as the older; (j, i) holds the same answer
     out[at] = np.where(later, link, np.where(later.T, link.T, True))
     return out
+
+
+_Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _marked_evidence(texts: Sequence[str], among: Sequence[bool]) -> tuple[Any, _Evidence] | None:
+    """The (marked, marked) index grid of the texts marked in `among` and their
+    :func:`_value_evidence`; None when fewer than two are marked (no pair to read)."""
+    marked = [i for i, m in enumerate(among) if m]
+    if len(marked) < 2:
+        return None
+    return np.ix_(marked, marked), _value_evidence([texts[i] for i in marked])
 
 
 _KIND_BITS = {NUMBER: 1, NAME: 2, CALENDAR: 4}
@@ -1176,7 +1183,7 @@ def _kind_bits(kinds: frozenset[str]) -> int:
     return bits
 
 
-def _value_evidence(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _value_evidence(texts: Sequence[str]) -> _Evidence:
     """Per text of `texts` (n), what :func:`~mindpalace.retrieval.supersession.gives_new_value`,
     :func:`~mindpalace.retrieval.supersession.answer_link` and
     :func:`~mindpalace.retrieval.supersession.gives_value_on_subject` read of it: its value kinds
