@@ -1095,6 +1095,8 @@ def _group_corrections(
     if not before_veto.any():
         return {}
     among = marked(before_veto)
+    evidence = _marked_evidence(compared, among)  # read once: the values and `strong` share it
+    n = len(compared)
     return choose_corrections(
         sims, query_sims, scores,
         similarity=s.supersede_similarity,
@@ -1104,9 +1106,9 @@ def _group_corrections(
         answer_share=s.supersede_answer_share,
         holders=[holder(t) if among[i] else None for i, t in enumerate(compared)],
         shared=shared,
-        values=_gives_values(compared, among),
+        values=_values_given(n, evidence),
         answer_evidence=links,
-        strong=_values_on_subject(compared, shared, among),
+        strong=_values_on_shared_words(n, shared, evidence),
     )
 
 
@@ -1117,8 +1119,13 @@ def _gives_values(texts: Sequence[str], among: Sequence[bool]) -> np.ndarray:
 
     The same answer as ``gives_new_value`` pair by pair, from each marked text's evidence read
     once (:func:`_value_evidence`) and combined for every pair at once."""
-    out = np.ones((len(texts), len(texts)), dtype=bool)
-    if (found := _marked_evidence(texts, among)) is None:
+    return _values_given(len(texts), _marked_evidence(texts, among))
+
+
+def _values_given(n: int, found: tuple[Any, _Evidence] | None) -> np.ndarray:
+    """:func:`_gives_values` of n texts from their :func:`_marked_evidence` `found`."""
+    out = np.ones((n, n), dtype=bool)
+    if found is None:
         return out
     at, (strict, generous, changed, same_text, apart) = found
     # gives_new_value: not the same text, and no old value or one of its kinds or a change
@@ -1134,8 +1141,13 @@ def _values_on_subject(texts: Sequence[str], shared: np.ndarray, among: Sequence
     gives_value_on_subject`); only pairs marked in `among` are checked (the others: False).
     Each marked text's evidence is read once (:func:`_value_evidence`), the pairs combined at
     once."""
-    out = np.zeros((len(texts), len(texts)), dtype=bool)
-    if (found := _marked_evidence(texts, among)) is None:
+    return _values_on_shared_words(len(texts), shared, _marked_evidence(texts, among))
+
+
+def _values_on_shared_words(n: int, shared: np.ndarray, found: tuple[Any, _Evidence] | None) -> np.ndarray:
+    """:func:`_values_on_subject` of n texts from their :func:`_marked_evidence` `found`."""
+    out = np.zeros((n, n), dtype=bool)
+    if found is None:
         return out
     at, (strict, _, _, same_text, apart) = found
     ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart)
