@@ -436,8 +436,7 @@ def gives_new_value(older: str, newer: str) -> bool:
     The same sentence said again gives nothing new ("I'll think about it." twice)."""
     if older.strip() == newer.strip():
         return False
-    old = value_kinds(older)
-    return not old or _same_kind_or_changed(old, newer, older)
+    return not value_kinds(older) or _same_kind_or_changed(older, newer)
 
 
 def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
@@ -446,7 +445,7 @@ def answer_link(older: str, newer: str, share_a_word: bool) -> bool:
     strictly for `older`, generously for `newer`: "I use a Pixel 7" / "Upgraded to a Fairphone
     4"), or `newer` says that something changed (:func:`says_it_changed`: "Switched to the
     train, much less stressful" after "I take my bike to work")."""
-    return share_a_word or _same_kind_or_changed(value_kinds(older), newer, older)
+    return share_a_word or _same_kind_or_changed(older, newer)
 
 
 def gives_value_on_subject(older: str, newer: str, share_a_word: bool) -> bool:
@@ -457,22 +456,23 @@ def gives_value_on_subject(older: str, newer: str, share_a_word: bool) -> bool:
     lessons on Thursdays" (a capitalised first word is no value read strictly)."""
     if not share_a_word or older.strip() == newer.strip():
         return False
-    kinds = value_kinds(older) & value_kinds(newer)
-    if kinds == {NUMBER} and not _units_agree(older, newer):
-        return False
-    return bool(kinds)
+    return _one_thing(value_kinds(older) & value_kinds(newer), older, newer)
 
 
-def _same_kind_or_changed(old: frozenset[str], newer: str, older: str | None = None) -> bool:
-    """Whether `newer` gives a value of one of the kinds `old` (read generously) or says that
-    something changed: the evidence :func:`gives_new_value` and :func:`answer_link` share. With
-    the `older` sentence given, a number counts as a value of its kind only when the two
-    sentences' amounts are not in different units (:func:`amount_units`: "$1515 a month" and
-    "16 km a week" are two quantities)."""
-    shared = old & value_kinds(newer, generous=True)
-    if shared == {NUMBER} and older is not None and not _units_agree(older, newer):
-        shared = frozenset()
-    return bool(shared) or says_it_changed(newer)
+def _same_kind_or_changed(older: str, newer: str) -> bool:
+    """Whether `newer` gives a value of one of the kinds `older` gives (`older` read strictly,
+    `newer` generously) or says that something changed: the evidence :func:`gives_new_value`
+    and :func:`answer_link` share."""
+    return _one_thing(value_kinds(older) & value_kinds(newer, generous=True), older, newer) \
+        or says_it_changed(newer)
+
+
+def _one_thing(kinds: frozenset[str], older: str, newer: str) -> bool:
+    """Whether `kinds`, the value kinds `older` and `newer` have in common, can be values of
+    one thing: some kind, and numbers alone only when the two sentences' amounts are not in
+    different units (:func:`amount_units`: "$1515 a month" and "16 km a week" are two
+    quantities)."""
+    return bool(kinds) and (kinds != {NUMBER} or _units_agree(older, newer))
 
 
 MONEY, TIME_OF_DAY, DISTANCE, WEIGHT, DURATION, PERCENT = (
