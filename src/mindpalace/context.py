@@ -68,7 +68,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeGuard
 
 from mindpalace.blocks import (
     AUTHORITY_BLOCKS,
@@ -438,13 +438,13 @@ class ContextBuilder:
         index_of = {key: int(r.removeprefix("message:")) for key, r in ref_of.items()}
         lifted = [m for m in convo if m.get("role") == "system"]
         convo = [m for m in convo if m.get("role") != "system"]
-        if system_prompt is None and lifted:
+        lifted_prompt = system_prompt is None and bool(lifted)
+        if lifted_prompt:
             system_prompt = _text(lifted[-1].get("content"))
-            self._check_floor(budget, blocks, tool_list, system_prompt)
         convo, pairing = repair_pairing(convo)
-        if convo:
+        if convo or lifted_prompt:  # one check of the lifted system prompt and the request
             self._check_floor(budget, blocks, tool_list, system_prompt,
-                              request=(convo[-1], ref_of.get(id(convo[-1]))))
+                              request=(convo[-1], ref_of.get(id(convo[-1]))) if convo else None)
         convo = self._with_l1_reminder(convo, budget)
         if system_prompt:
             at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
@@ -621,9 +621,10 @@ class ContextBuilder:
             return ", ".join(f"{p.name.value} {self.counter.count_messages(self._flat([p])) - priming}"
                              for p in parts)
 
-        if parts and budget < (floor := self.counter.count_messages(self._flat(parts), tools)):
+        protected = self.counter.count_messages(self._flat(parts), tools) if parts else minimum
+        if budget < protected:
             raise ContextBudgetError(  # I7: these are never cut, so they must fit whole
-                budget, floor, f"reply priming and tool schemas {minimum}, {sizes()} tokens, which "
+                budget, protected, f"reply priming and tool schemas {minimum}, {sizes()} tokens, which "
                 "are never cut; shorten them"
             )
         message, ref = request if request is not None else ({}, None)
@@ -632,7 +633,7 @@ class ContextBuilder:
             return
         least = request_floor(self.counter, text, ref)
         shell = self.counter.count_message({"role": "user", "content": ""})
-        floor = self.counter.count_messages(self._flat(parts), tools) + shell + least
+        floor = protected + shell + least
         if budget < floor:
             whole = self.counter.count(text)
             kept = "whole" if least == whole else "as head + tail + the note naming it"
@@ -1038,7 +1039,7 @@ class _Fitter:
             total = self.total()
         return total
 
-    def _is_request(self, target: _Part | Message) -> bool:
+    def _is_request(self, target: _Part | Message) -> TypeGuard[Message]:
         return not isinstance(target, _Part) and id(target) == self.request
 
     def _floor(self, tokens: int, target: _Part | Message) -> int:
@@ -1046,7 +1047,7 @@ class _Fitter:
         user message (the request) whole when it is at most half the budget (a longer one is
         cut to the common level with the rest, head and tail kept), the recalled block its best
         item, others nothing."""
-        if not isinstance(target, _Part) and id(target) == self.request:
+        if self._is_request(target):
             if tokens <= self.budget * _REQUEST_SHARE:
                 return tokens
             return request_floor(self.counter, target["content"], self.refs.get(id(target)))
