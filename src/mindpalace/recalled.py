@@ -742,7 +742,7 @@ def _span(item: RecalledItem) -> str:
     start, end = item.date, item.until
     if end is None or end.replace(second=0, microsecond=0) <= start.replace(second=0, microsecond=0):
         return human_date(start)
-    return f"{human_date(start)} – {end:%H:%M}" if end.date() == start.date() else f"{human_date(start)} – {human_date(end)}"
+    return _time_span(start, end) if end.date() == start.date() else f"{human_date(start)} – {human_date(end)}"
 
 
 def _date(value: object) -> datetime | None:
