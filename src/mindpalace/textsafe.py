@@ -109,3 +109,26 @@ def require_name(value: Any, *, field: str = "name") -> str:
             _VALID_NAMES.clear()
         _VALID_NAMES.add(value)
     return value
+
+
+class RepeatedKeyError(ValueError):
+    """A key repeated inside one JSON object (raised by :func:`unique_keys`); `key` names it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r} in an object")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: the object, each key once.
+
+    Raises:
+        RepeatedKeyError: a key is repeated — ambiguous (Python keeps the last value, a proxy
+            or a log may read the first).
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKeyError(key)
+        out[key] = value
+    return out

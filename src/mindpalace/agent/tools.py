@@ -27,6 +27,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from mindpalace.blocks import ToolSchema
 from mindpalace.errors import ValidationError
+from mindpalace.textsafe import RepeatedKeyError, unique_keys
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what the OpenAI API accepts as a function name
 MAX_ERRORS_SHOWN: Final = 5  # argument errors listed in one message; the model fixes a few at a time
@@ -227,26 +228,12 @@ def _params_model(fn: Callable[..., Any], tool_name: str, arg_docs: dict[str, st
     return model
 
 
-class _Repeated(Exception):  # a control-flow signal inside _repeated_key, never raised out
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Repeated(key)
-        out[key] = value
-    return out
-
-
 def _repeated_key(text: str) -> str | None:
     """The first key repeated inside one JSON object of `text` (its last value would win
     silently), or None — also when `text` is not JSON (the model's validation says why)."""
     try:
-        json.loads(text or "{}", object_pairs_hook=_unique_pairs)
-    except _Repeated as rep:
+        json.loads(text or "{}", object_pairs_hook=unique_keys)
+    except RepeatedKeyError as rep:
         return rep.key
     except (ValueError, RecursionError):
         return None

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mindpalace.rest.problems import BadBody, problem
-from mindpalace.textsafe import MAX_JSON_DEPTH
+from mindpalace.textsafe import MAX_JSON_DEPTH, RepeatedKeyError, unique_keys
 
 
 def _refuse_constant(name: str) -> Any:
@@ -46,22 +46,13 @@ def parse_json(body: bytes) -> Any:
         raise BadBody(f"not UTF-8: invalid byte at offset {exc.start}") from exc
     _check_depth(text)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise BadBody(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    except RepeatedKeyError as exc:
+        raise BadBody(str(exc)) from None
     _check_strings(value, "")
     return value
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object with each key once: a repeated key is ambiguous (Python keeps the last value,
-    a proxy or a log may read the first)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise BadBody(f"duplicate key {key!r} in an object")
-        out[key] = value
-    return out
 
 
 def _check_depth(text: str) -> None:
