@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictFloat, StrictInt
 
 from mindpalace.aio import AsyncMemory, AsyncSession
 from mindpalace.errors import MindPalaceError, OutcomeUnknownError, ToolCallInFlightError
@@ -73,10 +73,8 @@ IdempotencyKey = Annotated[str | None, Field(
 TaskId = Annotated[str | None, Field(description="the task (default: the session's own task)",
                                      max_length=200)]
 JsonValue = str | int | float | bool | list[Any] | dict[str, Any]
-# Counts, shares and flags are JSON numbers / booleans, as on REST (mindpalace.rest.models):
+# Counts and shares are JSON numbers (StrictInt, StrictFloat), as on REST (mindpalace.rest.models):
 # pydantic's lax mode would take "0.9", true, "5" and 5.0 and store them.
-Count = Annotated[int, Field(strict=True)]
-Share = Annotated[float, Field(strict=True)]
 
 
 @dataclass(frozen=True)
@@ -158,7 +156,7 @@ class MemoryTools:
                                   'e.g. "user:city"', min_length=3, max_length=200)],
         content: Annotated[str, Field(description="the value, as text", min_length=1,
                                       max_length=MAX_TEXT_CHARS)],
-        importance: Annotated[Share, Field(ge=0, le=1, allow_inf_nan=False, description=(
+        importance: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False, description=(
             "0-1; at or above the workspace's threshold (default 0.7) it is kept long-term"))] = 0.5,
         source: Annotated[str, Field(description="where it came from (message, tool call …)",
                                      max_length=200)] = "",
@@ -177,7 +175,7 @@ class MemoryTools:
         self,
         query: Annotated[str, Field(description="free text, or an entity:attribute key",
                                     min_length=1, max_length=MAX_TEXT_CHARS)],
-        limit: Annotated[Count | None, Field(ge=1, le=100, description=(
+        limit: Annotated[StrictInt | None, Field(ge=1, le=100, description=(
             "hits wanted (default: the workspace's recall_top_k)"))] = None,
         user_id: UserId = None, agent_id: AgentId = None, session_id: SessionId = None,
     ) -> RecallResult:
@@ -219,7 +217,7 @@ class MemoryTools:
 
     async def get_context(
         self,
-        budget_tokens: Annotated[Count | None, Field(ge=1, le=10_000_000, description=(
+        budget_tokens: Annotated[StrictInt | None, Field(ge=1, le=10_000_000, description=(
             "cap on the prompt in tokens (default: the workspace's input budget)"))] = None,
         query: Annotated[str | None, Field(max_length=MAX_TEXT_CHARS, description=(
             "what the recalled-memory block recalls for (default: the newest user message)"))] = None,
@@ -269,7 +267,7 @@ class MemoryTools:
         self,
         goal: Annotated[str | None, Field(max_length=MAX_TEXT_CHARS, description=(
             "a new step's goal (leave out to evaluate an earlier pending step)"))] = None,
-        step: Annotated[Count | None, Field(ge=1, description=(
+        step: Annotated[StrictInt | None, Field(ge=1, description=(
             "the pending step to evaluate (the number an earlier record_step returned)"))] = None,
         evaluation: Annotated[str | None, Field(max_length=MAX_TEXT_CHARS, description=(
             '"success", "failed" or free text; given with goal, the step is begun and '
@@ -307,7 +305,7 @@ class MemoryTools:
 
     async def checkpoint(
         self,
-        step: Annotated[Count | None, Field(ge=0, description="the step index reached")] = None,
+        step: Annotated[StrictInt | None, Field(ge=0, description="the step index reached")] = None,
         artifacts: Annotated[dict[str, Any] | None, Field(
             description="working variables to keep (JSON), e.g. {\"hotel\": \"Hilton\"}")] = None,
         pending: Annotated[list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]] | None, Field(

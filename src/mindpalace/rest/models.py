@@ -12,7 +12,16 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import Query, Request
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+)
 
 from mindpalace.errors import ValidationError
 
@@ -25,12 +34,10 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-# Numbers and flags are taken as JSON numbers and booleans only: "100" or 1.0 for a count, or
-# "yes" for a flag, is a 422 naming the field rather than a silent coercion (the settings refuse
-# coercion the same way). Not the whole model strict: datetimes arrive as ISO strings.
-Count = Annotated[int, Field(strict=True)]
-Flag = Annotated[bool, Field(strict=True)]
-Share = Annotated[float, Field(strict=True, ge=0, le=1)]
+# Numbers and flags are taken as JSON numbers and booleans only (pydantic's StrictInt,
+# StrictFloat, StrictBool): "100" or 1.0 for a count, or "yes" for a flag, is a 422 naming the
+# field rather than a silent coercion (the settings refuse coercion the same way). Not the whole
+# model strict: datetimes arrive as ISO strings.
 
 
 Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
@@ -63,13 +70,13 @@ class ReadRecordsIn(Body):
 
 class RecallIn(Body):
     query: Annotated[str, Field(min_length=1, max_length=10_000)]
-    k: Annotated[Count, Field(ge=1, le=100)] | None = Field(None, description="Hits (default facts.recall_top_k).")
+    k: Annotated[StrictInt, Field(ge=1, le=100)] | None = Field(None, description="Hits (default facts.recall_top_k).")
 
 
 class FactIn(Body):
     key: Annotated[str, Field(min_length=1, max_length=300)] = Field(description="entity:attribute, e.g. user:home_city.")
     content: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
-    importance: Share = 0.5
+    importance: Annotated[StrictFloat, Field(ge=0, le=1)] = 0.5
     source: Annotated[str, Field(max_length=1_000)] = ""
 
 
@@ -81,16 +88,16 @@ class ConstraintIn(Body):
 
 
 class CheckpointIn(Body):
-    step: Annotated[Count, Field(ge=0)] | None = None
+    step: Annotated[StrictInt, Field(ge=0)] | None = None
     artifacts: JsonObject | None = None
     pending: list[Text] | None = None
-    snapshot: Flag = False
+    snapshot: StrictBool = False
 
 
 class ContextIn(Body):
     """A pure build (``Session.context``): nothing is written."""
 
-    budget_tokens: Annotated[Count, Field(ge=1)] | None = Field(None, description="Cap on the prompt (tokens); default the input budget.")
+    budget_tokens: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="Cap on the prompt (tokens); default the input budget.")
     system_prompt: Text | None = None
     tools: list[JsonObject] | None = Field(None, max_length=MAX_TOOLS)
     messages: list[JsonObject] | None = Field(None, max_length=10_000, description="A conversation to use instead of the stored one.")
@@ -100,7 +107,7 @@ class ContextIn(Body):
 class TurnIn(Body):
     """The agent path (``Session.prepare``): consolidate if over budget, then build."""
 
-    budget_tokens: Annotated[Count, Field(ge=1)] | None = None
+    budget_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     system_prompt: Text | None = None
     tools: list[JsonObject] | None = Field(None, max_length=MAX_TOOLS)
     query: Text | list[Text] | None = None
