@@ -70,3 +70,22 @@ class TestBadInput:
         with pytest.raises(ValidationError, match="outcome"):
             session.task.finish_step(0, outcome="maybe")
         assert session.task.version == 0
+
+    @pytest.mark.parametrize("step", [True, False, "3", 2.0])
+    def test_a_step_that_is_not_an_int_is_refused_and_nothing_stored(self, session: Session, step: object) -> None:
+        # new-user finding: checkpoint(step=True) was stored as step 1 and step="3" as 3 (pydantic's
+        # lax int); a bool or a string is a caller's bug, refused like on REST and MCP
+        with pytest.raises(ValidationError, match="step"):
+            session.checkpoint(step=step)  # type: ignore[arg-type]
+        with pytest.raises(ValidationError, match="index"):
+            session.task.start_step(step)  # type: ignore[arg-type]
+        with pytest.raises(ValidationError, match="index"):
+            session.task.finish_step(step)  # type: ignore[arg-type]
+        assert session.task.version == 0
+
+    def test_a_ledgered_checkpoint_with_a_bool_step_is_refused_before_the_tool_runs(self, session: Session) -> None:
+        ran: list[int] = []
+        with session.tool_call("book_ticket", {"place": "Senso-ji"}) as call, \
+                pytest.raises(ValidationError, match="checkpoint"):
+            call.run(lambda **_: ran.append(1), checkpoint={"step": True})
+        assert ran == [] and session.task.version == 0

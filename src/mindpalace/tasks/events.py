@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError
 
@@ -55,20 +55,20 @@ class PlanCreated(TaskEvent):
 
 class StepStarted(TaskEvent):
     type: Literal["step_started"] = "step_started"
-    index: int = Field(ge=0, description="0-based step index.")
+    index: StrictInt = Field(ge=0, description="0-based step index.")
     name: str = ""
 
 
 class StepFinished(TaskEvent):
     type: Literal["step_finished"] = "step_finished"
-    index: int = Field(ge=0)
+    index: StrictInt = Field(ge=0)
     outcome: Literal["success", "failure", "skipped"] = "success"
     output: Any = None
 
 
 class Checkpoint(TaskEvent):
     type: Literal["checkpoint"] = "checkpoint"
-    step: int | None = Field(None, ge=0, description="Index of the next step to run, if known.")
+    step: StrictInt | None = Field(None, ge=0, description="Index of the next step to run, if known.")
     artifacts: dict[str, Any] = Field(default_factory=dict, description="Merged into state.artifacts.")
     pending: list[str] | None = Field(None, description="Replaces the pending-actions queue when given.")
 
@@ -79,7 +79,7 @@ class ToolCallRecorded(TaskEvent):
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
     idempotent: bool = False
-    attempt: int = Field(1, ge=1)
+    attempt: StrictInt = Field(1, ge=1)
     owner: dict[str, Any] | None = Field(
         None, description="Who runs the call (host, node, pid, start, call): tells in flight from crashed.")
 

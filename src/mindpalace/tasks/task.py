@@ -159,6 +159,10 @@ class Task:
     ) -> int:
         """Persist working variables atomically (one event; a snapshot in the same transaction
         when due or when `snapshot`); cheap enough to call after every step. Returns the version.
+
+        Raises:
+            ValidationError: `step` is not a non-negative int (``True`` and ``"3"`` are refused,
+                not read as 1 and 3), `artifacts` is not JSON, `pending` is not a list of text.
         """
         [r] = self.events.append(
             self.id,
