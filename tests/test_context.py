@@ -195,6 +195,14 @@ class TestDegradation:
         assert built.report.total_tokens <= full.report.total_tokens - 60
         assert check_pairing(built.messages) == []
 
+    def test_prepare_refuses_two_tool_schemas_of_one_name_before_it_archives(self, mem: Memory) -> None:
+        s = filled(mem)
+        full = s.prepare(100_000, query=[])
+        dup = [*TOOLS, {"type": "function", "function": {"name": "get_user_details"}}]
+        with pytest.raises(ValidationError, match="get_user_details"):
+            s.prepare(full.report.total_tokens - 60, query=[], tools=dup)
+        assert s.consolidator.last_consolidated == 0
+
     def test_a_tiny_budget_run_does_not_leave_the_archived_block_cut_at_later_budgets(
             self, mem: Memory) -> None:
         # a new user's finding: after prepare(50) the block's stored cap (16 tokens) hid every
@@ -357,6 +365,13 @@ class TestDegradation:
             ({"tools": [{"type": "function", "name": "f\ud800"}]}, "lone surrogate"),
             ({"tools": [{"type": "function", "function": {"name": "f", "parameters": deep(3_000)}}]},
              "nested deeper"),  # was a RecursionError (new-user finding)
+            # new-user finding: two schemas of one name were sent (OpenAI answers 400, and a
+            # model's call to the name is ambiguous)
+            ({"tools": [{"type": "function", "function": {"name": "book", "parameters": {}}},
+                        {"type": "function", "function": {"name": "book", "description": "x"}}]},
+             r"tools\[1\].*'book'.*tools\[0\]"),
+            ({"tools": [{"type": "function", "name": "book"}, {"type": "function", "name": "book"}]},
+             "'book'"),  # the flat (Responses API) form
         ],
     )
     def test_a_request_the_model_api_could_not_take_is_refused(

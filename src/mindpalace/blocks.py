@@ -182,8 +182,9 @@ def check_tools(tools: Any) -> list[ToolSchema] | None:
 
     Raises:
         ValidationError: not a list of dicts, not JSON (NaN, sets, non-string keys, objects),
-            nested deeper than ``textsafe.MAX_JSON_DEPTH`` levels, or text a request cannot
-            carry (NUL, lone surrogates).
+            nested deeper than ``textsafe.MAX_JSON_DEPTH`` levels, text a request cannot
+            carry (NUL, lone surrogates), or two schemas of one tool name (model APIs refuse
+            them, and a call to that name would be ambiguous).
     """
     if tools is None:
         return None
@@ -198,4 +199,21 @@ def check_tools(tools: Any) -> list[ToolSchema] | None:
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"tools must be JSON-serialisable: {exc}") from exc
     require_text("tools", text)
+    seen: dict[str, int] = {}
+    for i, schema in enumerate(tools):
+        name = _tool_name(schema)
+        if name is None:
+            continue
+        if name in seen:
+            raise ValidationError(f"tools[{i}] is a second schema of the tool {name!r} (first at "
+                                  f"tools[{seen[name]}]); tool names must be unique")
+        seen[name] = i
     return list(tools)
+
+
+def _tool_name(schema: dict[str, Any]) -> str | None:
+    """The tool name of a schema: ``function.name`` (Chat Completions) or ``name`` (the flat
+    Responses form); None when it has none (the provider judges that)."""
+    function = schema.get("function")
+    name = function.get("name") if isinstance(function, dict) else schema.get("name")
+    return name if isinstance(name, str) else None
