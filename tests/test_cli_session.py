@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from mindpalace import Memory
 from mindpalace.cli import app
+from mindpalace.errors import NotFoundError
 
 SMALL = {"context_window_tokens": 700, "max_completion_tokens": 100, "safety_buffer_tokens": 0}
 
@@ -39,6 +40,14 @@ def test_session_show_reports_cursor_summary_and_live_messages(workspace: Path) 
     assert data["history_entries"] == 1 and data["last_summary"]
     assert [m["index"] for m in data["live"]] == [39, 40]
     assert data["lease"] is None
+
+
+def test_session_show_of_an_unknown_session_exits_1_naming_it(workspace: Path) -> None:
+    # new-user finding: `session show trip` without --user printed "0 messages" and exited 0
+    result = CliRunner().invoke(app, ["session", "show", "trip", "-w", str(workspace)])
+    # (mindpalace.cli.main prints the MindPalaceError as "error: …" and exits 1)
+    assert result.exit_code == 1 and isinstance(result.exception, NotFoundError)
+    assert "unknown session 'trip'" in str(result.exception)
 
 
 def test_history_tail_lists_the_newest_entries(workspace: Path) -> None:

@@ -339,6 +339,10 @@ class AsyncSession:
         return await self._call(self.sync.prepare, budget_tokens, system_prompt=system_prompt,
                                 tools=tools, query=query)
 
+    async def exists(self) -> bool:
+        """:meth:`Session.exists` (read-only)."""
+        return await self._call(self.sync.exists)
+
     async def status(self, *, live_messages: int = 10) -> SessionStatus:
         """:meth:`Session.status` (read-only)."""
         return await self._call(self.sync.status, live_messages=live_messages)

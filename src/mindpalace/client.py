@@ -193,6 +193,8 @@ class RemoteSession:
         return self.items("/messages")
 
     def status(self, *, live_messages: int = 10) -> dict[str, Any]:
+        """:meth:`Session.status` as JSON; NotFoundError when nothing is stored in the session's
+        scope (an unknown session id, user or agent)."""
         return dict(self.call("GET", params={"live_messages": live_messages}))
 
     # -- facts and recall -------------------------------------------------------------------

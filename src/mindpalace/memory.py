@@ -25,6 +25,7 @@ from mindpalace.checks import require_session_id
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
 from mindpalace.errors import NotFoundError, ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
+from mindpalace.facts.dual import WORKING_NAMESPACE
 from mindpalace.facts.longterm import NAMESPACE as FACTS_NAMESPACE
 from mindpalace.history import HistoryLog
 from mindpalace.knowledge import KnowledgeBase
@@ -583,6 +584,16 @@ class Session:
         return turn_lease(self.store, self.scope, holder=holder,
                           ttl_seconds=s.lease_ttl_seconds if ttl_seconds is None else ttl_seconds,
                           lock_timeout_seconds=s.lock_timeout_seconds)
+
+    def exists(self) -> bool:
+        """Whether anything is stored in this session's own scope (tenant, user, agent,
+        session): a message, a step, a task event, a record or a working-memory item. Sessions
+        are created by their first write; a session id or scope with none is unknown (REST
+        ``GET /v1/sessions/{s}`` answers 404, ``mindpalace session show`` exits 1). Read-only.
+        """
+        store = self.store
+        return bool(store.list_streams(self.scope) or store.list_records(self.scope, limit=1)
+                    or store.kv_list(self.scope, WORKING_NAMESPACE))
 
     def status(self, *, live_messages: int = 10) -> SessionStatus:
         """The session's consolidation state, lease and newest `live_messages` live messages.

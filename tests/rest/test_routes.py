@@ -93,6 +93,25 @@ class TestMessages:
         assert status["messages"] == 1 and status["live"][0]["message"]["content"] == "hi"
 
 
+    def test_the_status_of_an_unknown_session_is_a_404_naming_it(self, client: TestClient) -> None:
+        # new-user finding: GET /v1/sessions/<typo> (or a forgotten ?user=) answered 200 with
+        # 0 messages, while an unknown task, record or fact is a 404
+        r = get(client)
+        assert r.status_code == 404 and r.headers["content-type"] == PROBLEM
+        assert r.json()["kind"] == "session" and r.json()["name"] == SESSION
+        assert SESSION in r.json()["detail"]
+        post(client, "/messages", {"message": {"role": "user", "content": "hi"}})
+        assert get(client).status_code == 200
+        assert client.get(BASE, params={**SCOPE, "user": "u2"}).status_code == 404
+
+    def test_a_session_holding_only_steps_or_a_checkpoint_is_known(self, client: TestClient) -> None:
+        assert client.post("/v1/sessions/s-steps/steps", json={"goal": "g"}, params=SCOPE).status_code == 201
+        assert client.post("/v1/sessions/s-task/checkpoint", json={"step": 1}, params=SCOPE).status_code == 200
+        for sid in ("s-steps", "s-task"):
+            r = client.get(f"/v1/sessions/{sid}", params=SCOPE)
+            assert r.status_code == 200 and r.json()["messages"] == 0
+
+
 class TestStepsAndRecords:
     def test_begin_evaluate_and_read_the_record(self, client: TestClient) -> None:
         step = post(client, "/steps", {"goal": "search Senso-ji hours"}).json()["step"]

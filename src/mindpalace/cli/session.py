@@ -21,6 +21,7 @@ from mindpalace.cli.app import (
     open_memory,
     print_json,
 )
+from mindpalace.errors import NotFoundError
 
 if TYPE_CHECKING:
     from mindpalace.session.autocompact import CompactOutcome
@@ -44,7 +45,10 @@ def session_show(
 ) -> None:
     """Show a session: message count, consolidation cursor, budget, lease and archived summary."""
     with open_memory(workspace) as mem:
-        st = mem.session(session, user=user, agent=agent).status(live_messages=messages)
+        s = mem.session(session, user=user, agent=agent)
+        if not s.exists():  # a typo or a missing --user / --agent, not an empty session
+            raise NotFoundError("session", session, s.scope)
+        st = s.status(live_messages=messages)
     data: dict[str, Any] = {
         "session": session, "scope": str(st.scope), "messages": st.messages,
         "last_consolidated": st.last_consolidated, "history_entries": st.history_entries,

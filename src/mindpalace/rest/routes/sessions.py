@@ -6,7 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from mindpalace.memory import Memory, Session
+from mindpalace.errors import NotFoundError
+from mindpalace.memory import Memory, Session, SessionStatus
 from mindpalace.rest import views
 from mindpalace.rest.body import StrictRoute
 from mindpalace.rest.deps import ReadMemory, ReadSession, WriteSession
@@ -34,8 +35,13 @@ async def list_sessions(request: Request, mem: ReadMemory, limit: Limit = None,
 
 @router.get("/{session_id}")
 async def session_status(s: ReadSession, live_messages: int = 10) -> dict[str, Any]:
-    """Consolidation state, lease and the newest `live_messages` live messages (read-only)."""
-    return views.status(await s.status(live_messages=max(0, min(live_messages, 100))))
+    """Consolidation state, lease and the newest `live_messages` live messages (read-only);
+    a session with nothing stored in its scope (a typo, another ?user=) → 404."""
+    def known_status(sync: Session) -> SessionStatus:  # one worker call
+        if not sync.exists():
+            raise NotFoundError("session", sync.id, sync.scope)
+        return sync.status(live_messages=max(0, min(live_messages, 100)))
+    return views.status(await s.run(known_status))
 
 
 @router.post("/{session_id}/messages", status_code=201)
