@@ -197,3 +197,90 @@ def test_a_key_names_one_call_of_one_tool_with_arguments_of_the_same_json_types(
             assert [h["memory"] for h in hits if h["key"] == "user:city"] == ["user:city: Porto"]
 
     anyio.run(main)
+
+
+def test_one_key_raced_by_two_tools_runs_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New-user finding: a key was refused for a second tool only when the first tool's ledger
+    row already existed — two tools racing one key both passed that look and both wrote. Here
+    remember(key K) is held right before its ledger row is written while forget(key K) runs."""
+    import threading
+
+    from mindpalace.mcpserver.idempotency import LEDGER_TASK
+    from mindpalace.tasks.ledger import ToolCall
+
+    held, other_done = threading.Event(), threading.Event()
+    original = ToolCall.run
+
+    def run(self: ToolCall, fn, **kw):  # type: ignore[no-untyped-def]
+        if self.task != LEDGER_TASK:
+            return original(self, fn, **kw)
+        if not held.is_set():  # the first keyed write: wait until the other one finished
+            held.set()
+            assert other_done.wait(timeout=60)
+            return original(self, fn, **kw)
+        try:
+            return original(self, fn, **kw)
+        finally:
+            other_done.set()
+
+    monkeypatch.setattr(ToolCall, "run", run)
+    tools = _tools(tmp_path / "ws")
+    outcomes: dict[str, str] = {}
+
+    async def main() -> None:
+        await tools.remember("user:city", "Porto", importance=0.9)  # no key: not held
+
+        async def first() -> None:
+            try:
+                await tools.remember("user:city", "Kyoto", importance=0.9, idempotency_key="K")
+                outcomes["remember"] = "wrote"
+            except ToolError as exc:
+                outcomes["remember"] = str(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await anyio.to_thread.run_sync(held.wait)
+            forgot = await tools.forget("user:city", idempotency_key="K")
+            outcomes["forget"] = "wrote" if forgot.forgotten else "nothing"
+        await tools.memory.aclose()
+
+    anyio.run(main)
+    assert outcomes["forget"] == "wrote"
+    assert "'K'" in outcomes["remember"] and "forget" in outcomes["remember"], outcomes
+    with Memory.open(tmp_path / "ws", create=False) as mem:
+        assert mem.session("s1", user="u1").facts.peek("user:city") is None  # Kyoto never written
+
+
+def test_the_write_tools_are_the_tools_that_take_an_idempotency_key(tmp_path: Path) -> None:
+    import inspect
+
+    from mindpalace.mcpserver.tools import TOOL_NAMES, TOOLS, WRITE_TOOLS
+
+    tools = _tools(tmp_path / "ws")
+    listed = tools.all()
+    assert [n for n, _, _ in listed] == list(TOOL_NAMES) == [n for n, _ in TOOLS]
+    writes = [n for n, fn, _ in listed if "idempotency_key" in inspect.signature(fn).parameters]
+    assert writes == list(WRITE_TOOLS) == [n for n, _, read_only in listed if not read_only]
+    anyio.run(tools.memory.aclose)
+
+
+def test_a_key_held_by_a_row_of_an_earlier_version_is_still_honoured(tmp_path: Path) -> None:
+    """Rows written before keys were one row per key (``<tool>:<key>``) still replay their
+    call and refuse another tool's."""
+    from mindpalace.mcpserver.idempotency import LEDGER_SESSION, LEDGER_TASK
+
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing"}) as mem:
+        args = {"key": "user:city", "user_id": "u1", "agent_id": "", "session_id": "s1"}
+        with mem.session(LEDGER_SESSION).tasks(LEDGER_TASK).tool_call("forget", args, key="old") as call:
+            call.run(lambda **_: {"key": "user:city", "forgotten": True})
+    tools = _tools(tmp_path / "ws")
+
+    async def main() -> None:
+        again = await tools.forget("user:city", idempotency_key="old")
+        assert again.replayed and again.forgotten
+        with pytest.raises(ToolError, match="first used by the tool 'forget'"):
+            await tools.remember("user:city", "Kyoto", importance=0.9, idempotency_key="old")
+        assert (await tools.forget("user:city", idempotency_key="new")).forgotten is False
+        await tools.memory.aclose()
+
+    anyio.run(main)

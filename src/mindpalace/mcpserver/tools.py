@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, StrictFloat, StrictInt
@@ -52,7 +52,7 @@ from mindpalace.mcpserver.models import (
 from mindpalace.memory import Session
 from mindpalace.steps.records import render_record
 
-__all__ = ["TOOL_NAMES", "MemoryTools", "ToolDefaults"]
+__all__ = ["TOOLS", "TOOL_NAMES", "WRITE_TOOLS", "MemoryTools", "ToolDefaults"]
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -146,7 +146,8 @@ class MemoryTools:
         full = {**args, "user_id": session.scope.user, "agent_id": session.scope.agent,
                 "session_id": session.id}
         data, replayed = await session.run(
-            lambda s: run_once(ledger, tool, full, key, lambda: write(s).model_dump(mode="json")))
+            lambda s: run_once(ledger, tool, full, key, lambda: write(s).model_dump(mode="json"),
+                               write_tools=WRITE_TOOLS))
         return model.model_validate({**data, "replayed": replayed})
 
     # -- facts and recall --------------------------------------------------------------------
@@ -341,16 +342,16 @@ class MemoryTools:
 
     def all(self) -> list[tuple[str, Callable[..., Awaitable[BaseModel]], bool]]:
         """(name, bound method, read-only) of every tool, in the order listed to clients."""
-        return [
-            ("remember", self.remember, False), ("recall", self.recall, True),
-            ("forget", self.forget, False), ("read_records", self.read_records, True),
-            ("get_context", self.get_context, True),
-            ("set_constraint", self.set_constraint, False),
-            ("record_step", self.record_step, False), ("checkpoint", self.checkpoint, False),
-            ("task_status", self.task_status, True),
-        ]
+        return [(name, getattr(self, name), read_only) for name, read_only in TOOLS]
 
 
-TOOL_NAMES = ("remember", "recall", "forget", "read_records", "get_context", "set_constraint",
-              "record_step", "checkpoint", "task_status")
+TOOLS: Final = (
+    ("remember", False), ("recall", True), ("forget", False), ("read_records", True),
+    ("get_context", True), ("set_constraint", False), ("record_step", False),
+    ("checkpoint", False), ("task_status", True),
+)
+"""(name, read-only) of every tool in the order listed to clients: the one list that
+:meth:`MemoryTools.all`, :data:`TOOL_NAMES` and :data:`WRITE_TOOLS` are made from."""
+TOOL_NAMES: Final = tuple(name for name, _ in TOOLS)
+WRITE_TOOLS: Final = tuple(name for name, read_only in TOOLS if not read_only)
 
