@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from mindpalace.errors import InvalidTextError, TokenBudgetExceededError, ValidationError
 from mindpalace.providers.llm import ExtractiveProvider, TokenBudget, make_llm
-from mindpalace.providers.llm.extractive import KEY_FACTS_LABEL, key_facts, split_units
+from mindpalace.providers.llm.extractive import (
+    KEY_FACTS_LABEL,
+    is_constraint,
+    key_facts,
+    score_unit,
+    split_units,
+)
 from mindpalace.settings import LLMSettings
 from mindpalace.tokens import get_counter
 
@@ -96,6 +102,35 @@ class TestKeepsWhatMatters:
             assert fact in text and fact not in body
         kept = sum(f in out for f in ["PNR7X2K9", "TK001", "u_10086", "2025-05-20", "2000 CNY"])
         assert kept == 5
+
+    CHEERS = ("Don't give up!", "You must try it!", "Never stop dreaming!", "Don't worry about it!",
+              "Don't forget to have fun!", "You must come visit us sometime!", "Never give up on your dreams, Mel!",
+              "Don't be afraid to ask!", "Don't let anyone bring you down!", "You must definitely see it!",
+              "Don't hesitate to reach out!", "Do not lose hope.", "Don't ever stop believing in yourself!")
+    RULES = ("You must not exceed $500!", "Never book flights before 08:00!", "Don't share my address with anyone!",
+             "Don't give up our seats on the 7:40 train!", "The budget must stay under 2000 CNY.",
+             "You must check in by 3pm!", "Never stop the backup job!", "You must read the contract before signing.",
+             "Don't give up the reservation!", "我们必须在周五前出发！")
+
+    @pytest.mark.parametrize("cheer", CHEERS)
+    def test_a_cheer_addressed_at_the_listener_is_no_constraint(self, cheer):
+        # new-user finding: "Don't give up!" and "You must try it!" were scored as hard limits
+        # (W_CONSTRAINT) and kept ahead of every date, id and amount of a conversation
+        assert not is_constraint(cheer)
+
+    @pytest.mark.parametrize("rule", RULES)
+    def test_a_rule_in_the_same_words_is_still_a_constraint(self, rule):
+        assert is_constraint(rule)
+
+    def test_always_reply_in_french_still_outranks_a_cheer(self):
+        assert score_unit("Always reply in French!") > score_unit("Don't give up!")
+
+    def test_a_cheer_does_not_push_out_a_dated_fact_when_space_is_tight(self, llm):
+        text = ("Caroline: Don't give up!\nMel: You must try it!\nCaroline: Never stop dreaming!\n"
+                "Mel: The pottery class starts on 2023-07-14 at the Riverside studio.")
+        limit = EXACT.count("Mel: The pottery class starts on 2023-07-14 at the Riverside studio.") + 2
+        out = llm.summarize(text, max_tokens=limit).text
+        assert "2023-07-14" in out and "give up" not in out
 
     def test_instructions_boost_sentences_that_mention_their_words(self, llm):
         text = " ".join(FILLER_EN)

@@ -41,6 +41,24 @@ _CONSTRAINT_EN = re.compile(
     r"at most|at least|no more than|no less than|not exceed|deadline|due by)\b",
     re.IGNORECASE,
 )
+# Encouragement addressed at the listener, in a constraint's words: "Don't give up!", "Never
+# stop dreaming!", "You must try it!" — no limit on anything. A marker opening one of these
+# phrases does not make a constraint (is_constraint); "Don't give up our seats", "Never stop
+# the backup job" and any sentence with a number still do.
+_CHEER_AFTER_NEGATION = re.compile(
+    r"\s+(?:ever\s+)?(?:give\s+up\b(?!\s+(?:the|your|my|our|their|his|her|a|an|this|that|these|those|any)\b)"
+    r"|stop\s+[a-z]+ing\b|worry\b|fret\b|panic\b|despair\b|lose\s+(?:hope|heart|faith)\b"
+    r"|doubt\s+yourself\b|hesitate\b"
+    r"|be\s+(?:so\s+|too\s+)?(?:afraid|scared|shy|sad|nervous|discouraged|a\s+stranger|hard\s+on\s+yourself)\b"
+    r"|let\s+(?:anyone|anybody|them|it|that|this)\s+(?:get|bring|stop|tell|discourage|hold)\b"
+    r"|forget\s+to\s+(?:smile|have\s+fun|enjoy|relax|take\s+care|breathe)\b)",
+    re.IGNORECASE,
+)
+_CHEER_AFTER_MUST = re.compile(  # a recommendation, and only as an exclamation: "You must try it!"
+    r"\s+(?:(?:really|definitely|totally|absolutely)\s+)?(?:try|see|visit|come|taste|watch|meet"
+    r"|check\s+(?:it|this|that|them)\s+out|go\s+(?:see|try|visit))\b",
+    re.IGNORECASE,
+)
 _CONSTRAINT_ZH = re.compile(r"不要|必须|预算|不能|至多|至少|最多|最少|不超过|不得|禁止|务必|只能|截止|一定要|不可|不允许")
 # Weak markers: often constraints, often just conversation ("I cannot wait").
 _HINT_EN = re.compile(
@@ -201,8 +219,25 @@ def clauses(sentence: str) -> list[str]:
 
 
 def is_constraint(text: str) -> bool:
-    """Does the sentence state a hard limit (must, never, budget, 必须, 不要, 预算 …)?"""
-    return bool(_CONSTRAINT_EN.search(text) or _CONSTRAINT_ZH.search(text))
+    """Does the sentence state a hard limit (must, never, budget, 必须, 不要, 预算 …)?
+
+    Not when every marker opens a cheer addressed at the listener and the sentence holds no
+    number: "Don't give up!", "Never stop dreaming!", "You must try it!" state no limit
+    ("You must not exceed $500!", "Never book flights before 08:00!" do)."""
+    if _CONSTRAINT_ZH.search(text):
+        return True
+    markers = list(_CONSTRAINT_EN.finditer(text))
+    if not markers:
+        return False
+    return _NUMBER.search(text) is not None or not all(_opens_cheer(text, m) for m in markers)
+
+
+def _opens_cheer(text: str, marker: re.Match[str]) -> bool:
+    word = marker.group().casefold().replace("’", "'")
+    rest = text[marker.end():]
+    if word in ("never", "don't", "do not"):
+        return _CHEER_AFTER_NEGATION.match(rest) is not None
+    return word == "must" and "!" in rest and _CHEER_AFTER_MUST.match(rest) is not None
 
 
 def score_unit(text: str, *, first: bool = False, boost: re.Pattern[str] | None = None) -> float:
