@@ -284,3 +284,28 @@ def test_a_key_held_by_a_row_of_an_earlier_version_is_still_honoured(tmp_path: P
         await tools.memory.aclose()
 
     anyio.run(main)
+
+
+def test_an_unknown_argument_is_refused_naming_it_and_nothing_is_stored(tmp_path: Path) -> None:
+    """New-user finding: a misspelt argument was dropped without a word — remember(importnace=0.9)
+    stored the fact at the default 0.5 (not kept long-term) and remember(idempotencyKey="k")
+    ran without exactly-once; REST refuses unknown fields, and so does the agent loop."""
+    from mcp import Client
+
+    from mindpalace.mcpserver.server import build_server
+
+    from .helpers import call, refused
+
+    async def main() -> None:
+        amem = AsyncMemory(Memory.open(tmp_path / "ws", embed={"provider": "hashing"}))
+        async with amem, Client(build_server(amem, ToolDefaults(user_id="u1"))) as c:
+            for typo in ({"importnace": 0.9}, {"idempotencyKey": "k1"}, {"user": "u2"}):
+                message = await refused(c, "remember", key="user:city", content="Kyoto", **typo)
+                assert next(iter(typo)) in message and "Extra inputs are not permitted" in message
+            assert "tool_id" in await refused(c, "task_status", tool_id="x")  # a read tool too
+            assert (await call(c, "task_status"))["version"] == 0
+            assert (await call(c, "recall", query="Kyoto"))["results"] == []
+            listed = await c.list_tools()
+            assert all(t.input_schema.get("additionalProperties") is False for t in listed.tools)
+
+    anyio.run(main)

@@ -22,7 +22,9 @@ from typing import Literal, TextIO
 
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict
 
 from mindpalace import __version__
 from mindpalace.aio import AsyncMemory
@@ -90,22 +92,35 @@ def build_server(
         http: the HTTP options (None = stdio, no auth).
     """
     auth = http is not None and http.auth
+    tools = MemoryTools(memory, defaults)
     server: MCPServer = MCPServer(
         "mindpalace", version=__version__, instructions=INSTRUCTIONS,
         resources=knowledge_resources(memory),
+        tools=[_strict(Tool.from_function(
+            fn, name=name, description=(fn.__doc__ or "").strip(), structured_output=True,
+            annotations=ToolAnnotations(read_only_hint=read_only, destructive_hint=name == "forget",
+                                        idempotent_hint=read_only, open_world_hint=False),
+        )) for name, fn, read_only in tools.all()],
         token_verifier=ApiKeyVerifier(memory) if auth else None,
         auth=AuthSettings(issuer_url=f"http://{http.host}:{http.port}",
                           resource_server_url=None) if auth and http is not None else None,
         log_level="WARNING",
     )
-    tools = MemoryTools(memory, defaults)
-    for name, fn, read_only in tools.all():
-        server.add_tool(
-            fn, name=name, description=(fn.__doc__ or "").strip(), structured_output=True,
-            annotations=ToolAnnotations(read_only_hint=read_only, destructive_hint=name == "forget",
-                                        idempotent_hint=read_only, open_world_hint=False),
-        )
     return server
+
+
+def _strict(tool: Tool) -> Tool:
+    """`tool` with unknown arguments refused (``additionalProperties: false`` in its schema, a
+    tool error naming the argument), as REST refuses unknown fields: the SDK's argument model
+    drops them, so a misspelt ``importnace`` or ``idempotencyKey`` silently took the default."""
+    base = tool.fn_metadata.arg_model
+    strict: type[BaseModel] = type(base.__name__, (base,), {
+        "__module__": base.__module__, "__doc__": base.__doc__,
+        "model_config": ConfigDict(**{**base.model_config, "extra": "forbid"}),
+    })
+    metadata = tool.fn_metadata.model_copy(update={"arg_model": strict})
+    return tool.model_copy(update={"fn_metadata": metadata,
+                                   "parameters": strict.model_json_schema(by_alias=True)})
 
 
 async def serve_stdio(memory: AsyncMemory, defaults: ToolDefaults) -> None:
