@@ -377,3 +377,17 @@ def test_reading_never_creates_the_repository_a_write_does(memory: Memory, s: Se
     assert not memory.workspace.knowledge_dir.exists()
     assert session.knowledge.apply([Patch.insert("USER.md", "- likes tea")], message="seed") is not None
     assert subjects(fresh)[-1] == "mindpalace|init knowledge repository"
+
+
+@pytest.mark.parametrize("patches", [Patch.insert("USER.md", "- likes tea"), "USER.md", None, 3])
+def test_patches_that_are_not_a_list_of_patches_are_a_knowledge_error(
+    memory: Memory, s: Session, patches: object
+) -> None:
+    # new-user finding: apply(Patch.insert(...)) without the list raised a raw TypeError
+    # ('Patch' object is not iterable); a string was read as a list of characters
+    scope = s.knowledge.scope("user")
+    for call in (lambda: s.knowledge.apply(patches, message="m"),  # type: ignore[arg-type]
+                 lambda: memory.knowledge.preview(scope, patches)):  # type: ignore[arg-type]
+        with pytest.raises(KnowledgeError, match="a list of Patch"):
+            call()
+    assert memory.knowledge.files(scope) == {}

@@ -301,9 +301,7 @@ class KnowledgeBase:
         """
         who = author_line(author)
         why = _message(message)
-        batch = list(patches)
-        if not all(isinstance(p, Patch) for p in batch):
-            raise KnowledgeError("patches must be Patch objects (Patch.replace / insert / remove)")
+        batch = _batch(patches)
         cursor = None if dream_cursor is None else _check_cursor(dream_cursor)
         with self.lock(scope):
             self._sync_locked(scope, SyncReport(scope))
@@ -326,9 +324,7 @@ class KnowledgeBase:
 
         Raises:
             AxiomViolation / KnowledgeError: as :meth:`apply`."""
-        batch = list(patches)
-        if not all(isinstance(p, Patch) for p in batch):
-            raise KnowledgeError("patches must be Patch objects (Patch.replace / insert / remove)")
+        batch = _batch(patches)
         cursor = None if dream_cursor is None else _check_cursor(dream_cursor)
         plan = self._plan(scope, batch, cursor)
         if plan is None:
@@ -641,6 +637,20 @@ def _message(message: Any) -> str:
     except MindPalaceError as exc:
         raise KnowledgeError(f"a knowledge change needs a message saying what and why: {exc}") from exc
     return text.strip()
+
+
+def _batch(patches: Any) -> list[Patch]:
+    """`patches` as a list of :class:`Patch`.
+
+    Raises:
+        KnowledgeError: not a list (or tuple) of Patch objects — a lone Patch, a string, None.
+    """
+    if not isinstance(patches, list | tuple) or not all(isinstance(p, Patch) for p in patches):
+        got = type(patches).__name__ if not isinstance(patches, list | tuple) else "a list holding " + ", ".join(
+            sorted({type(p).__name__ for p in patches if not isinstance(p, Patch)}))
+        raise KnowledgeError(f"patches must be a list of Patch objects (Patch.replace / insert / "
+                             f"remove), got {got}; wrap a single patch in a list")
+    return list(patches)
 
 
 def _check_cursor(value: Any) -> int:
