@@ -138,6 +138,18 @@ class TestStepsAndRecords:
         r = post(client, "/steps/7/evaluate", {"evaluation": "success"})
         assert r.status_code == 404 and "7" in r.json()["detail"]
 
+    def test_a_reference_with_a_slash_is_read_by_its_url(self, memory: Memory, client: TestClient) -> None:
+        # new-user finding: GET /records/{name} reads "one record or reference", but a knowledge
+        # reference (knowledge:user/USER.md, knowledge:agent/L3/deploy.md) matched no route
+        from mindpalace import Patch
+
+        s = memory.for_tenant("acme").session(SESSION, user=SCOPE["user"], agent=SCOPE["agent"])
+        s.knowledge.apply([Patch.insert("USER.md", "- likes tea")], message="a preference")
+        r = get(client, "/records/knowledge:user%2FUSER.md")
+        assert r.status_code == 200 and "likes tea" in r.json()["body"], r.text
+        r = get(client, "/records/knowledge:user%2F..%2F..%2Fetc%2Fpasswd")
+        assert r.status_code == 404 and r.json()["error"] == "NotFoundError"
+
     def test_a_path_trick_in_a_record_name_is_refused(self, client: TestClient) -> None:
         r = get(client, "/records/..%5C..%5Cetc")
         assert r.status_code == 404 and r.json()["error"] == "NotFoundError"
@@ -154,6 +166,19 @@ class TestFactsAndRecall:
         assert client.delete(f"{BASE}/facts/user:home_city", params=SCOPE).json() == {"forgotten": True}
         assert get(client, "/facts/user:home_city").status_code == 404
         assert client.delete(f"{BASE}/facts/user:home_city", params=SCOPE).status_code == 404
+
+    def test_a_fact_key_with_a_slash_is_read_and_forgotten_by_its_url(self, client: TestClient) -> None:
+        # new-user finding: "doc:a/b" or "user:/home/alice" is a valid key (stored by POST
+        # /facts), but GET and DELETE /facts/doc:a%2Fb matched no route: a bare 404 "Not Found",
+        # and RemoteMemory.forget answered False while the fact stayed
+        for key in ("doc:a/b", "user:/home/alice/trips"):
+            assert post(client, "/facts", {"key": key, "content": "kept", "importance": 0.9}).status_code == 201
+            path = "/facts/" + key.replace("/", "%2F")
+            r = get(client, path)
+            assert r.status_code == 200 and r.json()["key"] == key
+            assert client.delete(BASE + path, params=SCOPE).json() == {"forgotten": True}
+            r = get(client, path)
+            assert r.status_code == 404 and r.json()["error"] == "NotFoundError" and r.json()["name"] == key
 
     @pytest.mark.parametrize("importance", [1.5, -0.1, "high"])
     def test_importance_out_of_range_is_refused(self, client: TestClient, importance: object) -> None:

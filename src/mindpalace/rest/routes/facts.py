@@ -41,7 +41,7 @@ async def list_facts(request: Request, s: ReadSession, limit: Limit = None,
     return page
 
 
-@router.get("/facts/{key}")
+@router.get("/facts/{key:path}")  # :path — a key may hold "/" (doc:a/b)
 async def get_fact(s: ReadSession, key: FactKey) -> dict[str, Any]:
     """The current value of a key (read-only: nothing promoted); unknown → 404."""
     found = await s.facts.peek(key)
@@ -50,7 +50,7 @@ async def get_fact(s: ReadSession, key: FactKey) -> dict[str, Any]:
     return views.fact(found)
 
 
-@router.delete("/facts/{key}")
+@router.delete("/facts/{key:path}")
 async def forget(s: WriteSession, key: FactKey) -> dict[str, bool]:
     """Forget a fact for good (tombstone); unknown → 404."""
     if not await s.forget(key):

@@ -63,10 +63,10 @@ async def list_records(request: Request, s: ReadSession,
     return page
 
 
-@router.get("/records/{name}")
+@router.get("/records/{name:path}")  # :path — a reference may hold "/" (knowledge:user/USER.md)
 async def read_record(s: ReadSession, name: RecordName) -> dict[str, Any]:
-    """One record by name (step_12) or reference (message:17, history:3, fact:user:city);
-    unknown → 404 naming it."""
+    """One record by name (step_12) or reference (message:17, history:3, fact:user:city,
+    knowledge:user/USER.md, its "/" sent as is or as %2F); unknown → 404 naming it."""
     found = (await s.read_records([name])).found.get(name)
     if found is None:
         raise NotFoundError("record", name, s.scope)
