@@ -106,6 +106,24 @@ class TestProtection:
         assert budgeted.constraints["budget_per_night_cny"] == 2000
         assert budgeted.task.version == version
 
+    @pytest.mark.parametrize(("call", "field"), [
+        (lambda c: c.set("budget_per_night_cny", 1500, source="user", note=None), "note"),
+        (lambda c: c.set("budget_per_night_cny", 1500, source="user", note=3), "note"),
+        (lambda c: c.set("budget_per_night_cny", 1500, source="user", note="x\ud800"), "note"),
+        (lambda c: c.remove(["budget_per_night_cny"]), "constraint name"),
+        (lambda c: c.remove({"n": 1}), "constraint name"),
+        (lambda c: c.guard("book_hotel", "price <= 1", name=5), "guard name"),
+        (lambda c: c.guard("book_hotel", 5), "guard"),
+    ])
+    def test_a_wrong_type_is_a_mindpalace_error_naming_the_field(self, budgeted: Session, call, field: str) -> None:  # type: ignore[no-untyped-def]
+        # new-user finding: note=None raised pydantic's own ValidationError, remove([name]) a
+        # TypeError (unhashable type: 'list') — third-party / raw exceptions
+        version = budgeted.task.version
+        with pytest.raises(ValidationError, match=field):
+            call(budgeted.constraints)
+        assert budgeted.constraints["budget_per_night_cny"] == 2000
+        assert budgeted.task.version == version
+
 
 class TestGuards:
     def test_guard_blocks_an_over_budget_booking(self, budgeted: Session) -> None:

@@ -217,9 +217,10 @@ class Constraints:
 
         Raises:
             ConstraintError: `source` is not ``user`` / ``developer`` (recorded as refused).
-            ValidationError: empty/unsafe name, value not JSON.
+            ValidationError: empty/unsafe name, value not JSON, a note that is not text.
         """
         require_name(name, field="constraint name")
+        note = require_text("constraint note", note)
         if value is None:
             self._require_source(name, value, source, "null")
             raise ValidationError(f"constraint {name!r}: use remove() to drop a constraint, not None")
@@ -229,7 +230,9 @@ class Constraints:
         return clean_json(value)
 
     def remove(self, name: str, *, source: str = "user") -> None:
-        """Drop a constraint (user / developer only). Raises ConstraintError otherwise."""
+        """Drop a constraint (user / developer only). Raises ConstraintError otherwise, and
+        ValidationError for a name that is not a constraint name or not set."""
+        require_name(name, field="constraint name")
         self._require_source(name, None, source, "remove")
         if name not in self.state().constraints:
             raise ValidationError(f"no protected constraint {name!r} in task {self.task!r}")
@@ -239,10 +242,13 @@ class Constraints:
         """Add (or replace) a guard on `tool`; returns its name (default ``<tool>:<n>``).
 
         Raises:
-            ValidationError: the expression is outside the allowed subset.
+            ValidationError: the expression is outside the allowed subset; a bad tool or
+                guard name.
             ConstraintError: `source` is not user / developer.
         """
         require_name(tool, field="tool name")
+        if name is not None:
+            require_name(name, field="guard name")
         parse_guard(expr)
         # the default name is chosen and recorded in one write transaction: two processes
         # adding guards at once never pick the same name (the second would replace the first)
