@@ -21,7 +21,7 @@ from typing import Any
 
 from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
-from mindpalace.checks import require_session_id
+from mindpalace.checks import require_int, require_session_id
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
 from mindpalace.errors import NotFoundError, ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
@@ -597,7 +597,12 @@ class Session:
 
     def status(self, *, live_messages: int = 10) -> SessionStatus:
         """The session's consolidation state, lease and newest `live_messages` live messages.
-        Read-only."""
+        Read-only.
+
+        Raises:
+            ValidationError: `live_messages` is not an int >= 0.
+        """
+        require_int("live_messages", live_messages, minimum=0)
         c = self.consolidator
         state = c.state()
         live = c.live_messages()

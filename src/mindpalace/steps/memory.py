@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from mindpalace.checks import require_int
-from mindpalace.errors import NotFoundError
+from mindpalace.errors import NotFoundError, ValidationError
 from mindpalace.lineage import Lineage
 from mindpalace.scope import Scope
 from mindpalace.settings import StepSettings
@@ -206,12 +206,16 @@ class StepMemory:
         Raises:
             NotFoundError: `step` is not pending (never begun, already evaluated or swept).
             InvalidTextError: `evaluation` is empty, or any text is not storable.
+            ValidationError: `tool_outputs` is not a text or a list of texts.
         """
         step_id = _step_id(step)
         evaluation = clean_text(require_text("evaluation", evaluation, allow_empty=False))
         analysis = clean_text(require_text("analysis", analysis))
         if isinstance(tool_outputs, str):  # one output, not one per character
             tool_outputs = [tool_outputs]
+        elif not isinstance(tool_outputs, list | tuple):
+            raise ValidationError("tool_outputs must be a list of texts (or one text), got "
+                                  f"{type(tool_outputs).__name__}")
         # Tool output is untrusted bulk text: NUL / lone surrogates are escaped, not refused
         # (textsafe.clean_text), so a binary result never loses the step's evaluation.
         outputs = [

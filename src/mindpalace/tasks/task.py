@@ -245,6 +245,12 @@ class Tasks:
         self._current: Task | None = None
 
     def __call__(self, task_id: str) -> Task:
+        """The task `task_id` of this session (created by its first event).
+
+        Raises:
+            InvalidNameError: `task_id` is not a task name (letters, digits, ``_ . : @ + -``).
+        """
+        require_name(task_id, field="task id")
         with self._lock:
             if task_id not in self._tasks:
                 self._tasks[task_id] = Task(self.events, self.ledger, task_id)
