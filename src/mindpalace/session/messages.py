@@ -37,8 +37,8 @@ def validate_message(message: Any) -> dict[str, Any]:
     """Check the OpenAI chat shape and return a storable copy (NUL / lone surrogates escaped).
 
     Raises:
-        ValidationError: not a dict, unknown role, content of the wrong type, a tool message
-            without ``tool_call_id``, malformed ``tool_calls`` (each needs an id and a function
+        ValidationError: not a dict, unknown role, content of the wrong type, a ``name`` that
+            is not one line of text, a tool message without ``tool_call_id``, malformed ``tool_calls`` (each needs an id and a function
             name; arguments must be a JSON string or object).
     """
     if not isinstance(message, dict):
@@ -53,6 +53,11 @@ def validate_message(message: Any) -> dict[str, Any]:
         raise ValidationError(
             'message content parts must be objects with a "type", e.g. {"type": "text", "text": "…"}'
         )
+    if "name" in message:  # the speaker: shown as "<name> (role):" on a line of quoted memory
+        name = message["name"]
+        if not isinstance(name, str) or not name.strip() or "\n" in name or "\r" in name:
+            raise ValidationError(f"message name (the speaker) must be one line of text, got {_excerpt(name)}; "
+                                  "leave it out when there is none")
     if role == "tool" and not (isinstance(message.get("tool_call_id"), str) and message["tool_call_id"]):
         raise ValidationError("a tool message needs the tool_call_id (a string) of the call it answers")
     calls = message.get("tool_calls")
