@@ -22,6 +22,7 @@ AuthError …) with the server's message; a transport failure raises
 from __future__ import annotations
 
 import builtins
+import json as jsonlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -110,9 +111,31 @@ class RemoteMemory:
 
     def request(self, method: str, path: str, *, json: Any = None,
                 params: dict[str, Any] | None = None) -> Any:
-        """One call: the decoded JSON reply, or the error it names."""
+        """One call: the decoded JSON reply, or the error it names.
+
+        Raises:
+            ValidationError: a body or query the request cannot carry (NaN / ±Infinity, a lone
+                surrogate, a value that is not JSON) — refused here, before anything is sent.
+            RemoteError: the server cannot be reached. MindPalaceError: the problem it names.
+        """
+        headers = None
+        content = None
+        try:  # encoded here, as the server's strict parser reads it (no NaN, UTF-8 only)
+            for name, value in (params or {}).items():
+                if isinstance(value, str):
+                    try:
+                        value.encode()
+                    except UnicodeEncodeError as exc:
+                        raise ValueError(f"query parameter {name!r}: {exc}") from exc
+            if json is not None:
+                content = jsonlib.dumps(json, allow_nan=False, ensure_ascii=False).encode()
+                headers = {"Content-Type": "application/json"}
+            request = self.http.build_request(method, path, content=content, params=params,
+                                              headers=headers)
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            raise ValidationError(f"{method} {path}: the request cannot be sent: {exc}") from exc
         try:
-            response = self.http.request(method, path, json=json, params=params)
+            response = self.http.send(request)
         except httpx.HTTPError as exc:
             raise RemoteError(f"{method} {path}: {type(exc).__name__}: {exc}; is `mindpalace "
                               "serve` running at that address?") from exc

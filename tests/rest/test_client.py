@@ -125,3 +125,21 @@ def test_413_over_real_http_declared_and_chunked(live: LiveServer, keys: Keys) -
         chunked = http.post(url, content=chunks(), headers=headers)
     for r in (declared, chunked):
         assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "user", "content": "x", "score": float("nan")},
+    {"role": "user", "content": "bad \ud800 bytes"},
+    {"role": "user", "content": "x", "meta": object()},
+])
+def test_a_body_the_client_cannot_encode_is_a_validation_error_not_a_raw_one(
+    remote: RemoteMemory, memory: Memory, message: dict
+) -> None:
+    # new-user finding: NaN raised httpx's raw ValueError, a lone surrogate a raw
+    # UnicodeEncodeError and an object a TypeError, before anything reached the server
+    s = remote.session(SESSION, user=USER, agent=AGENT)
+    with pytest.raises(ValidationError, match="/messages"):
+        s.add_message(message)
+    with pytest.raises(ValidationError, match="user"):
+        remote.session(SESSION, user="u\udc80", agent=AGENT).status()
+    assert memory.for_tenant("acme").session(SESSION, user=USER, agent=AGENT).messages.count() == 0
