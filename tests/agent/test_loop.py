@@ -20,6 +20,7 @@ from mindpalace.errors import (
     EffectNotApplied,
     InvalidTextError,
     ProviderError,
+    ValidationError,
 )
 from mindpalace.session.lease import SessionBusyError
 from mindpalace.tasks import NOT_RUN
@@ -263,6 +264,25 @@ class TestLedgerOptions:
         assert '"charged": 100' in tool_results(stub, 2)["b"]
         [entry] = mem.session("trip", user="u1").task.ledger_entries()
         assert (entry.key, entry.status, entry.reconciled) == ("pay:hotel-1", "completed", True)
+
+
+class TestToolNames:
+    def test_a_tool_named_like_the_memory_blocks_call_is_refused(self, mem, stub):
+        # new-user finding: with memory_role = "tool" every prompt holds an assistant call to
+        # a tool named "memory" (the memory blocks); a user tool of that name was accepted, so
+        # the model saw its own "memory" calls with the wrong arguments and could run the
+        # user's function with {"block": …}
+        def memory(query: str) -> str:
+            """Search my notes."""
+            return "notes"
+
+        with pytest.raises(ValidationError, match=r"'memory'.*memory_role"):
+            agent_for(mem, [memory])
+        s = mem.session("trip", user="u1")
+        assert s.messages.count() == 0 and stub.requests == []
+        with Memory.open(mem.workspace.root, embed={"provider": "hashing"}, context={"memory_role": "user"},
+                         agent={"base_url": stub.url, "api_key": "k", "model": "stub"}) as other:
+            Agent(other.session("trip", user="u1"), [memory]).close()  # no such call in its prompts
 
 
 class TestInput:
