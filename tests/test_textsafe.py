@@ -42,6 +42,15 @@ class TestCleanText:
     def test_clean_json_cleans_keys_and_nested_values(self) -> None:
         assert clean_json({"k\x00": ["\ud800", 1]}) == {"k\\x00": ["\\ud800", 1]}
 
+    @pytest.mark.parametrize("value", [{1: "a", "1": "b"}, {"x": {True: 1, "True": 2}},
+                                       [{"\ud800": 1, "\\ud800": 2}]])
+    def test_two_keys_that_become_one_are_refused_not_merged(self, value: object) -> None:
+        # new-user finding: s.checkpoint(artifacts={1: "a", "1": "b"}) stored {"1": "b"} — the
+        # keys are written as text, so one value was silently lost
+        with pytest.raises(InvalidTextError, match="same key"):
+            clean_json(value)
+        assert clean_json({1: "a", 2: "b"}) == {"1": "a", "2": "b"}  # distinct keys as text, as JSON writes them
+
 
 class TestRequireName:
     @pytest.mark.parametrize("name", ["step_12", "memory_snapshot_recent_step_8", "user:profile"])

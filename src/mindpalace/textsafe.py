@@ -57,7 +57,8 @@ def clean_json(value: Any, _depth: int = 0) -> Any:
 
     Raises:
         InvalidTextError: the structure nests deeper than MAX_JSON_DEPTH (64) levels — refused
-            up front instead of a RecursionError halfway through a write.
+            up front instead of a RecursionError halfway through a write; or two keys of one
+            object are the same key as text (``1`` and ``"1"``), which would merge them.
     """
     kind = type(value)
     if kind is str:
@@ -69,7 +70,15 @@ def clean_json(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, dict | list | tuple) and _depth >= MAX_JSON_DEPTH:
         raise InvalidTextError("JSON value", f"nested deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, dict):
-        return {clean_text(str(k)): clean_json(v, _depth + 1) for k, v in value.items()}
+        out = {clean_text(str(k)): clean_json(v, _depth + 1) for k, v in value.items()}
+        if len(out) != len(value):  # keys are written as text: 1 and "1" would become one
+            seen: dict[str, Any] = {}
+            for k in value:
+                other = seen.setdefault(clean_text(str(k)), k)
+                if other is not k:
+                    raise InvalidTextError("JSON object", f"the keys {other!r} and {k!r} are the same "
+                                           "key once written as text; one value would be lost")
+        return out
     if isinstance(value, list | tuple):
         return [clean_json(v, _depth + 1) for v in value]
     return value
