@@ -68,7 +68,7 @@ def test_a_key_sees_only_its_tenant(client: TestClient, keys: dict[str, str]) ->
     page = client.get("/ui").text
     assert "s-other" in page and "s-acme" not in page
     r = client.get("/ui/session", params={"id": "s-acme", "user": "ann"})  # acme's id, other's tenant
-    assert r.status_code == 200 and "vault code" not in r.text
+    assert r.status_code == 404 and "vault code" not in r.text  # unknown in this tenant, as on /v1
     r = client.get("/ui/record", params={"id": "s-acme", "user": "ann", "name": "plan"})
     assert r.status_code == 404
     assert "likes tea" not in client.get("/ui/knowledge").text
@@ -150,3 +150,13 @@ def test_a_cross_site_form_post_is_refused_even_without_auth(ws: Path) -> None:
     with Memory.open(ws, embed={"provider": "none"}) as mem:
         log = mem.for_tenant("acme").knowledge.log(KnowledgeScope.user("ann", "acme"))
         assert [c.author for c in log] == ["inspector", "api"]  # only the same-origin post
+
+
+def test_a_page_of_an_unknown_session_is_a_404_naming_it(client: TestClient, keys: dict[str, str]) -> None:
+    # new-user finding: /ui/session?id=<typo> (or a missing &user=) showed an empty session with
+    # 200, while /v1/sessions/<typo> is a 404 and /ui/task of an unknown task too
+    login(client, keys["read"])
+    for page in ("/ui/session", "/ui/prompt", "/ui/recall"):
+        r = client.get(page, params={"id": "s-acme", "q": "vault"})  # no user=ann: another scope
+        assert r.status_code == 404 and "s-acme" in r.text and "vault code" not in r.text, page
+    assert client.get("/ui/session", params={"id": "s-acme", "user": "ann"}).status_code == 200

@@ -39,9 +39,14 @@ def page(request: Request, template: str, status: int = 200, **data: Any) -> HTM
 
 
 def _session(mem: Memory, session: str, user: str, agent: str) -> Session:
+    """The session a page shows; NotFoundError (404) when nothing is stored in its scope (a
+    typo, a missing ``user=``), as ``GET /v1/sessions/{s}`` answers."""
     if not session:
         raise ValidationError("session: give a session id")
-    return mem.session(session, user=user, agent=agent)
+    s = mem.session(session, user=user, agent=agent)
+    if not s.exists():
+        raise NotFoundError("session", session, s.scope)
+    return s
 
 
 def _qs(s: Session) -> str:
