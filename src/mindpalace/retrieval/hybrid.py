@@ -1389,7 +1389,7 @@ def _above_floor(hits: list[SearchHit], basis: list[SearchHit] | None = None) ->
     scores = np.array([h.score for h in hits], dtype=np.float64)
     base = scores if basis is None or basis is hits else np.array([h.score for h in basis], dtype=np.float64)
     std = float(base.std()) if len(base) > 1 else 0.0
-    if std <= 0:
+    if not std > 0:  # (NaN included, as before)
         return np.ones_like(scores)
     return np.maximum(scores - base.min(), 0.0) / max(std, _FLOOR_STD)
 
