@@ -390,10 +390,30 @@ def test_a_recalled_question_yields_to_statements(mem: Memory) -> None:
     s.add_message({"role": "assistant", "content": "I will look it up."}, timestamp=WHEN)
     s.add_message({"role": "user", "content": "the office wifi password is tango-42"}, timestamp=WHEN)
     recaller = s.context_builder.recaller
-    plain = {h.ref: h.score for h in recaller.search.search(recaller.scopes(), "office wifi password", k=10)}
+    plain = {h.ref: h.score for h in recaller.search.search(recaller.scopes(), "office wifi password", k=10,
+                                                            statement_scale=True)}
     ranked = {item.ref: item.score for item in recaller.candidates(["office wifi password"])}
     assert ranked["message:1"] == pytest.approx(plain["1"] / 2)  # the question
     assert ranked["message:3"] == pytest.approx(plain["3"])      # the statement
+
+
+def test_the_request_the_query_comes_from_is_left_out_of_recall(mem: Memory) -> None:
+    # the request is in the prompt verbatim; in the search it would match itself best and set
+    # every list's scale
+    s = fresh(mem)
+    s.add_message({"role": "user", "content": "the office wifi password is tango-42"}, timestamp=WHEN)
+    s.add_message({"role": "user", "content": "what is the office wifi password?"}, timestamp=WHEN)
+    recaller = s.context_builder.recaller
+    assert recaller is not None
+    assert {"message:1", "message:2"} <= {i.ref for i in recaller.candidates(["what is the office wifi password?"])}
+    refs = {i.ref for i in recaller.candidates(["what is the office wifi password?"], asked_in=frozenset({2}))}
+    assert "message:1" in refs and "message:2" not in refs
+    other = mem.session("other", user=s.scope.user, agent=s.scope.agent)  # another session's message 2 stays
+    other.add_message({"role": "user", "content": "office wifi"}, timestamp=WHEN)
+    other.add_message({"role": "user", "content": "office wifi password: ask Ann"}, timestamp=WHEN)
+    if mem.settings.facts.recall_scope == "user":
+        refs = {i.ref for i in recaller.candidates(["what is the office wifi password?"], asked_in=frozenset({2}))}
+        assert "message:2@other" in refs
 
 
 class TestPacking:

@@ -449,14 +449,17 @@ class ContextBuilder:
         if system_prompt:
             at = 1 if blocks and blocks[0].name is Block.CORRECTIONS else 0  # corrections stay on top
             blocks.insert(at, _Part(Block.SYSTEM_PROMPT, system_prompt))
+        asked_in: frozenset[int] = frozenset()  # the request the query was taken from (verbatim)
         if queries is None:
             newest = next((m for m in reversed(convo) if m.get("role") == "user"), None)
             queries = [q] if newest is not None and (q := _text(newest.get("content")).strip()) else []
+            if queries and newest is not None and id(newest) in index_of:
+                asked_in = frozenset({index_of[id(newest)]})
             older: Callable[[int], str] | None = getattr(self.sources, "newest_user_text", None)
             if newest is None and older is not None and convo_given is None and (q := older(first)):
                 queries = [q]  # a tool loop archived this turn's request: it is still the question
         loaded = frozenset(index_of.values())
-        recalled = self._recalled_part(queries, budget, loaded, blocks)
+        recalled = self._recalled_part(queries, budget, loaded, blocks, asked_in)
         if recalled is not None:
             self._summary_beside_recall(blocks, recalled, budget)
             blocks.append(recalled)
@@ -466,7 +469,7 @@ class ContextBuilder:
         fitter.fit(degradations)
         if recalled is None and _kept(fitter, index_of) != loaded:
             # every candidate was loaded, but fitting dropped some: those may be recalled now
-            recalled = self._recalled_part(queries, budget, _kept(fitter, index_of), fitter.blocks)
+            recalled = self._recalled_part(queries, budget, _kept(fitter, index_of), fitter.blocks, asked_in)
             if recalled is not None:
                 fitter.blocks.append(recalled)
                 fitter.fit(degradations)
@@ -701,15 +704,17 @@ class ContextBuilder:
         return [*convo[:at], *reminder, *convo[at:]]
 
     def _recalled_part(
-        self, queries: list[str], budget: int, in_prompt: frozenset[int], others: Sequence[_Part]
+        self, queries: list[str], budget: int, in_prompt: frozenset[int], others: Sequence[_Part],
+        asked_in: frozenset[int] = frozenset(),
     ) -> _Part | None:
         """The recalled-memory block for `queries`, packed under ``recall_share × budget``
         (what it adds to the prompt beside the blocks `others`: its text, and the memory
         exchange's shell when no other memory block carries one), leaving out the messages
-        loaded for the conversation."""
+        loaded for the conversation; `asked_in`: the messages the queries were taken from
+        (:meth:`~mindpalace.recalled.MemoryRecaller.candidates`)."""
         if self.recaller is None or not queries or self.settings.recall_share <= 0:
             return None
-        items = self.recaller.candidates(queries)
+        items = self.recaller.candidates(queries, asked_in=asked_in)
         if not items:
             return None
         cap = int(self.settings.recall_share * budget) - self._added_tokens(others, Block.RECALLED)

@@ -52,7 +52,7 @@ the items, quotes, attribution, dates and references are the same.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import groupby
@@ -70,6 +70,7 @@ from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, Retrieval
 from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
+from mindpalace.store.base import Document
 from mindpalace.store.inputs import PART_SEPARATOR
 from mindpalace.store.textindex import query_terms
 from mindpalace.timeutil import from_iso
@@ -205,18 +206,27 @@ class MemoryRecaller:
         return add_scopes([self.scope, self.scope.with_(session="")], self.extra_scopes)
 
     # -- 1. candidates -----------------------------------------------------------------------
-    def candidates(self, queries: Sequence[str]) -> list[RecalledItem]:
+    def candidates(self, queries: Sequence[str], *, asked_in: frozenset[int] = frozenset()) -> list[RecalledItem]:
         """Ranked recalled items for `queries` (several lists are merged by each item's best
         reciprocal rank, so every query's top hits lead),
         best first, current facts only, each item once. Read-only.
+
+        The search puts each ranked list on the scale of its statements (``statement_scale``
+        of :meth:`~mindpalace.retrieval.hybrid.HybridRetriever.search`): the conversation's
+        earlier questions, worded like this one, would otherwise set the scale and push the
+        statements that answer it down the list; they still lend neighbour credit to their
+        replies. `asked_in`: indexes of this session's messages the queries were taken from
+        (the request, shown in the prompt verbatim) — left out of the search, where each would
+        match itself best.
 
         Raises:
             InvalidTextError: a query is not storable text. ProviderError: the embedder failed.
         """
         ranked: dict[tuple[str, str, str], tuple[float, RecalledItem]] = {}
         k = self.settings.recall_candidates
+        skip = self._asked_in(asked_in) if asked_in else None
         for query in [q for q in queries if q.strip()]:
-            hits = self.search.search(self.scopes(), query, k=k)
+            hits = self.search.search(self.scopes(), query, k=k, skip=skip, statement_scale=True)
             created = self._record_dates(hits)
             entries = [e for e in (self._from_hit(h, created) for h in hits) if e is not None]
             # a message that only asks states nothing: it yields to statements (its answer
@@ -236,6 +246,11 @@ class MemoryRecaller:
                     ranked[key] = (merged, entry)
         order = sorted(ranked.values(), key=lambda x: -x[0])
         return [replace(entry, score=score) for score, entry in order]
+
+    def _asked_in(self, indexes: frozenset[int]) -> Callable[[Document], bool]:
+        """True for this session's messages `indexes` (search documents)."""
+        refs = {str(i) for i in indexes}
+        return lambda doc: doc.kind == MESSAGE_KIND and doc.ref in refs and doc.scope == self.scope
 
     def _record_dates(self, hits: Sequence[RetrievalHit]) -> dict[tuple[Scope, str], datetime | None]:
         """created_at of the record hits (step / info / snapshot …), one read per scope."""

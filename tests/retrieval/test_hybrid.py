@@ -169,3 +169,43 @@ class TestSearchableScopes:
         memory.store.index_document(notes, "note", "n1", "hotel note for the user")
         assert {h.scope.agent for h in r.search([sessions, notes], "hotel", k=5)} == {"a", ""}
         assert len(asked) == 4
+
+
+class TestStatementScale:
+    """``search(statement_scale=True)``: each list's scale is that of its statements, so
+    questions worded like the query do not flatten the statements' scores; ``skip`` leaves
+    documents out before fusion."""
+
+    QUESTIONS = ("when did Mia go camping in July?", "when did Mia go camping in June?",
+                 "where has Mia gone camping?", "did Mia go camping with her kids?")
+    STATEMENTS = ("Mia: we went camping in the forest in July", "Mia: the kids loved the campfire",
+                  "Mia: I bought a new tent for camping", "Mia: pottery class was fun")
+
+    @pytest.fixture
+    def notes(self, memory: Memory, uid: str) -> Scope:
+        scope = memory.scope(user=uid, agent="a", session="s")
+        for i, text in enumerate(self.QUESTIONS + self.STATEMENTS):
+            memory.store.index_document(scope, "note", f"n{i}", text)
+        memory.retriever.sync_embeddings()
+        return scope
+
+    def scores(self, memory: Memory, scope: Scope, **kw: object) -> dict[str, float]:
+        hits = memory.retriever.search(scope, "when did Mia go camping in July?", k=20, kinds=["note"], **kw)  # type: ignore[arg-type]
+        return {h.text: h.score for h in hits}
+
+    def test_statements_score_as_if_the_questions_were_not_in_the_lists(self, memory: Memory, notes: Scope) -> None:
+        from mindpalace.retrieval.hybrid import asks
+
+        scaled = self.scores(memory, notes, statement_scale=True)
+        without = self.scores(memory, notes, skip=lambda doc: asks(doc.text))
+        assert set(without) <= set(self.STATEMENTS) and without
+        for text, score in without.items():
+            assert scaled[text] == pytest.approx(score)
+        assert all(scaled[q] >= 0 for q in self.QUESTIONS if q in scaled)  # still candidates (they lend credit)
+        plain = self.scores(memory, notes)
+        best = max(without, key=without.__getitem__)
+        assert plain[best] != pytest.approx(scaled[best])  # without it the questions set the scale
+
+    def test_skip_leaves_documents_out(self, memory: Memory, notes: Scope) -> None:
+        hits = self.scores(memory, notes, skip=lambda doc: doc.text == self.QUESTIONS[0])
+        assert self.QUESTIONS[0] not in hits and self.QUESTIONS[1] in hits

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
@@ -302,6 +302,8 @@ class HybridRetriever:
         *,
         k: int = 5,
         kinds: Sequence[str] | None = None,
+        skip: Callable[[Document], bool] | None = None,
+        statement_scale: bool = False,
     ) -> list[RetrievalHit]:
         """Top-`k` documents for `query` in `scopes` (ANY fields widen a scope; several scopes
         are searched and merged).
@@ -311,6 +313,17 @@ class HybridRetriever:
             query: free text (any language; CJK is matched by bigrams).
             k: hits returned (≥ 0).
             kinds: restrict to these tiers (document kinds); None = all.
+            skip: documents never returned (True = left out): dropped from the keyword and
+                vector lists before fusion and from the neighbours fetched for context
+                credit, e.g. the message the query was taken from, which matches itself best
+                and would set every list's scale. None = none.
+            statement_scale: fusion puts each list on the scale of its statements: the list's
+                floor, spread and standout are those of the hits that do not only ask (text
+                not ending in a question mark), and a question is scored on that scale (not
+                below 0). Earlier questions worded like the query then do not flatten the
+                statements' scores, and still lend neighbour credit to the replies next to
+                them. Used with ``fusion`` ``zscore`` / ``adaptive``; False = every hit sets
+                the scale (with fewer than two statements in a list, too).
         Returns:
             Hits best first, at most `k`.
         Raises:
@@ -338,9 +351,12 @@ class HybridRetriever:
             qvec = self.embedder.embed_query(dense_query)
             for scope in searchable:
                 vector += self.store.vector_search(scope, qvec, self.embedder.model_id, k=n, kinds=kinds)
+        if skip is not None:
+            keyword = [h for h in keyword if not skip(h.doc)]
+            vector = [h for h in vector if not skip(h.doc)]
         keyword = _rerank(keyword)
         vector = _rerank(vector)
-        cands = self._fuse(keyword, vector)
+        cands = self._fuse(keyword, vector, statement_scale=statement_scale)
         window = max(k, self.settings.supersede_window)
         # fetched neighbours that cannot reach the best `window` are left out (their facts kept)
         left_out: list[tuple[DocFacts, float]] = []
@@ -349,6 +365,9 @@ class HybridRetriever:
         else:
             for c in cands.values():
                 c.final = c.fused
+        if skip is not None:  # a neighbour fetched for context credit is left out the same way
+            for doc_id in [i for i, c in cands.items() if skip(c.doc)]:
+                del cands[doc_id]
         if self.settings.speaker_boost:
             _boost_named_speaker(cands, query, self.settings.speaker_boost, left_out)
         dated_left_out = False
@@ -390,16 +409,22 @@ class HybridRetriever:
                     self._searchable_memo[key] = held
         return list(held)
 
-    def _fuse(self, keyword: list[SearchHit], vector: list[SearchHit]) -> dict[int, _Candidate]:
+    def _fuse(
+        self, keyword: list[SearchHit], vector: list[SearchHit], *, statement_scale: bool = False
+    ) -> dict[int, _Candidate]:
         s = self.settings
         cands: dict[int, _Candidate] = {}
         for hits, weight, is_kw in ((keyword, s.keyword_weight, True), (vector, s.vector_weight, False)):
             if not hits or weight == 0:
                 values: list[float] | None = None  # still remember the rank for the explanation
             else:
-                contrib = _rrf(hits, s.rrf_k) if s.fusion == "rrf" else _above_floor(hits)
+                basis = hits
+                if statement_scale and s.fusion != "rrf":  # the scale is the statements' (see search)
+                    stated = [h for h in hits if not asks(h.doc.text)]
+                    basis = stated if len(stated) >= 2 else hits
+                contrib = _rrf(hits, s.rrf_k) if s.fusion == "rrf" else _above_floor(hits, basis)
                 if s.fusion == "adaptive":  # a list whose best hits stand out from it counts more
-                    contrib = contrib * _standout(hits)
+                    contrib = contrib * _standout(basis)
                 values = contrib.tolist()  # the same doubles: weight × value rounds the same
             for i, h in enumerate(hits):
                 c = cands.get(h.doc.id)
@@ -1354,15 +1379,19 @@ def _rrf(hits: list[SearchHit], k: float) -> np.ndarray:
     return 1.0 / (k + np.arange(1, len(hits) + 1, dtype=np.float64))
 
 
-def _above_floor(hits: list[SearchHit]) -> np.ndarray:
+def _above_floor(hits: list[SearchHit], basis: list[SearchHit] | None = None) -> np.ndarray:
     """(score − list minimum) / list std: non-negative, scale-free, 0 for the weakest hit.
 
     Using the list's own floor makes BM25 (unbounded) and cosine (≤ 1) comparable, and keeps
-    fused scores non-negative so neighbour context only ever adds.
+    fused scores non-negative so neighbour context only ever adds. `basis` (a subset of
+    `hits`; None = all) gives the minimum and std; a hit below its minimum scores 0.
     """
     scores = np.array([h.score for h in hits], dtype=np.float64)
-    std = float(scores.std()) if len(scores) > 1 else 0.0
-    return (scores - scores.min()) / max(std, _FLOOR_STD) if std > 0 else np.ones_like(scores)
+    base = scores if basis is None or basis is hits else np.array([h.score for h in basis], dtype=np.float64)
+    std = float(base.std()) if len(base) > 1 else 0.0
+    if not std > 0:  # (NaN included, as before)
+        return np.ones_like(scores)
+    return np.maximum(scores - base.min(), 0.0) / max(std, _FLOOR_STD)
 
 
 def _standout(hits: list[SearchHit], top: int = 3) -> float:
