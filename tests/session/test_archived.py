@@ -155,3 +155,11 @@ def test_questions_and_stories_about_the_past_are_no_rules() -> None:
             "Always answer in French. Never exceed 300 EUR. Only red wine.")
     assert rule_sentences(text) == ["Never book flights on Fridays.", "Always answer in French.",
                                   "Never exceed 300 EUR.", "Only red wine."]
+
+
+def test_a_cheer_is_no_rule() -> None:
+    # the archived block listed chit-chat ("Don't quit!") under the rules the user stated
+    text = ("Don't quit! Never give up on your dreams, Mel! You must try it! "
+            "Never stop the backup job! Don't quit the app before saving. Always answer in French.")
+    assert rule_sentences(text) == ["Never stop the backup job!", "Don't quit the app before saving.",
+                                  "Always answer in French."]

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from mindpalace.datenotes import day
+from mindpalace.providers.llm.extractive import is_cheer
 from mindpalace.timeutil import from_iso
 from mindpalace.tokens import TokenCounter
 
@@ -163,14 +164,15 @@ def normalize(text: str) -> str:
 def rule_sentences(text: str) -> list[str]:
     """Sentences of `text` that state a rule (must, never, always, only, at most, 必须 …).
 
-    A question ("Do you always run?") and a story about the past ("Never had a chance to visit
-    it.") use the same words and state no rule: neither is pinned.
+    A question ("Do you always run?"), a story about the past ("Never had a chance to visit
+    it.") and a cheer ("Don't quit!", ``is_cheer``) use the same words and state no rule:
+    none is pinned.
     """
     out = []
     for part in _SENTENCE_END.split(text):
         s = part.strip()
         if (s and len(s) <= MAX_RULE_CHARS and _RULE.search(s) and not s.endswith(("?", "？"))
-                and not _NARRATIVE.search(s) and s not in out):
+                and not _NARRATIVE.search(s) and not is_cheer(s) and s not in out):
             out.append(s)
     return out
 

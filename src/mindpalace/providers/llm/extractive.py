@@ -47,7 +47,7 @@ _CONSTRAINT_EN = re.compile(
 # the backup job" and any sentence with a number still do.
 _CHEER_AFTER_NEGATION = re.compile(
     r"\s+(?:ever\s+)?(?:give\s+up\b(?!\s+(?:the|your|my|our|their|his|her|a|an|this|that|these|those|any)\b)"
-    r"|stop\s+[a-z]+ing\b|worry\b|fret\b|panic\b|despair\b|lose\s+(?:hope|heart|faith)\b"
+    r"|quit\b(?=\s*(?:now\s*)?[!.,]|\s*$)|stop\s+[a-z]+ing\b|worry\b|fret\b|panic\b|despair\b|lose\s+(?:hope|heart|faith)\b"
     r"|doubt\s+yourself\b|hesitate\b"
     r"|be\s+(?:so\s+|too\s+)?(?:afraid|scared|shy|sad|nervous|discouraged|a\s+stranger|hard\s+on\s+yourself)\b"
     r"|let\s+(?:anyone|anybody|them|it|that|this)\s+(?:get|bring|stop|tell|discourage|hold)\b"
@@ -57,6 +57,11 @@ _CHEER_AFTER_NEGATION = re.compile(
 _CHEER_AFTER_MUST = re.compile(  # a recommendation, and only as an exclamation: "You must try it!"
     r"\s+(?:(?:really|definitely|totally|absolutely)\s+)?(?:try|see|visit|come|taste|watch|meet"
     r"|check\s+(?:it|this|that|them)\s+out|go\s+(?:see|try|visit))\b",
+    re.IGNORECASE,
+)
+# Rule words that open no cheer: a sentence holding one of them is no mere encouragement.
+_OTHER_RULE_WORD = re.compile(
+    r"\b(?:always|should|shall|only|make sure|from now on|remember to|avoid|forbidden|required?)\b",
     re.IGNORECASE,
 )
 _CONSTRAINT_ZH = re.compile(r"不要|必须|预算|不能|至多|至少|最多|最少|不超过|不得|禁止|务必|只能|截止|一定要|不可|不允许")
@@ -230,6 +235,17 @@ def is_constraint(text: str) -> bool:
     if not markers:
         return False
     return _NUMBER.search(text) is not None or not all(_opens_cheer(text, m) for m in markers)
+
+
+def is_cheer(text: str) -> bool:
+    """Is the sentence only encouragement in a rule's words ("Don't give up!", "Never stop
+    dreaming!", "You must try it!")? True when it has a must / never / don't, every such word
+    opens a cheer addressed at the listener, no other rule word (always, only, should …) is in
+    it, and it holds no number. Shared by the summarizer's constraint weight and the archived
+    block's pinned rules, so neither keeps a cheer as a rule."""
+    markers = list(_CONSTRAINT_EN.finditer(text))
+    return (bool(markers) and _NUMBER.search(text) is None and not _CONSTRAINT_ZH.search(text)
+            and _OTHER_RULE_WORD.search(text) is None and all(_opens_cheer(text, m) for m in markers))
 
 
 def _opens_cheer(text: str, marker: re.Match[str]) -> bool:
