@@ -107,11 +107,13 @@ class TestKeepsWhatMatters:
               "Don't forget to have fun!", "You must come visit us sometime!", "Never give up on your dreams, Mel!",
               "Don't be afraid to ask!", "Don't let anyone bring you down!", "You must definitely see it!",
               "Don't hesitate to reach out!", "Do not lose hope.", "Don't ever stop believing in yourself!",
-              "Don't quit!", "Don't quit now, you're so close!")
+              "Don't quit!", "Don't quit now, you're so close!", "Don't let anything stop you.",
+              "Don't let the bumps in the road bring you down.", "Keep at it and never forget your dreams!")
     RULES = ("You must not exceed $500!", "Never book flights before 08:00!", "Don't share my address with anyone!",
              "Don't give up our seats on the 7:40 train!", "The budget must stay under 2000 CNY.",
              "You must check in by 3pm!", "Never stop the backup job!", "You must read the contract before signing.",
-             "Don't give up the reservation!", "Don't quit the app before saving.", "我们必须在周五前出发！")
+             "Don't give up the reservation!", "Don't quit the app before saving.", "Don't let the client call you after 9pm.",
+             "Don't let anyone into the server room.", "我们必须在周五前出发！")
 
     @pytest.mark.parametrize("cheer", CHEERS)
     def test_a_cheer_addressed_at_the_listener_is_no_constraint(self, cheer):

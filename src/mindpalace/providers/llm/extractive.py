@@ -50,8 +50,10 @@ _CHEER_AFTER_NEGATION = re.compile(
     r"|quit\b(?=\s*(?:now\s*)?[!.,]|\s*$)|stop\s+[a-z]+ing\b|worry\b|fret\b|panic\b|despair\b|lose\s+(?:hope|heart|faith)\b"
     r"|doubt\s+yourself\b|hesitate\b"
     r"|be\s+(?:so\s+|too\s+)?(?:afraid|scared|shy|sad|nervous|discouraged|a\s+stranger|hard\s+on\s+yourself)\b"
+    r"|let\s+(?:[\w']+\s+){1,6}?(?:get\s+to|bring|stop|tell|discourage|hold|drag|keep|get)\s+you\b"
     r"|let\s+(?:anyone|anybody|them|it|that|this)\s+(?:get|bring|stop|tell|discourage|hold)\b"
-    r"|forget\s+to\s+(?:smile|have\s+fun|enjoy|relax|take\s+care|breathe)\b)",
+    r"|forget\s+to\s+(?:smile|have\s+fun|enjoy|relax|take\s+care|breathe)\b"
+    r"|forget\s+(?:your|how)\s+(?:passion|dreams?|worth|strength|roots|talent|love|amazing|special|far)\b)",
     re.IGNORECASE,
 )
 _CHEER_AFTER_MUST = re.compile(  # a recommendation, and only as an exclamation: "You must try it!"
