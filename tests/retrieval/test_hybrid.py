@@ -209,3 +209,49 @@ class TestStatementScale:
     def test_skip_leaves_documents_out(self, memory: Memory, notes: Scope) -> None:
         hits = self.scores(memory, notes, skip=lambda doc: doc.text == self.QUESTIONS[0])
         assert self.QUESTIONS[0] not in hits and self.QUESTIONS[1] in hits
+
+
+class TestDenseQueryForm:
+    """The vector list searches the question as a statement; supersession compares with the
+    question as asked (``facts.dense_as_statement``)."""
+
+    class _Recording:
+        def __init__(self, inner: object) -> None:
+            self.inner, self.texts = inner, []
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        def embed_query(self, text: str) -> object:
+            self.texts.append([text])
+            return self.inner.embed_query(text)  # type: ignore[attr-defined]
+
+        def embed_queries(self, texts: list[str]) -> object:
+            self.texts.append(list(texts))
+            return self.inner.embed_queries(texts)  # type: ignore[attr-defined]
+
+    def _embedded(self, memory: Memory, uid: str, query: str, statement: bool) -> list[list[str]]:
+        memory.session("s", user=uid, agent="a").add_message(
+            {"role": "user", "name": "Ann", "content": "I moved to Oslo in May"}
+        )
+        rec = self._Recording(memory.embedder)
+        r = HybridRetriever(memory.store, rec, FactSettings(dense_as_statement=statement))  # type: ignore[arg-type]
+        assert r.search(user_scope(memory, uid), query, k=3)
+        return rec.texts
+
+    def test_a_question_embeds_both_forms_in_one_call(self, memory: Memory, uid: str) -> None:
+        texts = self._embedded(memory, uid, "When did Ann move to Oslo?", statement=True)
+        assert texts[-1] == ["When did move to Oslo?", "move to Oslo"]
+
+    def test_off_or_no_question_embeds_once(self, memory: Memory, uid: str) -> None:
+        assert self._embedded(memory, uid, "When did Ann move to Oslo?", statement=False)[-1] == [
+            "When did move to Oslo?"
+        ]
+        assert self._embedded(memory, uid, "Ann Oslo move", statement=True)[-1] == ["Oslo move"]
+
+    def test_embed_queries_matches_embed_query(self, memory: Memory) -> None:
+        assert memory.embedder is not None
+        both = memory.embedder.embed_queries(["move to Oslo", "Oslo"])
+        assert both.shape == (2, memory.embedder.dim)
+        for row, text in zip(both, ["move to Oslo", "Oslo"], strict=True):
+            assert (row == memory.embedder.embed_query(text)).all()

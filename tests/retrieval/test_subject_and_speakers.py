@@ -9,9 +9,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mindpalace.retrieval.hybrid import speaker_names, without_speakers
+from mindpalace.retrieval.hybrid import as_statement, dense_query, speaker_names, without_speakers
 from mindpalace.retrieval.supersession import same_subject
 from mindpalace.scope import Scope
+from mindpalace.settings import FactSettings
 from mindpalace.store.base import Document
 
 
@@ -66,3 +67,40 @@ class TestSpeakers:
         docs = [_doc("Caroline: hi", name="Caroline"), _doc("fact", kind="fact", name="Bob"),
                 _doc("user: hi", role="user")]
         assert speaker_names(docs) == {"Caroline"}
+
+
+class TestStatementForm:
+    def test_the_interrogative_opening_and_question_mark_go(self) -> None:
+        assert as_statement("When did Melanie go camping in June?") == "Melanie go camping in June"
+        assert as_statement("Where has Melanie camped?") == "Melanie camped"
+        assert as_statement("Would Caroline pursue writing?") == "Caroline pursue writing"
+
+    def test_the_asked_noun_stays(self) -> None:
+        assert as_statement("What activities has Melanie done?") == "activities Melanie done"
+        assert as_statement("Which city did he move to?") == "city he move to"
+
+    def test_a_statement_or_other_language_is_unchanged(self) -> None:
+        assert as_statement("my manager is Dana") == "my manager is Dana"
+        assert as_statement("¿Dónde vive Ana?") == "¿Dónde vive Ana"
+
+    def test_nothing_left_keeps_the_query(self) -> None:
+        assert as_statement("What is it?") == "What is it?"
+        assert as_statement("?") == "?"
+
+    @given(st.text(max_size=60))
+    def test_never_empty_of_terms_when_the_query_had_some(self, query: str) -> None:
+        from mindpalace.store.textindex import query_terms
+        out = as_statement(query)
+        assert out == query or query_terms(out)
+        assert len(out) <= len(query)
+
+
+class TestDenseQuery:
+    def test_settings_choose_the_steps(self) -> None:
+        q = "When did Caroline go to the support group?"
+        both = FactSettings(dense_without_speakers=True, dense_as_statement=True)
+        assert dense_query(q, {"Caroline"}, both) == "go to the support group"
+        names_only = FactSettings(dense_without_speakers=True, dense_as_statement=False)
+        assert dense_query(q, {"Caroline"}, names_only) == "When did go to the support group?"
+        neither = FactSettings(dense_without_speakers=False, dense_as_statement=False)
+        assert dense_query(q, {"Caroline"}, neither) == q

@@ -34,6 +34,7 @@ import numpy as np
 
 from mindpalace.errors import ValidationError
 from mindpalace.memory import Memory
+from mindpalace.retrieval.hybrid import dense_query, speaker_names
 from mindpalace.scope import ANY
 from mindpalace.store.textindex import STOP_WORDS
 
@@ -269,13 +270,21 @@ def recall_ranking(memory: Memory, conv: Conversation, question: Question, where
 
 def dense_ranking(memory: Memory, conv: Conversation, question: Question, where: dict[tuple[str, str], str], k: int) -> list[str]:
     """Dense-only baseline: the store's exact cosine search with the configured embedder over
-    the same message documents (no keyword list, no fusion, no context scoring)."""
+    the same message documents (no keyword list, no fusion, no context scoring), for the text
+    the product embeds for its vector list (:func:`~mindpalace.retrieval.hybrid.dense_query`:
+    without the speaker names of the keyword hits, as a statement, per the ``facts`` settings):
+    the vector list that ``Session.recall`` fuses."""
     embedder = memory.embedder
     assert embedder is not None
     scope = memory.scope(user=conv.sample_id, agent=AGENT).with_(session=ANY)
-    hits = memory.store.vector_search(
-        scope, embedder.embed_query(question.question), embedder.model_id, k=k, kinds=["message"]
+    facts = memory.settings.facts
+    names = speaker_names(
+        h.doc for h in memory.store.keyword_search(
+            scope, question.question, k=max(k, facts.recall_candidates), kinds=["message"]
+        )
     )
+    text = dense_query(question.question, names, facts)
+    hits = memory.store.vector_search(scope, embedder.embed_query(text), embedder.model_id, k=k, kinds=["message"])
     return [where[(str(h.doc.scope.session), h.doc.ref)] for h in hits if (str(h.doc.scope.session), h.doc.ref) in where]
 
 
@@ -461,7 +470,8 @@ def _run(
          lambda c, q: recall_ranking(memory, c, q, where[c.sample_id], limit)),
     ]
     if baselines and emb is not None:
-        runs.append((f"dense only ({emb.model_id})", "exact cosine over the same message documents ('speaker: text' + photo caption)",
+        runs.append((f"dense only ({emb.model_id})", "exact cosine over the same message documents ('speaker: text' + photo caption), "
+                     "for the query text the product embeds (dense_query)",
                      lambda c, q: dense_ranking(memory, c, q, where[c.sample_id], limit)))
     if baselines:
         runs.append(("BM25 only (same store)", "the store's keyword list alone: FTS5 porter tokens, "

@@ -345,12 +345,9 @@ class HybridRetriever:
                 scope, query, k=n, kinds=kinds, max_df_ratio=self.settings.keyword_max_df_ratio
             )
         if self.embedder is not None:
-            dense_query = query
-            if self.settings.dense_without_speakers:
-                dense_query = without_speakers(query, speaker_names(h.doc for h in keyword))
-            qvec = self.embedder.embed_query(dense_query)
+            qvec, list_vec = self._query_vectors(query, speaker_names(h.doc for h in keyword))
             for scope in searchable:
-                vector += self.store.vector_search(scope, qvec, self.embedder.model_id, k=n, kinds=kinds)
+                vector += self.store.vector_search(scope, list_vec, self.embedder.model_id, k=n, kinds=kinds)
         if skip is not None:
             keyword = [h for h in keyword if not skip(h.doc)]
             vector = [h for h in vector if not skip(h.doc)]
@@ -381,13 +378,30 @@ class HybridRetriever:
         ranked = _best_first(cands.values(), window if supersede else k)  # the rest is never read
         if supersede:
             named = identifiers(query)  # "db-7" in the query: "db-8 has …" corrects nothing of it
-            ranked = self._supersede(ranked, window, qvec, generation, named)
+            ranked = self._supersede(ranked, window, qvec, generation, named, list_vec is not qvec)
             if self.settings.supersede_followups:
                 ranked = self._follow_up(ranked, qvec, searchable, generation, named)
             ranked = _newest_first(ranked)
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
+
+    def _query_vectors(self, query: str, names: set[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(the query's vector for supersession, the vector searched for the vector list).
+
+        The first embeds the query without the speaker `names` (``dense_without_speakers``):
+        supersession compares statements with what was asked. The second embeds
+        :func:`dense_query`'s text (also in statement form with ``dense_as_statement``); when
+        the two texts are the same it is the same vector (one embedding), else both are
+        embedded in one provider call."""
+        assert self.embedder is not None
+        asked = without_speakers(query, names) if self.settings.dense_without_speakers else query
+        listed = as_statement(asked) if self.settings.dense_as_statement else asked
+        if listed == asked:
+            vec = self.embedder.embed_query(asked)
+            return vec, vec
+        both = self.embedder.embed_queries([asked, listed])
+        return both[0], both[1]
 
     def _searchable(
         self, scopes: list[Scope], kinds: Sequence[str] | None, generation: object
@@ -501,9 +515,14 @@ class HybridRetriever:
 
     def _supersede(
         self, ranked: list[_Candidate], window: int, qvec: np.ndarray, generation: object = None,
-        named: frozenset[str] = frozenset(),
+        named: frozenset[str] = frozenset(), own_similarity: bool = False,
     ) -> list[_Candidate]:
         """Newer statements on the same subject move above the older ones they correct.
+
+        A statement's similarity to the query is its cosine in the vector list, or with
+        `own_similarity` (the list searched another text than `qvec`'s, see
+        :meth:`_query_vectors`) its stored vector's cosine with `qvec` (−inf when it is not in
+        the vector list, as without).
 
         Among the top `window` candidates, a document B supersedes an older document A when
         both come from the same user scope and speaker (message ``name``, else ``role``; or
@@ -556,7 +575,9 @@ class HybridRetriever:
             mat = self._compared_vectors(members, compared, vectors)
             sims = mat @ mat.T
             chosen = _group_corrections(
-                compared, sims, [_query_similarity(c) for c in members], [c.final for c in members],
+                compared, sims,
+                [_asked_similarity(c, vectors, qvec) if own_similarity else _query_similarity(c) for c in members],
+                [c.final for c in members],
                 members[0].doc, self.settings,
             )
             for i, j in chosen.items():
@@ -962,6 +983,14 @@ def speaker_names(docs: Iterable[Document]) -> set[str]:
     }
 
 
+def dense_query(query: str, names: Iterable[str], settings: FactSettings) -> str:
+    """The text embedded for the vector list of `query`: without the speaker `names` it
+    contains (``dense_without_speakers``, see :func:`without_speakers`) and in the form of a
+    statement (``dense_as_statement``, see :func:`as_statement`)."""
+    out = without_speakers(query, names) if settings.dense_without_speakers else query
+    return as_statement(out) if settings.dense_as_statement else out
+
+
 def without_speakers(query: str, names: Iterable[str]) -> str:
     """`query` minus the speaker names it contains (whole words, possessive ``'s`` too).
 
@@ -975,6 +1004,28 @@ def without_speakers(query: str, names: Iterable[str]) -> str:
     for name in sorted(names, key=len, reverse=True):
         out = re.sub(rf"(?<!\w){re.escape(name)}(?:'s|’s)?(?!\w)", " ", out, flags=re.IGNORECASE)
     out = " ".join(out.split())
+    return out if query_terms(out) else query
+
+
+_WH = frozenset(["what", "when", "where", "who", "whom", "whose", "which", "why", "how"])
+_AUX = frozenset(["do", "does", "did", "is", "are", "was", "were", "has", "have", "had", "can",
+                  "could", "will", "would", "should", "might", "may"])
+
+
+def as_statement(query: str) -> str:
+    """An (English) question without its interrogative opening and question mark ("When did
+    Melanie go camping in June?" → "Melanie go camping in June"): embedded as a question, the
+    query's nearest neighbours are other questions of the conversation, not the statements
+    that answer it. Returns `query` unchanged when nothing would remain."""
+    words = query.strip().rstrip("?？").split()
+    lowered = [w.lower() for w in words]
+    if lowered and lowered[0] in _WH:
+        del words[0], lowered[0]
+    for i in range(min(2, len(words))):  # the auxiliary: first, or after the asked noun
+        if lowered[i] in _AUX:
+            del words[i]
+            break
+    out = " ".join(words)
     return out if query_terms(out) else query
 
 
@@ -1029,6 +1080,12 @@ def _matches_directly(c: _Candidate) -> bool:
 def _query_similarity(c: _Candidate) -> float:
     """How well the document answers the query on its own: cosine if in the vector list."""
     return c.vec.score if c.vec is not None else float("-inf")
+
+
+def _asked_similarity(c: _Candidate, vectors: dict[int, np.ndarray], qvec: np.ndarray) -> float:
+    """:func:`_query_similarity` against `qvec`: the cosine of the document's stored vector
+    with it, −inf when the document is not in the vector list (unit vectors: a dot product)."""
+    return float(vectors[c.doc.id] @ qvec) if c.vec is not None else float("-inf")
 
 
 def _newest_first(order: list[_Candidate]) -> list[_Candidate]:

@@ -79,6 +79,16 @@ class Embedder(abc.ABC):
         """
         return self._run([text], query=True)[0]
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed several search queries in one provider call → float32 array of shape
+        (len(texts), dim), rows L2-normalised (as :meth:`embed_query` gives them one by one).
+
+        Raises:
+            InvalidTextError: an item is not a storable string.
+            ProviderError: the provider failed.
+        """
+        return self._run(texts, query=True)
+
     def _run(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         if isinstance(texts, str):  # a bare string would otherwise be embedded per character
             texts = [texts]
