@@ -19,6 +19,7 @@ from mindpalace.retrieval.supersession import (
     followup_similarity,
     sentences,
     subject_terms,
+    value_words,
 )
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
@@ -250,6 +251,9 @@ class TestVectorFollowups:
         "My best friend is Carlos.": [0, 0, 0, 1, 0.35, 0.2],
         "I see Dr. Okafor for checkups.": [0, 0, 0, 0.1, 1, 0.2],
         "Dr. Okafor retired, so Dr. Reyes took over my care.": [0, 0, 0, 0.35, 1, 0.2],
+        "Caroline: Thanks, Melanie.": [0, 0, 0, 0, 0, 1],
+        "Caroline: Cool, thanks Mel!": [0, 0, 0, 0.1, 0, 1],
+        "Caroline: Thanks, Melanie, I see Dr. Okafor too.": [0, 0, 0, 0.1, 0.3, 1],
     }
 
     @classmethod
@@ -262,6 +266,7 @@ class TestVectorFollowups:
         docs = [_doc(i, t) for i, t in enumerate(texts)]
         got = find_followups(
             [docs[anchor]], self.embed([texts[anchor]])[0], search=lambda _a, _w: [],
+            speaker_terms=lambda d: ["caroline", "melanie"] if d.text.startswith("Caroline") else ["user"],
             same_speaker=lambda a, b: True, later=lambda a, b: a.id < b.id, states=lambda d: True,
             embed=self.embed, similarity=0.4,
             neighbours=(lambda _d, _v: list(docs)) if neighbours else None, vector_similarity=vector,
@@ -290,6 +295,15 @@ class TestVectorFollowups:
         assert float(self.embed([texts[1]])[0] @ self.embed([texts[2]])[0]) >= 0.25
         assert self.followups(texts, 1) == {}
         assert self.followups(texts, 0) == {0: 2}
+
+    def test_a_speaker_addressed_by_name_or_the_same_value_again_is_no_update(self) -> None:
+        # "Melanie" / "Mel" name the speakers (not values); "Okafor" is the value said before
+        assert self.followups(["Caroline: Thanks, Melanie.", "Caroline: Cool, thanks Mel!"], 0) == {}
+        texts = ["I see Dr. Okafor for checkups.", "Caroline: Thanks, Melanie, I see Dr. Okafor too."]
+        assert self.followups(texts, 0) == {}
+        assert value_words("user: I have 3 houseplants.") == {"3"}
+        assert value_words("Honestly Jonah is the one I call first about anything.") == {"jonah"}
+        assert value_words("Yoga with Marta is on Tuesday evenings.") == {"marta", "tuesday"}
 
 
 def _bag_of_words(texts: list[str]) -> np.ndarray:

@@ -416,6 +416,27 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(strict), frozenset(generous)
 
 
+@lru_cache(maxsize=65_536)
+def value_words(sentence: str) -> frozenset[str]:
+    """The words (lower-cased) that give the values :func:`value_kinds` reads strictly: those
+    with a digit ("3", "$1955", "6:30"), weekday and month names after the first word, and the
+    other capitalised words that are no stop word, opener or "I" ("Jonah", "Austin"): what a
+    new value of the same kind must change."""
+    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
+    out: set[str] = set()
+    for at, word in enumerate(raw):
+        low = word.lower().replace("’", "'")
+        if not word.isalpha() and any(ch.isdigit() for ch in word):
+            out.add(low)
+        elif low in _CALENDAR_WORDS:
+            if at > 0:
+                out.add(low)
+        elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
+                and not low.startswith("i'") and (at > 0 or _named_first(raw)):
+            out.add(low)
+    return frozenset(out)
+
+
 def _named_first(raw: Sequence[str]) -> bool:
     """Whether a sentence's first word (capitalised by position) is a name all the same: a
     possessive ("Marta's class is on Thursday") or one of a pair with the speaker ("Amara and I
@@ -775,7 +796,10 @@ def find_followups(
             scopes the query may read (any speaker and time: filtered here). A later statement
             of the speaker is the anchor's current value when one of its sentences gives a
             value of a kind the anchor sentence gives, both read strictly
-            (:func:`gives_value_of_kind`), at a cosine of at least `vector_similarity` to it,
+            (:func:`gives_value_of_kind`) and a value word the anchor sentence does not
+            (:func:`value_words`; the speakers' names, `speaker_terms`, and their short forms
+            are no values: "Thanks, Melanie!" → "Cool, thanks Mel!" changes nothing), at a
+            cosine of at least `vector_similarity` to it,
             and the anchor is that sentence's closest earlier statement of the speaker giving
             a value of its kind (mutual nearest: "My doctor is Dr. Reyes" is near "My best
             friend is Carlos", but nearer still to "I see Dr. Okafor for checkups"); a later
@@ -869,11 +893,21 @@ def find_followups(
         anchor_vector = embed([sentence])[0]
         own_sentences = frozenset(sentences(anchor.text))
         close: list[tuple[Document, str, np.ndarray]] = []
-        for d in neighbours(anchor, anchor_vector):
+        near = neighbours(anchor, anchor_vector)
+        # the speakers' names (and their short forms: "Mel" of "Melanie") are no values: a
+        # speaker addressed by name ("Thanks, Melanie!") states no new value of anything
+        names = frozenset(w for d in (anchor, *near) for w in (speaker_terms(d) if speaker_terms else ()))
+        old = value_words(sentence)
+        for d in near:
             if d.id == anchor.id or not same_speaker(anchor, d) or not later(anchor, d) or not states(d):
                 continue
             got = value_sentence(sentence, anchor_vector, d, own_sentences, newer=True)
-            if got is not None and got[0] >= vector_similarity:
+            if got is None or got[0] < vector_similarity:
+                continue
+            # an update changes the value: it gives one the anchor sentence does not
+            new = [w for w in value_words(got[1]) - old
+                   if not any(n.startswith(w) or w.startswith(n) for n in names if len(w) >= 3)]
+            if new:
                 close.append((d, got[1], got[2]))
         # the closest to the anchor whose mutual nearest the anchor is, then its updates in turn
         close.sort(key=lambda c: -float(c[2] @ anchor_vector))
