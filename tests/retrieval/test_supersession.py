@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from mindpalace.retrieval.supersession import (
     followup_similarity,
     sentences,
     subject_terms,
+    value_words,
 )
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
@@ -233,6 +235,75 @@ class TestFollowups:
                            for i in range(m)])
         newest = max(i for i, k in enumerate(kinds) if k == "u")
         assert choose_followup(to_anchor, mutual, similarity=0.4) == newest
+
+
+class TestVectorFollowups:
+    """The vector follow-up: an update sharing no word with what it updates, found among the
+    anchor sentence's nearest statements (the keyword search finds nothing)."""
+
+    # hand-made sentence vectors: axes plants, ferns, running, friends, doctors, filler
+    VECTORS: ClassVar[dict[str, list[float]]] = {
+        "I have 3 houseplants.": [1, 0.5, 0, 0, 0, 0.2],
+        "Bought two more ferns, 5 in total.": [0.5, 1, 0.2, 0, 0, 0.3],
+        "After the garden centre trip it's 7 pots on the sill.": [0.4, 1, 0, 0, 0, 0.2],
+        "One of my plants has yellow leaves.": [1, 0.6, 0, 0, 0, 0],
+        "My weekly mileage is 16 km.": [0.1, 0.1, 1, 0, 0, 0.3],
+        "My best friend is Carlos.": [0, 0, 0, 1, 0.35, 0.2],
+        "I see Dr. Okafor for checkups.": [0, 0, 0, 0.1, 1, 0.2],
+        "Dr. Okafor retired, so Dr. Reyes took over my care.": [0, 0, 0, 0.35, 1, 0.2],
+        "Caroline: Thanks, Melanie.": [0, 0, 0, 0, 0, 1],
+        "Caroline: Cool, thanks Mel!": [0, 0, 0, 0.1, 0, 1],
+        "Caroline: Thanks, Melanie, I see Dr. Okafor too.": [0, 0, 0, 0.1, 0.3, 1],
+    }
+
+    @classmethod
+    def embed(cls, texts: list[str]) -> np.ndarray:
+        rows = np.array([cls.VECTORS[t] for t in texts], dtype=np.float64).reshape(len(texts), 6)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    def followups(self, texts: list[str], anchor: int, *, vector: float | None = 0.25,
+                  neighbours: bool = True) -> dict[int, int]:
+        docs = [_doc(i, t) for i, t in enumerate(texts)]
+        got = find_followups(
+            [docs[anchor]], self.embed([texts[anchor]])[0], search=lambda _a, _w: [],
+            speaker_terms=lambda d: ["caroline", "melanie"] if d.text.startswith("Caroline") else ["user"],
+            same_speaker=lambda a, b: True, later=lambda a, b: a.id < b.id, states=lambda d: True,
+            embed=self.embed, similarity=0.4,
+            neighbours=(lambda _d, _v: list(docs)) if neighbours else None, vector_similarity=vector,
+        )
+        return {k: v.id for k, v in got.items()}
+
+    def test_a_new_value_of_the_same_kind_is_found_without_a_shared_word(self) -> None:
+        texts = ["I have 3 houseplants.", "One of my plants has yellow leaves.", "My weekly mileage is 16 km.",
+                 "Bought two more ferns, 5 in total."]
+        # the yellow leaves are closer, but give no count; the mileage is a count of another subject
+        assert self.followups(texts, 0) == {0: 3}
+        assert self.followups(texts, 0, vector=None) == {}  # off
+        assert self.followups(texts, 0, neighbours=False) == {}  # off
+        assert self.followups(texts, 0, vector=0.99) == {}  # not alike enough
+
+    def test_a_chain_of_updates_ends_at_the_newest(self) -> None:
+        texts = ["I have 3 houseplants.", "Bought two more ferns, 5 in total.",
+                 "After the garden centre trip it's 7 pots on the sill."]
+        assert self.followups(texts, 0) == {0: 2}
+
+    def test_a_statement_nearer_to_an_earlier_one_of_its_own_subject_updates_that_one(self) -> None:
+        # the new doctor is alike enough to the best friend (a name for a name), but it is the
+        # mutual nearest of the old doctor, not of the friend
+        texts = ["I see Dr. Okafor for checkups.", "My best friend is Carlos.",
+                 "Dr. Okafor retired, so Dr. Reyes took over my care."]
+        assert float(self.embed([texts[1]])[0] @ self.embed([texts[2]])[0]) >= 0.25
+        assert self.followups(texts, 1) == {}
+        assert self.followups(texts, 0) == {0: 2}
+
+    def test_a_speaker_addressed_by_name_or_the_same_value_again_is_no_update(self) -> None:
+        # "Melanie" / "Mel" name the speakers (not values); "Okafor" is the value said before
+        assert self.followups(["Caroline: Thanks, Melanie.", "Caroline: Cool, thanks Mel!"], 0) == {}
+        texts = ["I see Dr. Okafor for checkups.", "Caroline: Thanks, Melanie, I see Dr. Okafor too."]
+        assert self.followups(texts, 0) == {}
+        assert value_words("user: I have 3 houseplants.") == {"3"}
+        assert value_words("Honestly Jonah is the one I call first about anything.") == {"jonah"}
+        assert value_words("Yoga with Marta is on Tuesday evenings.") == {"marta", "tuesday"}
 
 
 def _bag_of_words(texts: list[str]) -> np.ndarray:

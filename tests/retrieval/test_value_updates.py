@@ -30,6 +30,7 @@ from mindpalace.retrieval.supersession import (
     choose_corrections,
     find_followups,
     gives_new_value,
+    gives_value_of_kind,
     gives_value_on_subject,
     says_it_changed,
     sentences,
@@ -276,6 +277,20 @@ class TestValuesReadCloser:
         # a capitalised first word is no value read strictly
         assert not gives_value_on_subject("I take Spanish lessons on Thursdays.",
                                           "Lessons are getting harder this month.", True)
+
+    @pytest.mark.parametrize(("older", "newer", "gives"), [
+        ("I have 3 houseplants.", "Bought two more ferns, 5 in total.", True),
+        ("My best friend is Carlos.", "Honestly Jonah is the one I call first about anything.", True),
+        ("I have 4 houseplants.", "One of my plants has yellow leaves.", False),  # "One" is no value read strictly
+        ("I take the train to work.", "My office moved to the fifth floor.", False),  # neither gives one
+        ("I pay $1515 monthly for the flat.", "My weekly mileage is 16 km.", False),  # other units
+        ("I have 3 houseplants.", "I have 3 houseplants.", False),  # the same sentence gives nothing new
+    ])
+    def test_a_value_of_the_older_kind_without_a_shared_word(self, older: str, newer: str, gives: bool) -> None:
+        assert gives_value_of_kind(older, newer) is gives
+        # the subject-word reading is the same with a shared word, never true without one
+        assert gives_value_on_subject(older, newer, True) is gives
+        assert not gives_value_on_subject(older, newer, False)
 
 
 class TestComparedSentence:

@@ -696,6 +696,20 @@ class HybridRetriever:
             return docs
 
         where = tuple(scopes)
+        assert self.embedder is not None
+        model = self.embedder.model_id
+
+        def neighbours(doc: Document, vector: np.ndarray) -> list[Document]:
+            # the nearest documents of `doc`'s user scope to one of its sentences (the vector
+            # follow-up; filtered by speaker and time in find_followups): 4x the candidates, as
+            # a long message's whole vector sits farther from one of its sentences
+            a = doc.scope
+            return [
+                h.doc for scope in scopes
+                for h in self.store.vector_search(scope, vector, model, k=4 * s.supersede_followup_candidates,
+                                                  kinds=[doc.kind])
+                if (h.doc.scope.tenant, h.doc.scope.user, h.doc.scope.agent) == (a.tenant, a.user, a.agent)
+            ]
 
         def uses(anchor: Document, words: Sequence[str]) -> list[int]:
             # the speaker's statements containing each word, counted among the word's top
@@ -728,6 +742,8 @@ class HybridRetriever:
             prefetch_uses=None if generation is None else lambda asked: self._prefetch_word_users(
                 scopes, asked, generation),
             prefetch_search=prefetch_search,
+            neighbours=neighbours if s.supersede_followup_vector_similarity < 1.0 else None,
+            vector_similarity=s.supersede_followup_vector_similarity,
         )
         if not found:
             return ranked

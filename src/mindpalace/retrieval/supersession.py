@@ -416,6 +416,27 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(strict), frozenset(generous)
 
 
+@lru_cache(maxsize=65_536)
+def value_words(sentence: str) -> frozenset[str]:
+    """The words (lower-cased) that give the values :func:`value_kinds` reads strictly: those
+    with a digit ("3", "$1955", "6:30"), weekday and month names after the first word, and the
+    other capitalised words that are no stop word, opener or "I" ("Jonah", "Austin"): what a
+    new value of the same kind must change."""
+    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
+    out: set[str] = set()
+    for at, word in enumerate(raw):
+        low = word.lower().replace("’", "'")
+        if not word.isalpha() and any(ch.isdigit() for ch in word):
+            out.add(low)
+        elif low in _CALENDAR_WORDS:
+            if at > 0:
+                out.add(low)
+        elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
+                and not low.startswith("i'") and (at > 0 or _named_first(raw)):
+            out.add(low)
+    return frozenset(out)
+
+
 def _named_first(raw: Sequence[str]) -> bool:
     """Whether a sentence's first word (capitalised by position) is a name all the same: a
     possessive ("Marta's class is on Thursday") or one of a pair with the speaker ("Amara and I
@@ -454,7 +475,16 @@ def gives_value_on_subject(older: str, newer: str, share_a_word: bool) -> bool:
     subject word (`share_a_word`): "My sister took a job in Boston" of "My sister has an
     apartment in Denver", not "Lessons are getting harder this month" of "I take Spanish
     lessons on Thursdays" (a capitalised first word is no value read strictly)."""
-    if not share_a_word or older.strip() == newer.strip():
+    return share_a_word and gives_value_of_kind(older, newer)
+
+
+def gives_value_of_kind(older: str, newer: str) -> bool:
+    """Whether `newer` states a value of a kind `older` gives, both read strictly
+    (:func:`value_kinds`; amounts in the same units, :func:`amount_units`), and is not the same
+    sentence: "Bought two more ferns, 5 in total." of "I have 3 houseplants."; not "One of my
+    plants has yellow leaves." (a number word is no value read strictly) nor "My office moved
+    to the fifth floor." of "I take the train to work." (neither gives a value)."""
+    if older.strip() == newer.strip():
         return False
     return _one_thing(value_kinds(older) & value_kinds(newer), older, newer)
 
@@ -712,6 +742,8 @@ def find_followups(
     speaker_terms: Callable[[Document], Iterable[str]] | None = None,
     prefetch_uses: Callable[[Sequence[tuple[Document, Sequence[str]]]], None] | None = None,
     prefetch_search: Callable[[Sequence[tuple[Document, str]]], None] | None = None,
+    neighbours: Callable[[Document, np.ndarray], list[Document]] | None = None,
+    vector_similarity: float | None = None,
 ) -> dict[int, Document]:
     """For each anchor (a statement the query retrieved), its current value among the
     speaker's later statements, if one is about the same subject.
@@ -757,6 +789,22 @@ def find_followups(
             pass to `search` (anchors whose first answer is in `answers` left out), so that a
             caller can read them for every anchor at once (one store read, not one per
             anchor) and answer the calls from that; they must not change what the calls return.
+        neighbours / vector_similarity: the vector follow-up, for an anchor whose keyword
+            search finds none (an update sharing no word with what it updates: "I have 3
+            houseplants." → "Bought two more ferns, 5 in total."). ``neighbours(doc, vector)``
+            gives the stored statements nearest to a sentence vector (dim,) of `doc` in the
+            scopes the query may read (any speaker and time: filtered here). A later statement
+            of the speaker is the anchor's current value when one of its sentences gives a
+            value of a kind the anchor sentence gives, both read strictly
+            (:func:`gives_value_of_kind`) and a value word the anchor sentence does not
+            (:func:`value_words`; the speakers' names, `speaker_terms`, and their short forms
+            are no values: "Thanks, Melanie!" → "Cool, thanks Mel!" changes nothing), at a
+            cosine of at least `vector_similarity` to it,
+            and the anchor is that sentence's closest earlier statement of the speaker giving
+            a value of its kind (mutual nearest: "My doctor is Dr. Reyes" is near "My best
+            friend is Carlos", but nearer still to "I see Dr. Okafor for checkups"); a later
+            one that is in turn mutually nearest to the current value updates it (a chain).
+            Either None: no vector follow-up.
     Returns:
         ``{anchor document id: the later document that is its current value}``.
     """
@@ -793,6 +841,88 @@ def find_followups(
         return label, words
 
     def _step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
+        got = _keyword_step(anchor, sentence, extra)
+        return got if got is not None else _vector_step(anchor, sentence)
+
+    def value_sentence(
+        older: str, vector: np.ndarray, doc: Document, skip: frozenset[str], newer: bool,
+    ) -> tuple[float, str, np.ndarray] | None:
+        """The sentence of `doc` closest to `vector` (of the sentence `older`, or of the newer
+        one when `newer` is False: `doc` is then the earlier statement) that can be the other
+        side of an update with it: a value of one kind read strictly, the same holder, no
+        question, not in `skip`. (cosine, sentence, its vector), or None."""
+        whose = holder(older)
+        parts = [
+            p for p in sentences(doc.text)
+            if p not in skip and not p.rstrip().endswith(_QUESTION_MARKS) and not other_holders(whose, holder(p))
+            and (gives_value_of_kind(older, p) if newer else gives_value_of_kind(p, older))
+        ]
+        if not parts:
+            return None
+        rows = embed(parts)
+        sims = rows @ vector
+        at = int(np.argmax(sims))
+        return float(sims[at]), parts[at], rows[at]
+
+    def closest_earlier(doc: Document, sentence: str, vector: np.ndarray, head: Document) -> bool:
+        """Whether `head` is the closest of the speaker's statements before `doc` giving a
+        value of the kind `sentence` (of `doc`) gives (among `doc`'s neighbours and `head`)."""
+        assert neighbours is not None
+        best_id, best = None, float("-inf")
+        pool = {d.id: d for d in neighbours(doc, vector)}
+        pool.setdefault(head.id, head)
+        for d in pool.values():
+            if d.id == doc.id or not same_speaker(doc, d) or not later(d, doc) or not states(d):
+                continue
+            got = value_sentence(sentence, vector, d, frozenset(), newer=False)
+            if got is not None and (got[0], d.id == head.id) > (best, best_id == head.id):
+                best_id, best = d.id, got[0]
+        return best_id == head.id
+
+    def _vector_step(anchor: Document, compared: str) -> tuple[Document, np.ndarray] | None:
+        if neighbours is None or vector_similarity is None:
+            return None
+        # the anchor's sentence giving a value that is closest to the one compared: what an
+        # update can change ("I look after 5 houseplants." in a message whose sentence closest
+        # to "How many green things…" is an aside on "a green salad")
+        valued = [p for p in sentences(anchor.text)
+                  if value_kinds(p) and not p.rstrip().endswith(_QUESTION_MARKS)]
+        if not valued:
+            return None
+        sentence = valued[0] if len(valued) == 1 else valued[int(np.argmax(embed(valued) @ embed([compared])[0]))]
+        anchor_vector = embed([sentence])[0]
+        own_sentences = frozenset(sentences(anchor.text))
+        close: list[tuple[Document, str, np.ndarray]] = []
+        near = neighbours(anchor, anchor_vector)
+        # the speakers' names (and their short forms: "Mel" of "Melanie") are no values: a
+        # speaker addressed by name ("Thanks, Melanie!") states no new value of anything
+        names = frozenset(w for d in (anchor, *near) for w in (speaker_terms(d) if speaker_terms else ()))
+        old = value_words(sentence)
+        for d in near:
+            if d.id == anchor.id or not same_speaker(anchor, d) or not later(anchor, d) or not states(d):
+                continue
+            got = value_sentence(sentence, anchor_vector, d, own_sentences, newer=True)
+            if got is None or got[0] < vector_similarity:
+                continue
+            # an update changes the value: it gives one the anchor sentence does not
+            new = [w for w in value_words(got[1]) - old
+                   if not any(n.startswith(w) or w.startswith(n) for n in names if len(w) >= 3)]
+            if new:
+                close.append((d, got[1], got[2]))
+        # the closest to the anchor whose mutual nearest the anchor is, then its updates in turn
+        close.sort(key=lambda c: -float(c[2] @ anchor_vector))
+        current = next(((d, v) for d, said, v in close if closest_earlier(d, said, v, anchor)), None)
+        if current is None:
+            return None
+        close.sort(key=lambda c: (c[0].meta.get("timestamp") or c[0].created_at.isoformat(), c[0].id))
+        for d, said, vector in close:
+            head, head_vector = current
+            if later(head, d) and float(vector @ head_vector) >= vector_similarity \
+                    and closest_earlier(d, said, vector, head):
+                current = (d, vector)
+        return current
+
+    def _keyword_step(anchor: Document, sentence: str, extra: Document | None) -> tuple[Document, np.ndarray] | None:
         label, words = subject_words(anchor, sentence)
         if not words:
             return None
