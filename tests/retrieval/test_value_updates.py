@@ -35,6 +35,7 @@ from mindpalace.retrieval.supersession import (
     says_it_changed,
     sentences,
     value_kinds,
+    value_words,
 )
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
@@ -342,3 +343,14 @@ class TestWhichUpdateIsCurrent:
         opts = {**_OPTS, "answers": 2, "shared": shared, "values": values}
         assert choose_corrections(sims, *args, **opts) == {0: 1}  # type: ignore[arg-type]
         assert choose_corrections(sims, *args, strong=strong, **opts) == {0: 2, 1: 2}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["It's so much fun!", "Let's go hiking.", "Everything's great.", "That's it."])
+def test_a_contracted_pronoun_names_nothing(text: str) -> None:
+    # "It's" was read as a possessive name ("Marta's"), so chit-chat gave a NAME value
+    assert NAME not in value_kinds(text) and NAME not in value_kinds(text, generous=True)
+    assert not value_words(text)
+
+
+def test_a_possessive_name_first_is_still_a_name() -> None:
+    assert NAME in value_kinds("Marta's class is on Thursday")

@@ -296,6 +296,12 @@ _RELATIONS = frozenset([
     "colleague", "colleagues", "coworker", "coworkers",
 ])
 _SELF = frozenset(["i", "i'm", "i've", "i'd", "i'll", "im", "we", "we're", "we've", "we'd", "we'll"])
+# Pronouns and the like that the stop words leave out: never a name, contracted or not.
+_PRONOUNS = frozenset([
+    "let", "here", "there", "everything", "everyone", "everybody", "something", "someone", "somebody",
+    "anything", "anyone", "anybody", "nothing", "nobody", "noone", "this", "these", "those", "that",
+    "it", "he", "she", "they", "you", "who", "what", "where", "when", "why", "how",
+])
 _OPENERS = frozenset([
     "oh", "so", "well", "also", "and", "but", "anyway", "actually", "btw", "update", "correction",
     "honestly", "by", "the", "way", "one", "more", "thing", "ok", "okay", "yes", "no", "hey",
@@ -403,8 +409,7 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
             generous.add(NUMBER)  # "one" names nothing
         calendar = low in _CALENDAR_WORDS
         # a stop word or opener is capitalised by position ("…: The cat …")
-        name = word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS \
-            and low not in _SELF and not low.startswith("i'")
+        name = word[:1].isupper() and not _plain(low)
         if calendar and at > 0:
             strict.add(CALENDAR)
         elif name and (at > 0 or _named_first(raw)):  # a first word may be a name all the same
@@ -431,10 +436,17 @@ def value_words(sentence: str) -> frozenset[str]:
         elif low in _CALENDAR_WORDS:
             if at > 0:
                 out.add(low)
-        elif word[:1].isupper() and low not in STOP_WORDS and low not in _OPENERS and low not in _SELF \
-                and not low.startswith("i'") and (at > 0 or _named_first(raw)):
+        elif word[:1].isupper() and not _plain(low) and (at > 0 or _named_first(raw)):
             out.add(low)
     return frozenset(out)
+
+
+def _plain(low: str) -> bool:
+    """Whether a lower-cased word names nothing: a stop word, an opener, the speaker ("I",
+    "we've"), or a contraction of one ("It's", "That's", "Let's", "Everything's" — read as
+    possessive names before, which linked chit-chat as updates of a name)."""
+    stem = low.split("'", 1)[0]
+    return any(w in STOP_WORDS or w in _OPENERS or w in _SELF or w in _PRONOUNS for w in (low, stem))
 
 
 def _named_first(raw: Sequence[str]) -> bool:
@@ -442,8 +454,8 @@ def _named_first(raw: Sequence[str]) -> bool:
     possessive ("Marta's class is on Thursday") or one of a pair with the speaker ("Amara and I
     have become inseparable", "Hannah and me"): a verb or an adverb opening a sentence is
     neither ("Bought two more ferns", "Honestly Jonah is …")."""
-    first = raw[0].replace("’", "'") if raw else ""
-    if first.endswith("'s") and len(first) > 2:
+    first = raw[0].lower().replace("’", "'") if raw else ""
+    if first.endswith("'s") and len(first) > 2 and not _plain(first):
         return True
     return len(raw) > 2 and raw[1].lower() == "and" and raw[2].lower() in ("i", "me", "i've", "i'm")
 
