@@ -395,8 +395,7 @@ class HybridRetriever:
         the two texts are the same it is the same vector (one embedding), else both are
         embedded in one provider call."""
         assert self.embedder is not None
-        asked = without_speakers(query, names) if self.settings.dense_without_speakers else query
-        listed = as_statement(asked) if self.settings.dense_as_statement else asked
+        asked, listed = query_texts(query, names, self.settings)
         if listed == asked:
             vec = self.embedder.embed_query(asked)
             return vec, vec
@@ -1003,8 +1002,14 @@ def dense_query(query: str, names: Iterable[str], settings: FactSettings) -> str
     """The text embedded for the vector list of `query`: without the speaker `names` it
     contains (``dense_without_speakers``, see :func:`without_speakers`) and in the form of a
     statement (``dense_as_statement``, see :func:`as_statement`)."""
-    out = without_speakers(query, names) if settings.dense_without_speakers else query
-    return as_statement(out) if settings.dense_as_statement else out
+    return query_texts(query, names, settings)[1]
+
+
+def query_texts(query: str, names: Iterable[str], settings: FactSettings) -> tuple[str, str]:
+    """(`query` as asked, for supersession; the text :func:`dense_query` embeds for the vector
+    list). Both are without the speaker `names` when ``dense_without_speakers``."""
+    asked = without_speakers(query, names) if settings.dense_without_speakers else query
+    return asked, as_statement(asked) if settings.dense_as_statement else asked
 
 
 def without_speakers(query: str, names: Iterable[str]) -> str:
