@@ -380,7 +380,7 @@ class HybridRetriever:
             named = identifiers(query)  # "db-7" in the query: "db-8 has …" corrects nothing of it
             ranked = self._supersede(ranked, window, qvec, generation, named, list_vec is not qvec)
             if self.settings.supersede_followups:
-                ranked = self._follow_up(ranked, qvec, searchable, generation, named)
+                ranked = self._follow_up(ranked, qvec, searchable, generation, named, kinds)
             ranked = _newest_first(ranked)
         best = ranked[:k]
         terms = stems(query_terms(query))
@@ -629,7 +629,7 @@ class HybridRetriever:
 
     def _follow_up(
         self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope], generation: object = None,
-        named: frozenset[str] = frozenset(),
+        named: frozenset[str] = frozenset(), kinds: Sequence[str] | None = None,
     ) -> list[_Candidate]:
         """Later statements on the same subject that the query did not reach rank directly
         above the retrieved statement they update (:func:`~mindpalace.retrieval.supersession.
@@ -701,13 +701,16 @@ class HybridRetriever:
         def neighbours(doc: Document, vector: np.ndarray) -> list[Document]:
             # the nearest documents of `doc`'s user scope to one of its sentences (the vector
             # follow-up; filtered by speaker and time in find_followups): 4x the candidates, as
-            # a long message's whole vector sits farther from one of its sentences
+            # a long message's whole vector sits farther from one of its sentences. The search's
+            # own `kinds`, filtered here: the store keeps one vector index per kinds, and a
+            # narrower one would build a second copy of the scope's vectors
             a = doc.scope
             return [
                 h.doc for scope in scopes
                 for h in self.store.vector_search(scope, vector, model, k=4 * s.supersede_followup_candidates,
-                                                  kinds=[doc.kind])
-                if (h.doc.scope.tenant, h.doc.scope.user, h.doc.scope.agent) == (a.tenant, a.user, a.agent)
+                                                  kinds=kinds)
+                if h.doc.kind == doc.kind
+                and (h.doc.scope.tenant, h.doc.scope.user, h.doc.scope.agent) == (a.tenant, a.user, a.agent)
             ]
 
         def uses(anchor: Document, words: Sequence[str]) -> list[int]:
