@@ -389,11 +389,13 @@ def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
 
 
 @lru_cache(maxsize=65_536)
-def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(:func:`value_kinds` of `sentence` read strictly, read generously)."""
+def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(:func:`value_kinds` of `sentence` read strictly, read generously; the
+    :func:`value_words` of the strict reading)."""
     raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
     strict: set[str] = set()
     generous: set[str] = set()
+    words: set[str] = set()
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
         # a letter is never a digit: an all-letter word (most words) needs no digit scan
@@ -403,6 +405,7 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
                 kinds.add(NUMBER)
                 if named:
                     kinds.add(NAME)  # "4B", "S21", "5k": a number that names a thing
+            words.add(low)
             continue
         counted = low in _NUMBER_WORDS  # a number word: a number when read generously
         if counted:
@@ -412,33 +415,24 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str]]:
         name = word[:1].isupper() and not _plain(low)
         if calendar and at > 0:
             strict.add(CALENDAR)
+            words.add(low)
         elif name and (at > 0 or _named_first(raw)):  # a first word may be a name all the same
             strict.add(NAME)
+            if not calendar:  # a weekday or month opening a sentence is no value word
+                words.add(low)
         if calendar and not counted:
             generous.add(CALENDAR)
         elif name and not counted:
             generous.add(NAME)
-    return frozenset(strict), frozenset(generous)
+    return frozenset(strict), frozenset(generous), frozenset(words)
 
 
-@lru_cache(maxsize=65_536)
 def value_words(sentence: str) -> frozenset[str]:
     """The words (lower-cased) that give the values :func:`value_kinds` reads strictly: those
     with a digit ("3", "$1955", "6:30"), weekday and month names after the first word, and the
     other capitalised words that are no stop word, opener or "I" ("Jonah", "Austin"): what a
-    new value of the same kind must change."""
-    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
-    out: set[str] = set()
-    for at, word in enumerate(raw):
-        low = word.lower().replace("’", "'")
-        if not word.isalpha() and any(ch.isdigit() for ch in word):
-            out.add(low)
-        elif low in _CALENDAR_WORDS:
-            if at > 0:
-                out.add(low)
-        elif word[:1].isupper() and not _plain(low) and (at > 0 or _named_first(raw)):
-            out.add(low)
-    return frozenset(out)
+    new value of the same kind must change. Read in :func:`value_kinds`' pass."""
+    return _both_kinds(sentence)[2]
 
 
 def _plain(low: str) -> bool:
