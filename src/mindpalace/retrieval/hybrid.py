@@ -170,6 +170,9 @@ class _Candidate:
     date: bool = False
     supersedes: str | None = None
     superseded_by: str | None = None
+    # a statement lifted to the score of the assistant reply right after it (the reply matched
+    # the query, and it answers this statement): it matches the query through that reply
+    answered: bool = False
     info: DocFacts = field(init=False)  # position, speaker, stamp … derived once per document
 
     def __post_init__(self) -> None:
@@ -372,6 +375,8 @@ class HybridRetriever:
             dated_left_out = _boost_named_dates(
                 cands, query, self.settings.date_boost, self.settings.date_slack_days, left_out
             )
+        if self.settings.statement_above_reply and (kinds is None or MESSAGE_KIND in kinds):
+            self._lift_answered(cands, left_out, generation, window, skip)
         # A named period, or a question in the past tense, asks about then, not the current value.
         about_then = dated_left_out or any(c.date for c in cands.values()) or _asks_about_past(query)
         supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
@@ -512,6 +517,55 @@ class HybridRetriever:
                 cand.neighbor = placed[source[j]].doc.ref
         return left_out
 
+    def _lift_answered(
+        self, cands: dict[int, _Candidate], left_out: list[tuple[DocFacts, float]], generation: object,
+        window: int, skip: Callable[[Document], bool] | None,
+    ) -> None:
+        """A statement ranks at least as high as the assistant reply right after it (``final``
+        raised to the reply's; ties go to the older document, the statement), and is marked
+        ``answered`` (see :func:`_answers_query`).
+
+        A reply answers the message before it: when that message states something (not a
+        question, not assistant, tool or system text, :func:`_states`), the fact the reply talks
+        around is the statement's, and a long reply that repeats the subject's words matches a
+        paraphrased query better than the short statement itself does. Only the replies among
+        the best `window` candidates lift (the rest is never read). The statement is taken from
+        the candidates, from the neighbours `left_out` by the context credit, or read from the
+        store (one read for all of them, through the neighbour cache of `generation`); one that
+        `skip` leaves out is not lifted. A reply after a question is left alone: it holds the
+        answer itself. Changes `cands` in place (statements read from the store are added).
+        """
+        top = _best_first(cands.values(), window)
+        replies = [
+            c for c in top
+            if c.info.position > 0 and c.final > 0 and c.doc.meta.get("role") == _REPLY_ROLE
+        ]
+        if not replies:
+            return
+        at = {(c.info.scope_key, c.info.position): c for c in cands.values() if c.info.position >= 0}
+        aside = {(f.scope_key, f.position): f for f, _ in left_out}
+        wanted: dict[Scope, list[str]] = defaultdict(list)
+        for r in replies:
+            key = (r.info.scope_key, r.info.position - 1)
+            if key not in at and key not in aside:
+                wanted[r.doc.scope].append(str(r.info.position - 1))
+        if wanted:
+            for f in self._neighbours.facts(self.store, MESSAGE_KIND, wanted, generation=generation):
+                aside[(f.scope_key, f.position)] = f
+        for r in replies:
+            key = (r.info.scope_key, r.info.position - 1)
+            before = at.get(key)
+            if before is None:
+                facts = aside.get(key)
+                if facts is None or not _states(facts.doc) or (skip is not None and skip(facts.doc)):
+                    continue
+                before = at[key] = cands[facts.doc.id] = _Candidate(facts.doc)
+            elif not _states(before.doc):
+                continue
+            if before.final < r.final:
+                before.final = r.final
+                before.answered = True
+
     def _supersede(
         self, ranked: list[_Candidate], window: int, qvec: np.ndarray, generation: object = None,
         named: frozenset[str] = frozenset(), own_similarity: bool = False,
@@ -553,7 +607,7 @@ class HybridRetriever:
         # ranks only through its neighbour does not answer the query itself
         present = [
             c for c in top
-            if c.doc.id in vectors and _states(c.doc) and _matches_directly(c)
+            if c.doc.id in vectors and _states(c.doc) and _answers_query(c)
         ]
         groups: dict[tuple[object, ...], list[_Candidate]] = defaultdict(list)
         for c in present:
@@ -573,9 +627,13 @@ class HybridRetriever:
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
             mat = self._compared_vectors(members, compared, vectors)
             sims = mat @ mat.T
+            asked = [_asked_similarity(c, vectors, qvec) if own_similarity else _query_similarity(c) for c in members]
+            # a statement lifted by its reply may be in no list: its compared sentence's cosine
+            asked = [float(mat[i] @ qvec) if c.answered and c.vec is None else q
+                     for i, (c, q) in enumerate(zip(members, asked, strict=True))]
             chosen = _group_corrections(
                 compared, sims,
-                [_asked_similarity(c, vectors, qvec) if own_similarity else _query_similarity(c) for c in members],
+                asked,
                 [c.final for c in members],
                 members[0].doc, self.settings,
             )
@@ -648,7 +706,7 @@ class HybridRetriever:
         s = self.settings
         anchors = [
             c for c in ranked
-            if c.doc.kind == MESSAGE_KIND and _matches_directly(c)
+            if c.doc.kind == MESSAGE_KIND and _answers_query(c)
             and c.doc.meta.get("role") not in _NOT_STATING and not asks(c.doc.text)
         ][: s.supersede_followups]
         if not anchors:
@@ -1073,6 +1131,7 @@ def _boost_named_speaker(
 
 
 _NOT_STATING = frozenset(["assistant", "tool", "system"])
+_REPLY_ROLE = "assistant"  # the role whose message answers the one before it
 _PAST = frozenset(["did", "was", "were", "had", "used", "previously", "before", "originally",
                    "first", "earlier", "old", "former"])
 
@@ -1099,6 +1158,12 @@ def _states(doc: Document) -> bool:
 def _matches_directly(c: _Candidate) -> bool:
     """The document itself is in the keyword or the vector list (not lifted by a neighbour)."""
     return c.fused > 0 and (c.kw is not None or c.vec is not None)
+
+
+def _answers_query(c: _Candidate) -> bool:
+    """The document answers the query itself (:func:`_matches_directly`) or through the reply
+    that answers it (``answered``, see :meth:`HybridRetriever._lift_answered`)."""
+    return c.answered or _matches_directly(c)
 
 
 def _query_similarity(c: _Candidate) -> float:
