@@ -50,6 +50,9 @@ class TestStatementAboveReply:
         _ingest(memory, uid, CHAT)
         on = _refs(memory, uid, "Which car do I have?", FactSettings())
         assert on[:2] == ["3", "4"]
+        hit = HybridRetriever(memory.store, None, FactSettings()).search(
+            _scope(memory, uid), "Which car do I have?", k=1, kinds=["message"])[0]
+        assert hit.why.neighbor == "4"  # the explanation names the reply that lifted it
 
     def test_a_statement_out_of_the_lists_is_read_back(self, memory: Memory, uid: str) -> None:
         # no context credit: the statement is in neither list nor fetched as a neighbour

@@ -523,7 +523,7 @@ class HybridRetriever:
     ) -> None:
         """A statement ranks at least as high as the assistant reply right after it (``final``
         raised to the reply's; ties go to the older document, the statement), and is marked
-        ``answered`` (see :func:`_answers_query`).
+        ``answered`` (see :func:`_answers_query`), its ``neighbor`` the reply's ref.
 
         A reply answers the message before it: when that message states something (not a
         question, not assistant, tool or system text, :func:`_states`), the fact the reply talks
@@ -565,6 +565,7 @@ class HybridRetriever:
             if before.final < r.final:
                 before.final = r.final
                 before.answered = True
+                before.neighbor = r.doc.ref  # the explanation: lifted by the message next to it
 
     def _supersede(
         self, ranked: list[_Candidate], window: int, qvec: np.ndarray, generation: object = None,
