@@ -266,6 +266,7 @@ class FactSettings(_Section):
         default_factory=lambda: [0.6, 0.3, 0.1],
         description="Context scoring of session messages: a message also earns weight[d-1] × the best fused score of the messages d turns before or after it (d = 1, 2, …); [] = off.",
     )
+    neighbor_reply_weight: float | None = Field(1.0, ge=0, description="Context credit of a reply: the message right after a matching message that asks (contains '?') earns this weight × the question's fused score instead of neighbor_weights[0] — in a dialogue the answer is the turn after the question, and it often shares no word with it ('Got any fave styles?' -> 'Contemporary dance is so expressive'). None = neighbor_weights[0] (no reply credit of its own). Default 1.0 (the reply scores as its question does), measured on LoCoMo dev conv-26/conv-30 R@5/R@10 70.39/80.32 -> 73.05/81.31 (0.8: 72.99/80.65; 1.2: 73.88/81.75 with temporal -3.2); the synthetic knowledge-update sets unchanged but varied seed 11 87.5 -> 85.0 (an assistant reply to a user's earlier unrelated question passed the correction; 0.8 kept it).")
     neighbor_from: Literal["any", "questions"] = Field(
         "any", description="Which messages pass context credit to their neighbours: 'any' matching message, or only 'questions' (a message containing '?': its reply is the likely answer)."
     )

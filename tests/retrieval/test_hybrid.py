@@ -112,6 +112,46 @@ class TestContextAndFusion:
         assert [h.ref for h in hits] == ["1", "2"]
         assert hits[1].why.neighbor == "1" and "next to message 1" in str(hits[1].why)
 
+    @pytest.mark.parametrize("reply_weight", [None, 1.0, 1.5])
+    def test_the_reply_to_a_matching_question_earns_the_reply_weight(
+        self, memory: Memory, uid: str, reply_weight: float | None
+    ) -> None:
+        conversation(memory, uid)  # "What did you paint last weekend?" -> "A sunrise over the lake …"
+        settings = FactSettings(neighbor_weights=[0.6], neighbor_reply_weight=reply_weight, speaker_boost=0)
+        hits = HybridRetriever(memory.store, None, settings).search(user_scope(memory, uid), "paint last weekend", k=2)
+        question, reply = sorted(hits, key=lambda h: h.ref)
+        assert (question.ref, reply.ref) == ("1", "2")
+        expected = 0.6 if reply_weight is None else reply_weight  # None: the plain d = 1 weight
+        assert reply.score == pytest.approx(expected * question.score)
+        assert reply.why.neighbor == "1"
+
+    def test_reply_weight_lifts_only_the_turn_after_a_question(self, memory: Memory, uid: str) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        s.messages.add_many([
+            {"role": "user", "name": "Melanie", "content": "Busy week at home."},
+            {"role": "user", "name": "Caroline", "content": "I painted a sunrise last weekend."},
+            {"role": "user", "name": "Melanie", "content": "Lovely colours."},
+        ])
+        settings = FactSettings(neighbor_weights=[0.6], neighbor_reply_weight=1.5, speaker_boost=0)
+        hits = HybridRetriever(memory.store, None, settings).search(user_scope(memory, uid), "painted sunrise", k=3)
+        by_ref = {h.ref: h.score for h in hits}
+        # a statement lends neighbor_weights[0] to both sides, never the reply weight
+        assert by_ref["1"] == pytest.approx(0.6 * by_ref["2"])
+        assert by_ref["3"] == pytest.approx(0.6 * by_ref["2"])
+
+    def test_the_turn_before_a_question_keeps_the_plain_weight(self, memory: Memory, uid: str) -> None:
+        s = memory.session("s1", user=uid, agent="a")
+        s.messages.add_many([
+            {"role": "user", "name": "Melanie", "content": "Busy week at home."},
+            {"role": "user", "name": "Caroline", "content": "What did you paint last weekend?"},
+            {"role": "user", "name": "Melanie", "content": "Lovely colours."},
+        ])
+        settings = FactSettings(neighbor_weights=[0.6], neighbor_reply_weight=1.5, speaker_boost=0)
+        hits = HybridRetriever(memory.store, None, settings).search(user_scope(memory, uid), "paint last weekend", k=3)
+        by_ref = {h.ref: h.score for h in hits}
+        assert by_ref["3"] == pytest.approx(1.5 * by_ref["2"])  # the reply
+        assert by_ref["1"] == pytest.approx(0.6 * by_ref["2"])  # the turn before the question
+
     def test_named_speaker_is_boosted(self, memory: Memory, uid: str) -> None:
         conversation(memory, uid)
         scope = user_scope(memory, uid)

@@ -11,7 +11,8 @@ Tiers are the kinds of search documents in the store: ``fact`` (long-term facts)
    list's floor, then weighted and summed) or ``rrf`` (reciprocal rank fusion);
 3. context scoring of session messages: a message also earns ``neighbor_weights[d-1]`` × the
    best fused score of the messages ``d`` turns before or after it — an answer is often the
-   reply to the turn that matches the question (measured on LoCoMo dev conversations);
+   reply to the turn that matches the question (measured on LoCoMo dev conversations); the
+   turn right after a matching question earns ``neighbor_reply_weight`` × its score instead;
 4. top-k, each hit saying its tier, the query terms it contains, its rank and score in each
    list and, when lifted by a neighbour, which one.
 
@@ -490,7 +491,10 @@ class HybridRetriever:
                 index.append(info.position)
         if not placed:
             return []
-        lenders = _Lenders(placed, sids, index, self.settings.neighbor_from == "questions")
+        lenders = _Lenders(
+            placed, sids, index, self.settings.neighbor_from == "questions",
+            reply_weight=self.settings.neighbor_reply_weight,
+        )
         # Neighbours that matched nothing themselves are fetched so they can be lifted too
         # (fused 0: they lend nothing, so the lenders stay those found above).
         wanted = {scopes[sid]: refs for sid, refs in lenders.missing_refs(len(weights))}
@@ -948,13 +952,15 @@ class _Lenders:
     lands on another session's lender), sorted, shared by :meth:`missing` and
     :meth:`credit` (the neighbours fetched in between score 0 and lend nothing).
 
-    `placed[i]` is at (`session[i]`, `position[i]`), each position held once.
+    `placed[i]` is at (`session[i]`, `position[i]`), each position held once;
+    `reply_weight`: see :meth:`credit` (``facts.neighbor_reply_weight``).
     """
 
     def __init__(
         self, placed: Sequence[_Candidate], session: Sequence[int], position: Sequence[int],
-        questions_only: bool,
+        questions_only: bool, *, reply_weight: float | None = None,
     ) -> None:
+        self.reply_weight = reply_weight
         self.index = np.array(position, dtype=np.int64)
         self.keys = (np.array(session, dtype=np.int64) << 40) + self.index
         self.fused = fused = np.array([c.fused for c in placed], dtype=np.float64)
@@ -966,6 +972,8 @@ class _Lenders:
         self.at = at  # index in `placed` of each lender, by key
         self.lender_keys = self.keys[at]
         self.lender_fused = fused[at]
+        # whether each lender asks: with reply_weight, the message right after it is its reply
+        self.lender_asks = np.array([placed[i].info.question for i in at.tolist()], dtype=bool)
 
     def missing(self, reach: int) -> list[tuple[int, int]]:
         """(session number, message index ≥ 1) of every position within `reach` turns of a
@@ -1011,7 +1019,10 @@ class _Lenders:
         """Set ``final`` (and ``neighbor``) of every matched message candidate (`placed` as
         given to the constructor): final = fused + Σ_d w_d · the larger fused score of the
         lenders d before / d after it (a tie goes to the one before); ``neighbor`` names the
-        nearest lender when the lift exceeds the candidate's own score.
+        nearest lender when the lift exceeds the candidate's own score. With ``reply_weight``
+        (not None), a lender that asks lends the message right after it (its reply)
+        reply_weight × its score instead of w_1 ×; the two sides at d = 1 are then compared by
+        lift.
 
         The neighbours fetched since (fused 0, at `session`, `position`) are scored by the same
         rule and returned: their finals, and per neighbour the index in `placed` of its
@@ -1035,13 +1046,23 @@ class _Lenders:
             found = self.lender_keys[pos] == want
             value = np.where(found, self.lender_fused[pos], 0.0)
             at = self.at[pos]
+            reply = self.reply_weight
             for d, w in enumerate(weights, start=1):
                 has_before, before, before_at = found[2 * d - 2], value[2 * d - 2], at[2 * d - 2]
                 has_after, after, after_at = found[2 * d - 1], value[2 * d - 1], at[2 * d - 1]
-                take_after = has_after & (~has_before | (after > before))
-                has = has_before | has_after
-                best = np.where(take_after, after, before)
-                lift = np.where(has, lift + w * best, lift)
+                if d == 1 and reply is not None:
+                    # the reply to a question that matches: its lift is reply × the question's
+                    # score, the other side's w × its own (compared as lifts)
+                    asks = has_before & self.lender_asks[pos[0]]
+                    before_lift = np.where(asks, reply, w) * before
+                    take_after = has_after & (~has_before | (w * after > before_lift))
+                    has = has_before | has_after
+                    lift = np.where(has, lift + np.where(take_after, w * after, before_lift), lift)
+                else:
+                    take_after = has_after & (~has_before | (after > before))
+                    has = has_before | has_after
+                    best = np.where(take_after, after, before)
+                    lift = np.where(has, lift + w * best, lift)
                 first = has & (source < 0)
                 source[first] = np.where(take_after, after_at, before_at)[first]
         finals = (fused + lift).tolist()
