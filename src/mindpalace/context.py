@@ -82,6 +82,8 @@ from mindpalace.blocks import (
     check_tools,
     is_memory_message,
     memory_exchange,
+    refuse_memory_tool_name,
+    tool_names,
 )
 from mindpalace.checks import require_int
 from mindpalace.errors import ContextBudgetError, ValidationError
@@ -409,12 +411,13 @@ class ContextBuilder:
                 user message, at its :func:`request_floor` (never dropped, emptied or cut
                 past its head, tail and reference).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
-                text; `tools` is not a list of JSON objects; a given message is malformed;
-                `query` is not text or a list of texts.
+                text; `tools` is not a list of JSON objects, or names a tool ``memory`` while
+                ``memory_role`` is ``"tool"`` (the memory blocks' calls use that name); a given
+                message is malformed; `query` is not text or a list of texts.
             ProviderError: the embedder failed to embed the query.
         """
         budget = require_int("budget_tokens", budget_tokens)
-        tool_list = _check_request(system_prompt, tools)
+        tool_list = _check_request(system_prompt, tools, self.settings.memory_role)
         queries = check_queries(query)
         convo_given = None if messages is None else validate_messages(messages)
         if convo_given is None and system_prompt is None:
@@ -519,7 +522,7 @@ class ContextBuilder:
             ValidationError: `budget_tokens`, `system_prompt` or `tools` are malformed.
         """
         budget = require_int("budget_tokens", budget_tokens)
-        tool_list = _check_request(system_prompt, tools)
+        tool_list = _check_request(system_prompt, tools, self.settings.memory_role)
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         _, last = self.sources.message_range()
@@ -557,7 +560,7 @@ class ContextBuilder:
         The blocks are assembled once here; each call only counts. Raises what :meth:`build`
         raises for these arguments."""
         budget = require_int("budget_tokens", budget_tokens)
-        tool_list = _check_request(system_prompt, tools)
+        tool_list = _check_request(system_prompt, tools, self.settings.memory_role)
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks(budget)
@@ -1231,9 +1234,12 @@ def check_queries(query: Any) -> list[str] | None:
     return [require_text("query", q) for q in queries]
 
 
-def _check_request(system_prompt: Any, tools: Any) -> list[ToolSchema] | None:
-    """Refuse what the model API could not be sent (the prompt is built for a real request);
-    returns the tool schemas as a list (None when there are none)."""
+def _check_request(system_prompt: Any, tools: Any, memory_role: MemoryRole) -> list[ToolSchema] | None:
+    """Refuse what the model API could not be sent (the prompt is built for a real request),
+    or a tool whose name the memory blocks' calls use; returns the tool schemas as a list
+    (None when there are none)."""
     if system_prompt is not None:
         require_text("system_prompt", system_prompt)
-    return check_tools(tools)
+    tool_list = check_tools(tools)
+    refuse_memory_tool_name(tool_names(tool_list), memory_role)
+    return tool_list
