@@ -557,3 +557,17 @@ def test_a_tool_named_memory_is_accepted_when_memory_travels_in_user_messages(wo
         s = mem.session("s1", user="u")
         s.add_message({"role": "user", "content": "hello"})
         assert s.prepare(2_000, tools=[MEMORY_NAMED_TOOL]).tools == [MEMORY_NAMED_TOOL]
+
+
+def test_a_query_list_longer_than_the_cap_is_refused_before_any_search(memory: Memory) -> None:
+    # a new user's finding: query=[…] had no length bound — each text is one hybrid search (twice
+    # when the block is re-packed), so one REST body of 100,000 one-letter queries (under the 1 MB
+    # body limit) held a server thread for hours
+    from mindpalace.context import MAX_QUERIES
+    s = memory.session("s1", user="u")
+    s.add_message({"role": "user", "content": "hello"})
+    assert s.context(1_000, query=["hello"] * MAX_QUERIES).report.queries == ["hello"] * MAX_QUERIES
+    for call in (s.context, s.prepare):
+        with pytest.raises(ValidationError, match=rf"{MAX_QUERIES + 1} queries.*at most {MAX_QUERIES}"):
+            call(1_000, query=["hello"] * (MAX_QUERIES + 1))
+    assert s.messages.count() == 1

@@ -105,6 +105,7 @@ IMAGE_TYPES: Final = frozenset({"image_url", "image", "input_image"})
 IMAGE_PLACEHOLDER: Final = "[image omitted to fit the context budget]"
 TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 MESSAGE_CUT_NOTE: Final = "…[{tokens} tokens cut from the middle to fit the context budget{where}]…"
+MAX_QUERIES: Final = 16  # recalled-block queries per build: each is a hybrid search (twice on a re-pack)
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
 _DATES_ROUNDS: Final = 4  # the dates note is re-made while fitting drops more messages
 _FLOOR_STEP: Final = 8  # tokens: finding the cap the recalled block's best item packs under
@@ -1222,15 +1223,20 @@ def _text(content: Any) -> str:
 
 
 def check_queries(query: Any) -> list[str] | None:
-    """`query` as a list of texts (None stays None: the newest user message is used).
+    """`query` as a list of at most :data:`MAX_QUERIES` texts (None stays None: the newest user
+    message is used).
 
     Raises:
-        ValidationError: not a text or a list of texts; InvalidTextError: not storable text."""
+        ValidationError: not a text or a list of texts, or more than MAX_QUERIES of them (each
+            is a hybrid search); InvalidTextError: not storable text."""
     if query is None:
         return None
     queries = [query] if isinstance(query, str) else query
     if not isinstance(queries, list | tuple) or not all(isinstance(q, str) for q in queries):
         raise ValidationError(f"query must be a text or a list of texts, got {type(query).__name__}")
+    if len(queries) > MAX_QUERIES:
+        raise ValidationError(f"query: {len(queries)} queries given, at most {MAX_QUERIES} (each is "
+                              "one hybrid search; join related ones into one text)")
     return [require_text("query", q) for q in queries]
 
 
