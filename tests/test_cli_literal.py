@@ -19,7 +19,7 @@ from mindpalace.cli import app, main
 from mindpalace.store import Record
 
 T = r"[/bold] [red]x[/red] \[ :smile:"  # every markup hazard in one value
-SID = r"s[/bold][red]x[/red]\[:smile:"  # a session id (any text)
+SID = r"s[bold][red]x[red]\[:smile:"  # a session id (any printable text without "/": one path segment)
 KEY = r"[red]x[/red]:a[/bold]\[:smile:"  # a fact key ('entity:attribute', already normal)
 NAME = "x:smile:"  # record / constraint names allow letters, digits and _ . : @ + -
 ENV = {"COLUMNS": "400", "MINDPALACE_EMBED__PROVIDER": "hashing"}  # no table wrapping

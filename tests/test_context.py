@@ -532,3 +532,42 @@ class TestReadOnly:
             assert built.report.consolidation is not None and built.report.consolidation.consolidated
             assert s.consolidator.last_consolidated > before
         assert _tables(root / "memory.db") != tables
+
+
+MEMORY_NAMED_TOOL = {"type": "function", "function": {"name": "memory", "description": "my notes",
+                                                      "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_a_tool_named_memory_is_refused_by_context_and_prepare_as_by_the_agent(memory: Memory) -> None:
+    # left-alone finding: Agent refused a tool named "memory" while memory_role = "tool" (every
+    # prompt's memory blocks travel in an assistant call of that name), but prepare()/context()
+    # outside the Agent sent both — the model saw two meanings of one tool name
+    s = memory.session("s1", user="u")
+    for i in range(40):
+        s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " * 30})
+    before = (s.messages.count(), s.consolidator.last_consolidated)
+    for call in (s.context, s.prepare):
+        with pytest.raises(ValidationError, match=r"'memory'.*memory_role"):
+            call(300, tools=[MEMORY_NAMED_TOOL])
+    assert (s.messages.count(), s.consolidator.last_consolidated) == before  # nothing consolidated
+
+
+def test_a_tool_named_memory_is_accepted_when_memory_travels_in_user_messages(workspace_dir: Path) -> None:
+    with Memory.open(workspace_dir, embed={"provider": "none"}, context={"memory_role": "user"}) as mem:
+        s = mem.session("s1", user="u")
+        s.add_message({"role": "user", "content": "hello"})
+        assert s.prepare(2_000, tools=[MEMORY_NAMED_TOOL]).tools == [MEMORY_NAMED_TOOL]
+
+
+def test_a_query_list_longer_than_the_cap_is_refused_before_any_search(memory: Memory) -> None:
+    # a new user's finding: query=[…] had no length bound — each text is one hybrid search (twice
+    # when the block is re-packed), so one REST body of 100,000 one-letter queries (under the 1 MB
+    # body limit) held a server thread for hours
+    from mindpalace.context import MAX_QUERIES
+    s = memory.session("s1", user="u")
+    s.add_message({"role": "user", "content": "hello"})
+    assert s.context(1_000, query=["hello"] * MAX_QUERIES).report.queries == ["hello"] * MAX_QUERIES
+    for call in (s.context, s.prepare):
+        with pytest.raises(ValidationError, match=rf"{MAX_QUERIES + 1} queries.*at most {MAX_QUERIES}"):
+            call(1_000, query=["hello"] * (MAX_QUERIES + 1))
+    assert s.messages.count() == 1

@@ -30,6 +30,7 @@ from mindpalace.recalled import (
     COMPACT_RECALLED_HEADER,
     DATES_HEADER,
     RECALLED_HEADER,
+    marks_a_correction,
 )
 from mindpalace.session.pairing import check_pairing, repair_pairing
 
@@ -795,3 +796,22 @@ def test_a_message_cut_while_fitting_gets_back_the_room_left_over(mem: Memory) -
         built = s.context(budget)
         assert built.report.total_tokens <= budget
         assert built.messages[-1] == {"role": "user", "content": request}, (budget, built.report.degradations)
+
+
+@pytest.mark.parametrize(("older", "newer", "marked"), [
+    ("My office is in the Berlin building on floor three.", "My office is in the Munich building.", True),
+    ("I have 2 cars.", "Bought a van, so 3 vehicles now.", True),
+    ("I take the bus to work.", "I cycle to work now, no longer by bus.", True),  # no value, but a change
+    ("The dentist is on Friday.", None, True),  # the correction's text is not at hand: the value decides
+    # chit-chat "corrected" by chit-chat: nothing that can be outdated, so no mark
+    ("Thanks, Melanie! Your kind words really mean a lot.", "Thanks, Mel! Your kind words mean a lot.", False),
+    ("Wow, that's awesome! You're so kind.", "Haha, fair enough. Lucky you!", False),
+    ("Hey Caroline, so good to hear from you!", "Glad you have support, Caro!", False),
+    ("I take the bus to work.", "Sounds fun, enjoy the ride!", False),
+])
+def test_a_correction_is_marked_only_where_a_value_can_be_outdated(
+    older: str, newer: str | None, marked: bool,
+) -> None:
+    # left-alone finding: "[corrected later: …]" was put on chit-chat (a thank-you "corrected" by
+    # a later thank-you), telling the model a sentence stating no fact was outdated
+    assert marks_a_correction(older, newer, frozenset({"Caroline", "Melanie"})) is marked

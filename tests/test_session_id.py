@@ -25,3 +25,32 @@ def test_an_empty_session_id_is_refused(tmp_path: Path, session_id: str) -> None
                 amem.session(session_id, user="u")
 
         asyncio.run(main())
+
+
+# A session id is one path segment of the REST routes (/v1/sessions/{s}/…) and a line of the
+# CLI's and inspector's output: "/" and the dot segments are unreachable over HTTP (a client
+# normalises "." and ".." away, a server splits at "/"), and a control character breaks the line.
+UNREACHABLE_IDS = ["trip/42", "/", ".", "..", "trip\n42", "trip\r", "\ttrip", "trip\x7f", "trip\x85",
+                   "trip\u2028"]
+
+
+@pytest.mark.parametrize("session_id", UNREACHABLE_IDS)
+def test_a_session_id_that_is_not_one_printable_path_segment_is_refused_by_name(
+    tmp_path: Path, session_id: str,
+) -> None:
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+        with pytest.raises(ValidationError, match="session id") as caught:
+            mem.session(session_id, user="u")
+        assert repr(session_id) in str(caught.value)  # names the id it refused
+
+        async def main() -> None:
+            with pytest.raises(ValidationError, match="session id"):
+                AsyncMemory(mem).session(session_id, user="u")
+
+        asyncio.run(main())
+
+
+@pytest.mark.parametrize("session_id", ["trip 42", "trip-42.v2", "a?b#c%d", "é…", "..x", "a@b"])
+def test_other_printable_ids_are_sessions(tmp_path: Path, session_id: str) -> None:
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+        assert mem.session(session_id, user="u").id == session_id

@@ -232,3 +232,26 @@ def test_an_unknown_job_is_refused_by_name(ws: Path) -> None:
 
     with Memory.open(ws) as mem, pytest.raises(ValidationError, match="nope"):
         maintenance_jobs(mem, ["compact", "nope"])
+
+
+def test_the_snapshot_job_reaches_a_stored_session_whose_id_the_facade_now_refuses(tmp_path: Path) -> None:
+    # a workspace written before session ids were restricted may hold "trip/42": the job opened
+    # every stored session through Memory.session, whose id check raised and ended the whole
+    # job, so no later session got its snapshot either
+    import threading
+
+    from mindpalace.memory import Session
+    from mindpalace.worker import Unit, snapshot_job
+
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+        for sid in ("trip/42", "trip-43"):
+            task = Session(mem, mem.scope(user="ann", session=sid)).task  # as an older version wrote it
+            task.plan(["search", "book"])
+        unit = Unit("snapshot", threading.Event())
+        snapshot_job(mem)(unit)
+        assert unit.done == 2
+        for sid in ("trip/42", "trip-43"):
+            events = TaskEventStore(mem.store, mem.scope(user="ann", session=sid))
+            (task_id, version), = events.list_tasks()
+            snap = events.latest_snapshot(task_id)
+            assert snap is not None and snap.version == version

@@ -23,7 +23,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Literal
@@ -209,6 +209,27 @@ def check_tools(tools: Any) -> list[ToolSchema] | None:
                                   f"tools[{seen[name]}]); tool names must be unique")
         seen[name] = i
     return list(tools)
+
+
+def refuse_memory_tool_name(names: Iterable[str], memory_role: MemoryRole) -> None:
+    """Refuse a caller's tool named :data:`MEMORY_TOOL` when memory blocks travel in calls of
+    that name (``memory_role="tool"``): the model would see one name with two meanings, and a
+    call to it could run the caller's function with the blocks' arguments. The one rule of the
+    Agent (its tools) and of the context builder (``tools=`` of ``context`` / ``prepare``).
+
+    Raises:
+        ValidationError: naming the tool and the setting that frees the name.
+    """
+    if memory_role == "tool" and MEMORY_TOOL in names:
+        raise ValidationError(
+            f"a tool is named {MEMORY_TOOL!r}, the name of the call every prompt's memory "
+            "blocks travel in (context.memory_role = 'tool'); rename the tool, or set "
+            "[context] memory_role = 'user'")
+
+
+def tool_names(tools: Sequence[ToolSchema] | None) -> list[str]:
+    """The names of `tools` (schemas without one are skipped; a provider judges those)."""
+    return [n for n in (_tool_name(t) for t in tools or []) if n is not None]
 
 
 def _tool_name(schema: dict[str, Any]) -> str | None:

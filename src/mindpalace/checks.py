@@ -1,7 +1,9 @@
-"""Argument checks shared by every layer: integers with a lower bound (budgets, counts, ids)."""
+"""Argument checks shared by every layer: integers with a lower bound (budgets, counts, ids)
+and session ids."""
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from mindpalace.errors import ValidationError
@@ -23,15 +25,35 @@ def require_int(field: str, value: Any, *, minimum: int = 1) -> int:
 
 
 def require_session_id(session_id: Any) -> str:
-    """`session_id` when it names a session: a string with some non-blank text.
+    """`session_id` when it names a session: printable text that is one path segment.
+
+    The id is the ``{s}`` of the REST routes (``/v1/sessions/{s}/…``), a line of the CLI's and
+    the inspector's output and the ``@<session>`` of a message reference, so every entry point
+    (Python, async, REST, MCP, CLI) refuses the same ids here rather than storing a session
+    that one of them cannot reach.
 
     Raises:
-        ValidationError: not a string, or empty / blank — ``""`` is the user-level scope
-            (where user facts live), not a session, so a conversation must not be written
-            there by an unset id.
+        ValidationError: naming the id — not a string; empty / blank (``""`` is the user-level
+            scope, where user facts live, not a session, so a conversation must not be written
+            there by an unset id); containing ``/`` or being ``.`` / ``..`` (HTTP clients and
+            servers split or normalise those away, so the session would be unreachable over
+            REST); or containing a control / line-separator character (newline, tab, DEL, C1,
+            U+2028 / U+2029), which breaks the line it is printed on.
     """
     if not isinstance(session_id, str):
         raise ValidationError(f"session id must be a string, got {type(session_id).__name__}")
     if not session_id.strip():
         raise ValidationError(f"session id must not be empty or blank, got {session_id!r}")
+    if "/" in session_id or session_id in (".", ".."):
+        raise ValidationError(f"session id {session_id!r} must be one path segment: no '/', "
+                              "not '.' or '..' (it would be unreachable over REST)")
+    bad = next((c for c in session_id if _is_control(c)), None)
+    if bad is not None:
+        raise ValidationError(f"session id {session_id!r} contains the control character "
+                              f"{bad!a} at offset {session_id.index(bad)}")
     return session_id
+
+
+def _is_control(char: str) -> bool:
+    """True for C0 / DEL / C1 controls and the Unicode line and paragraph separators."""
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp")

@@ -82,6 +82,8 @@ from mindpalace.blocks import (
     check_tools,
     is_memory_message,
     memory_exchange,
+    refuse_memory_tool_name,
+    tool_names,
 )
 from mindpalace.checks import require_int
 from mindpalace.errors import ContextBudgetError, ValidationError
@@ -103,6 +105,7 @@ IMAGE_TYPES: Final = frozenset({"image_url", "image", "input_image"})
 IMAGE_PLACEHOLDER: Final = "[image omitted to fit the context budget]"
 TRUNCATION_MARK: Final = "\n…[truncated to fit the context budget]"
 MESSAGE_CUT_NOTE: Final = "…[{tokens} tokens cut from the middle to fit the context budget{where}]…"
+MAX_QUERIES: Final = 16  # recalled-block queries per build: each is a hybrid search (twice on a re-pack)
 FIRST_LOAD_MESSAGES: Final = 64  # tail messages read first; doubled until the budget is passed
 _DATES_ROUNDS: Final = 4  # the dates note is re-made while fitting drops more messages
 _FLOOR_STEP: Final = 8  # tokens: finding the cap the recalled block's best item packs under
@@ -409,12 +412,13 @@ class ContextBuilder:
                 user message, at its :func:`request_floor` (never dropped, emptied or cut
                 past its head, tail and reference).
             ValidationError: `budget_tokens` is not a positive int; `system_prompt` is not
-                text; `tools` is not a list of JSON objects; a given message is malformed;
-                `query` is not text or a list of texts.
+                text; `tools` is not a list of JSON objects, or names a tool ``memory`` while
+                ``memory_role`` is ``"tool"`` (the memory blocks' calls use that name); a given
+                message is malformed; `query` is not text or a list of texts.
             ProviderError: the embedder failed to embed the query.
         """
         budget = require_int("budget_tokens", budget_tokens)
-        tool_list = _check_request(system_prompt, tools)
+        tool_list = _check_request(system_prompt, tools, self.settings.memory_role)
         queries = check_queries(query)
         convo_given = None if messages is None else validate_messages(messages)
         if convo_given is None and system_prompt is None:
@@ -519,7 +523,7 @@ class ContextBuilder:
             ValidationError: `budget_tokens`, `system_prompt` or `tools` are malformed.
         """
         budget = require_int("budget_tokens", budget_tokens)
-        tool_list = _check_request(system_prompt, tools)
+        tool_list = _check_request(system_prompt, tools, self.settings.memory_role)
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         _, last = self.sources.message_range()
@@ -557,7 +561,7 @@ class ContextBuilder:
         The blocks are assembled once here; each call only counts. Raises what :meth:`build`
         raises for these arguments."""
         budget = require_int("budget_tokens", budget_tokens)
-        tool_list = _check_request(system_prompt, tools)
+        tool_list = _check_request(system_prompt, tools, self.settings.memory_role)
         if system_prompt is None:
             system_prompt = self._stored_system_prompt()
         blocks = self._blocks(budget)
@@ -1219,21 +1223,29 @@ def _text(content: Any) -> str:
 
 
 def check_queries(query: Any) -> list[str] | None:
-    """`query` as a list of texts (None stays None: the newest user message is used).
+    """`query` as a list of at most :data:`MAX_QUERIES` texts (None stays None: the newest user
+    message is used).
 
     Raises:
-        ValidationError: not a text or a list of texts; InvalidTextError: not storable text."""
+        ValidationError: not a text or a list of texts, or more than MAX_QUERIES of them (each
+            is a hybrid search); InvalidTextError: not storable text."""
     if query is None:
         return None
     queries = [query] if isinstance(query, str) else query
     if not isinstance(queries, list | tuple) or not all(isinstance(q, str) for q in queries):
         raise ValidationError(f"query must be a text or a list of texts, got {type(query).__name__}")
+    if len(queries) > MAX_QUERIES:
+        raise ValidationError(f"query: {len(queries)} queries given, at most {MAX_QUERIES} (each is "
+                              "one hybrid search; join related ones into one text)")
     return [require_text("query", q) for q in queries]
 
 
-def _check_request(system_prompt: Any, tools: Any) -> list[ToolSchema] | None:
-    """Refuse what the model API could not be sent (the prompt is built for a real request);
-    returns the tool schemas as a list (None when there are none)."""
+def _check_request(system_prompt: Any, tools: Any, memory_role: MemoryRole) -> list[ToolSchema] | None:
+    """Refuse what the model API could not be sent (the prompt is built for a real request),
+    or a tool whose name the memory blocks' calls use; returns the tool schemas as a list
+    (None when there are none)."""
     if system_prompt is not None:
         require_text("system_prompt", system_prompt)
-    return check_tools(tools)
+    tool_list = check_tools(tools)
+    refuse_memory_tool_name(tool_names(tool_list), memory_role)
+    return tool_list

@@ -518,7 +518,12 @@ class Session:
         """Working memory first, then hybrid keyword + vector search over facts, messages,
         steps, snapshots and history of this user (scoped). See :class:`mindpalace.facts.Recall`.
         Recorded as a ``recalled`` lineage event (query, rank, score per hit), committed in
-        the same transaction as the recall's hit counts and promotions."""
+        the same transaction as the recall's hit counts and promotions.
+
+        Raises:
+            ValidationError: `query` is empty or blank (nothing is recorded), or `k` is not an
+                int ≥ 1. ProviderError: the embedder failed.
+        """
         if not self.lineage.enabled:
             return self.search(query, k)
         step = self._step()

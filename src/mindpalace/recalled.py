@@ -67,6 +67,7 @@ from mindpalace.facts.recall import WORKING_MIN_TERM_SHARE
 from mindpalace.knowledge.index import KIND as KNOWLEDGE_KIND
 from mindpalace.knowledge.index import file_of_ref
 from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, asks, stems
+from mindpalace.retrieval.supersession import says_it_changed, sentences, value_words
 from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
@@ -228,7 +229,7 @@ class MemoryRecaller:
         for query in [q for q in queries if q.strip()]:
             hits = self.search.search(self.scopes(), query, k=k, skip=skip, statement_scale=True)
             created = self._record_dates(hits)
-            entries = [e for e in (self._from_hit(h, created) for h in hits) if e is not None]
+            entries = _plausible_marks([e for e in (self._from_hit(h, created) for h in hits) if e is not None], hits)
             # a message that only asks states nothing: it yields to statements (its answer
             # ranks through neighbour credit), so earlier questions do not crowd the block
             entries = sorted((replace(e, score=e.score * _QUESTION_WEIGHT) if e.tier == MESSAGE_KIND and asks(e.text) else e
@@ -743,6 +744,38 @@ def _who(item: RecalledItem) -> str:
 def _line(item: RecalledItem) -> str:
     """``Caroline: text`` (:func:`_who`), and the reference of its correction if any."""
     return f"{_who(item)}{item.text}{_later(item)}"
+
+
+def marks_a_correction(older: str, newer: str | None, speakers: frozenset[str]) -> bool:
+    """Whether a statement the retriever found corrected by a later one is shown as corrected
+    (``[corrected later: …]``): only where a value can be outdated. `older` gives a value (a
+    number, a date, a name — :func:`~mindpalace.retrieval.supersession.value_words`, sentence
+    by sentence) other than the name of one of `speakers` or a short form of it ("Mel" for
+    Melanie: a greeting or thanks addresses them, it states nothing), or `newer` (None when
+    its text is not at hand) says that something changed ("… now", "no longer …").
+
+    The retriever's link also orders the ranking (the newer first) and stays; this only keeps
+    the prompt from telling the model that a thank-you was outdated by a later thank-you.
+    """
+    addressed = [name.casefold() for name in speakers if name]
+
+    def names_a_speaker(word: str) -> bool:
+        return len(word) >= 3 and any(name.startswith(word) for name in addressed)
+
+    if any(not names_a_speaker(w) for part in sentences(older) for w in value_words(part)):
+        return True
+    return newer is not None and any(says_it_changed(part) for part in sentences(newer))
+
+
+def _plausible_marks(entries: list[RecalledItem], hits: Sequence[RetrievalHit]) -> list[RecalledItem]:
+    """`entries` with each ``superseded_by`` mark :func:`marks_a_correction` does not support
+    cleared; the speakers are the names on the message hits of the same search."""
+    if not any(e.superseded_by for e in entries):
+        return entries
+    speakers = frozenset(str(h.meta.get("name") or "") for h in hits if h.tier == MESSAGE_KIND)
+    by_ref = {e.ref: e.text for e in entries if e.tier == MESSAGE_KIND}
+    return [e if not e.superseded_by or marks_a_correction(e.text, by_ref.get(e.superseded_by), speakers)
+            else replace(e, superseded_by="") for e in entries]
 
 
 def _later(item: RecalledItem) -> str:

@@ -313,10 +313,14 @@ def archive_job(memory: Memory) -> JobRun:
 def snapshot_job(memory: Memory) -> JobRun:
     """A fresh snapshot of every task whose snapshot is behind its event log (one per unit);
     tasks are reached through the facade's sessions (the facade wires the event stores)."""
+    from mindpalace.memory import Session  # the facade's module: imported when the job is made
+
     def run(unit: Unit) -> None:
         for scope, stream, version in memory.store.list_streams(
                 Scope(memory.tenant, ANY, ANY, ANY), prefix=STREAM_PREFIX):
-            session = memory.session(str(scope.session), user=str(scope.user), agent=str(scope.agent))
+            # a stored scope, opened as stored: an id written before a facade rule refused it
+            # ("trip/42") must not end the job for every session after it
+            session = Session(memory, scope)
             task = session.tasks(stream[len(STREAM_PREFIX):])
             snap = task.events.latest_snapshot(task.id)
             if snap is not None and snap.version >= version:

@@ -154,3 +154,18 @@ class TestOneCommitPerRecall:
         s = memory.session("new", user=uid, agent="a")
         assert [h.tier for h in s.search("which city", k=1)] == ["fact"]
         assert not [e for e in s.lineage.events() if e.type == "recalled"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_an_empty_or_blank_query_is_refused_by_name_and_records_nothing(
+    memory: Memory, uid: str, query: str,
+) -> None:
+    # a new user's finding: recall("") silently answered [] (and wrote a `recalled` lineage
+    # event for a query that asked nothing), so a caller's unset variable looked like "no memory"
+    s = memory.session("s1", user=uid, agent="a")
+    s.add_message({"role": "user", "content": "my home city is Lyon"})
+    with pytest.raises(ValidationError, match="query"):
+        s.recall(query)
+    with pytest.raises(ValidationError, match="query"):
+        s.search(query)
+    assert [e for e in s.lineage.events() if e.type == "recalled"] == []

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from mindpalace import Memory
 from mindpalace.auth import ApiKeys
 from mindpalace.cli import app
-from mindpalace.errors import ConfigError
+from mindpalace.errors import ConfigError, ValidationError
 from mindpalace.mcpserver import HttpOptions
 
 from .helpers import call, http_client, http_server, names, refused
@@ -227,3 +227,13 @@ def test_no_auth_on_loopback_serves_the_servers_tenant(ws: Path, keys: Keys) -> 
     with Memory.open(ws, create=False) as mem:
         assert mem.for_tenant("local").session("x", user="u1", agent="planner").facts.get("user:os")
         assert mem.for_tenant("acme").session("x", user="u1", agent="planner").facts.get("user:os") is None
+
+
+@pytest.mark.parametrize("session", ["a/b", "a\nb", ".."])
+def test_a_default_session_id_no_entry_point_could_reach_is_refused_before_serving(ws: Path, session: str) -> None:
+    # the server checked its default scope but not the session id rule, so it served and then
+    # failed every tool call that left session_id out
+    result = CliRunner().invoke(app, ["mcp", "-w", str(ws), "--transport", "http", "--port", "0",
+                                      "--no-auth", "-s", session])
+    assert isinstance(result.exception, ValidationError), result.output
+    assert "session id" in str(result.exception)

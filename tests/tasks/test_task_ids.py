@@ -11,7 +11,7 @@ def test_valid_session_id_is_the_task_id() -> None:
 
 
 def test_session_id_with_spaces_gets_a_stable_derived_task_id(memory: Memory) -> None:
-    s = memory.session("per run 500/0")
-    assert s.task.id == default_task_id("per run 500/0") != default_task_id("per run 500/1")
+    s = memory.session("per run 500:0")
+    assert s.task.id == default_task_id("per run 500:0") != default_task_id("per run 500:1")
     s.add_message({"role": "user", "content": "hello"})
     assert s.context(500).report.total_tokens <= 500  # context builds (constraints block included)

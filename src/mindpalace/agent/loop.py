@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from mindpalace.agent.tools import Tool, as_tool, render_result
-from mindpalace.blocks import MEMORY_TOOL, ToolSchema
+from mindpalace.blocks import ToolSchema, refuse_memory_tool_name
 from mindpalace.context import BuiltContext
 from mindpalace.errors import (
     ConfigError,
@@ -210,11 +210,7 @@ class Agent:
         for t in [*map(as_tool, tools), Tool.from_function(self._update_working_checkpoint, name=CHECKPOINT_TOOL)]:
             if t.name in self.tools:
                 raise ValidationError(f"two tools are named {t.name!r}; tool names must be unique")
-            if t.name == MEMORY_TOOL and ws.context.memory_role == "tool":
-                raise ValidationError(
-                    f"a tool is named {MEMORY_TOOL!r}, the name of the call every prompt's memory "
-                    "blocks travel in (context.memory_role = 'tool'); rename the tool, or set "
-                    "[context] memory_role = 'user'")
+            refuse_memory_tool_name([t.name], ws.context.memory_role)
             self.tools[t.name] = t
             if t.reconcile is not None:
                 session.task.ledger.reconciler(t.name, t.reconcile)

@@ -85,10 +85,12 @@ class Recall:
                 ``Session.recall`` writes its ``recalled`` lineage event there): what it writes
                 commits with them, and an error it raises undoes them.
         Raises:
-            ValidationError: k is not an int ≥ 1; InvalidTextError: `query` is not storable text.
+            ValidationError: k is not an int ≥ 1; InvalidTextError: `query` is not storable
+                text, or is empty / blank (a query that asks nothing is a caller's bug — an
+                unset variable — not a search that found nothing).
             ProviderError: the embedder failed.
         """
-        require_text("query", query)
+        require_text("query", query, allow_empty=False)
         k = self.settings.recall_top_k if k is None else require_int("recall k", k)
         wanted = stems(query_terms(query))
         strong, weak = self._working_matches(query, wanted)

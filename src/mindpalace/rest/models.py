@@ -23,6 +23,7 @@ from pydantic import (
     StrictInt,
 )
 
+from mindpalace.context import MAX_QUERIES
 from mindpalace.errors import ValidationError
 
 MAX_NAMES = 100  # records one read_records call may ask for (a prompt names a handful)
@@ -101,7 +102,8 @@ class ContextIn(Body):
     system_prompt: Text | None = None
     tools: list[JsonObject] | None = Field(None, max_length=MAX_TOOLS)
     messages: list[JsonObject] | None = Field(None, max_length=10_000, description="A conversation to use instead of the stored one.")
-    query: Text | list[Text] | None = Field(None, description="What the recalled-memory block recalls for; default the newest user message.")
+    query: Text | Annotated[list[Text], Field(max_length=MAX_QUERIES)] | None = Field(
+        None, description="What the recalled-memory block recalls for; default the newest user message.")
 
 
 class TurnIn(Body):
@@ -110,7 +112,7 @@ class TurnIn(Body):
     budget_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     system_prompt: Text | None = None
     tools: list[JsonObject] | None = Field(None, max_length=MAX_TOOLS)
-    query: Text | list[Text] | None = None
+    query: Text | Annotated[list[Text], Field(max_length=MAX_QUERIES)] | None = None
 
 
 # -- pagination ----------------------------------------------------------------------------

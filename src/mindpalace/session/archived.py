@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from mindpalace.datenotes import day
 from mindpalace.providers.llm.extractive import is_cheer
+from mindpalace.session.directives import is_directive
 from mindpalace.timeutil import from_iso
 from mindpalace.tokens import TokenCounter
 
@@ -162,17 +163,19 @@ def normalize(text: str) -> str:
 
 
 def rule_sentences(text: str) -> list[str]:
-    """Sentences of `text` that state a rule (must, never, always, only, at most, 必须 …).
+    """Sentences of `text` that state a rule (must, never, always, only, at most, 必须 …) as a
+    directive: an instruction to the assistant or a limit on the work (``is_directive``).
 
     A question ("Do you always run?"), a story about the past ("Never had a chance to visit
-    it.") and a cheer ("Don't quit!", ``is_cheer``) use the same words and state no rule:
-    none is pinned.
+    it."), a cheer ("Don't quit!", ``is_cheer``) and conversation in a rule's words ("I'm always
+    here for you", "That must have been awesome") state no rule: none is pinned.
     """
     out = []
     for part in _SENTENCE_END.split(text):
         s = part.strip()
         if (s and len(s) <= MAX_RULE_CHARS and _RULE.search(s) and not s.endswith(("?", "？"))
-                and not _NARRATIVE.search(s) and not is_cheer(s) and s not in out):
+                and not _NARRATIVE.search(s) and not is_cheer(s) and is_directive(s)
+                and s not in out):
             out.append(s)
     return out
 
