@@ -537,7 +537,8 @@ class HybridRetriever:
         the candidates, from the neighbours `left_out` by the context credit, or read from the
         store (one read for all of them, through the neighbour cache of `generation`); one that
         `skip` leaves out is not lifted. A reply after a question is left alone: it holds the
-        answer itself. Changes `cands` in place (statements read from the store are added).
+        answer itself; so is a reply shorter than ``_REPLY_LENGTH_RATIO`` × the statement (a turn
+        of its own, as between two people, holds its own facts). Changes `cands` in place (statements read from the store are added).
         """
         top = _best_first(cands.values(), window)
         replies = [
@@ -566,7 +567,7 @@ class HybridRetriever:
                 before = at[key] = cands[facts.doc.id] = _Candidate(facts.doc)
             elif not _states(before.doc):
                 continue
-            if before.final < r.final:
+            if before.final < r.final and len(r.doc.text) >= _REPLY_LENGTH_RATIO * len(before.doc.text):
                 before.final = r.final
                 before.answered = True
                 before.neighbor = r.doc.ref  # the explanation: lifted by the message next to it
@@ -1154,6 +1155,10 @@ def _boost_named_speaker(
 
 _NOT_STATING = frozenset(["assistant", "tool", "system"])
 _REPLY_ROLE = "assistant"  # the role whose message answers the one before it
+# A reply lifts the statement before it only when it is this many times longer: a long reply
+# talks around the statement's subject (and so matches a paraphrase of it); a reply of a
+# statement's length is a turn of its own, holding its own facts (two people talking).
+_REPLY_LENGTH_RATIO = 2.0
 _PAST = frozenset(["did", "was", "were", "had", "used", "previously", "before", "originally",
                    "first", "earlier", "old", "former"])
 
