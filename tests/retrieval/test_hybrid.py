@@ -125,30 +125,26 @@ class TestContextAndFusion:
         assert reply.score == pytest.approx(expected * question.score)
         assert reply.why.neighbor == "1"
 
-    def test_reply_weight_lifts_only_the_turn_after_a_question(self, memory: Memory, uid: str) -> None:
-        s = memory.session("s1", user=uid, agent="a")
-        s.messages.add_many([
+    @staticmethod
+    def _three_turns(memory: Memory, uid: str, middle: str, query: str) -> dict[str, float]:
+        """Scores by ref of Melanie / Caroline (`middle`) / Melanie, reply weight 1.5."""
+        memory.session("s1", user=uid, agent="a").messages.add_many([
             {"role": "user", "name": "Melanie", "content": "Busy week at home."},
-            {"role": "user", "name": "Caroline", "content": "I painted a sunrise last weekend."},
+            {"role": "user", "name": "Caroline", "content": middle},
             {"role": "user", "name": "Melanie", "content": "Lovely colours."},
         ])
         settings = FactSettings(neighbor_weights=[0.6], neighbor_reply_weight=1.5, speaker_boost=0)
-        hits = HybridRetriever(memory.store, None, settings).search(user_scope(memory, uid), "painted sunrise", k=3)
-        by_ref = {h.ref: h.score for h in hits}
+        hits = HybridRetriever(memory.store, None, settings).search(user_scope(memory, uid), query, k=3)
+        return {h.ref: h.score for h in hits}
+
+    def test_reply_weight_lifts_only_the_turn_after_a_question(self, memory: Memory, uid: str) -> None:
+        by_ref = self._three_turns(memory, uid, "I painted a sunrise last weekend.", "painted sunrise")
         # a statement lends neighbor_weights[0] to both sides, never the reply weight
         assert by_ref["1"] == pytest.approx(0.6 * by_ref["2"])
         assert by_ref["3"] == pytest.approx(0.6 * by_ref["2"])
 
     def test_the_turn_before_a_question_keeps_the_plain_weight(self, memory: Memory, uid: str) -> None:
-        s = memory.session("s1", user=uid, agent="a")
-        s.messages.add_many([
-            {"role": "user", "name": "Melanie", "content": "Busy week at home."},
-            {"role": "user", "name": "Caroline", "content": "What did you paint last weekend?"},
-            {"role": "user", "name": "Melanie", "content": "Lovely colours."},
-        ])
-        settings = FactSettings(neighbor_weights=[0.6], neighbor_reply_weight=1.5, speaker_boost=0)
-        hits = HybridRetriever(memory.store, None, settings).search(user_scope(memory, uid), "paint last weekend", k=3)
-        by_ref = {h.ref: h.score for h in hits}
+        by_ref = self._three_turns(memory, uid, "What did you paint last weekend?", "paint last weekend")
         assert by_ref["3"] == pytest.approx(1.5 * by_ref["2"])  # the reply
         assert by_ref["1"] == pytest.approx(0.6 * by_ref["2"])  # the turn before the question
 
