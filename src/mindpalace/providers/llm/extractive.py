@@ -233,21 +233,25 @@ def is_constraint(text: str) -> bool:
     ("You must not exceed $500!", "Never book flights before 08:00!" do)."""
     if _CONSTRAINT_ZH.search(text):
         return True
-    markers = list(_CONSTRAINT_EN.finditer(text))
-    if not markers:
-        return False
-    return _NUMBER.search(text) is not None or not all(_opens_cheer(text, m) for m in markers)
+    return _CONSTRAINT_EN.search(text) is not None and not _markers_only_cheer(text)
 
 
 def is_cheer(text: str) -> bool:
     """Is the sentence only encouragement in a rule's words ("Don't give up!", "Never stop
     dreaming!", "You must try it!")? True when it has a must / never / don't, every such word
     opens a cheer addressed at the listener, no other rule word (always, only, should …) is in
-    it, and it holds no number. Shared by the summarizer's constraint weight and the archived
-    block's pinned rules, so neither keeps a cheer as a rule."""
+    it, and it holds no number. The archived block's pinned rules use it, so a cheer is never
+    shown as a rule the user stated (:func:`is_constraint` reads the same cheers)."""
+    return (not _CONSTRAINT_ZH.search(text) and _OTHER_RULE_WORD.search(text) is None
+            and _markers_only_cheer(text))
+
+
+def _markers_only_cheer(text: str) -> bool:
+    """The sentence has a must / never / don't, each opens a cheer (:func:`_opens_cheer`), and
+    it holds no number: the part of a cheer that :func:`is_constraint` and :func:`is_cheer`
+    share."""
     markers = list(_CONSTRAINT_EN.finditer(text))
-    return (bool(markers) and _NUMBER.search(text) is None and not _CONSTRAINT_ZH.search(text)
-            and _OTHER_RULE_WORD.search(text) is None and all(_opens_cheer(text, m) for m in markers))
+    return bool(markers) and _NUMBER.search(text) is None and all(_opens_cheer(text, m) for m in markers)
 
 
 def _opens_cheer(text: str, marker: re.Match[str]) -> bool:
