@@ -560,14 +560,16 @@ class HybridRetriever:
         for r in replies:
             key = (r.info.scope_key, r.info.position - 1)
             before = at.get(key)
-            if before is None:
-                facts = aside.get(key)
-                if facts is None or not _states(facts.doc) or (skip is not None and skip(facts.doc)):
-                    continue
-                before = at[key] = cands[facts.doc.id] = _Candidate(facts.doc)
-            elif not _states(before.doc):
+            facts = aside.get(key) if before is None else None
+            doc = before.doc if before is not None else facts.doc if facts is not None else None
+            # only a statement the reply answers and outgrows is lifted (or read in as a candidate)
+            if doc is None or not _states(doc) or len(r.doc.text) < _REPLY_LENGTH_RATIO * len(doc.text):
                 continue
-            if before.final < r.final and len(r.doc.text) >= _REPLY_LENGTH_RATIO * len(before.doc.text):
+            if before is None:
+                if skip is not None and skip(doc):
+                    continue
+                before = at[key] = cands[doc.id] = _Candidate(doc)
+            if before.final < r.final:
                 before.final = r.final
                 before.answered = True
                 before.neighbor = r.doc.ref  # the explanation: lifted by the message next to it
