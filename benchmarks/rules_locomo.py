@@ -19,8 +19,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-DEV = ("conv-26", "conv-30")
-
 
 def default_data() -> Path:
     shared = os.environ.get("MINDPALACE_SHARED_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -28,7 +26,7 @@ def default_data() -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from mindpalace.eval.locomo import load_locomo
+    from mindpalace.eval.locomo import DEV_CONVERSATIONS, load_locomo
     from mindpalace.session.archived import rule_sentences
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     totals = {"dev": [0, 0], "held-out": [0, 0]}  # [turns, pinned sentences]
     print(f"{'conversation':<14}{'split':<10}{'turns':>7}{'pinned':>8}")
     for conv in load_locomo(args.data):
-        split = "dev" if conv.sample_id in DEV else "held-out"
+        split = "dev" if conv.sample_id in DEV_CONVERSATIONS else "held-out"
         pinned = [s for turn in conv.turns for s in rule_sentences(turn.text)]
         totals[split][0] += len(conv.turns)
         totals[split][1] += len(pinned)

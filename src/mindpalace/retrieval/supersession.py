@@ -895,8 +895,9 @@ def find_followups(
                   if value_kinds(p) and not p.rstrip().endswith(_QUESTION_MARKS)]
         if not valued:
             return None
-        sentence = valued[0] if len(valued) == 1 else valued[int(np.argmax(embed(valued) @ embed([compared])[0]))]
-        anchor_vector = embed([sentence])[0]
+        rows = embed(valued)
+        at = 0 if len(valued) == 1 else int(np.argmax(rows @ embed([compared])[0]))
+        sentence, anchor_vector = valued[at], rows[at]
         own_sentences = frozenset(sentences(anchor.text))
         close: list[tuple[Document, str, np.ndarray]] = []
         near = neighbours(anchor, anchor_vector)
