@@ -10,6 +10,7 @@ import pytest
 
 from mindpalace import Memory, ValidationError
 from mindpalace.aio import AsyncMemory
+from mindpalace.scope import ANY
 
 
 @pytest.mark.parametrize("session_id", ["", "   "])
@@ -54,3 +55,22 @@ def test_a_session_id_that_is_not_one_printable_path_segment_is_refused_by_name(
 def test_other_printable_ids_are_sessions(tmp_path: Path, session_id: str) -> None:
     with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
         assert mem.session(session_id, user="u").id == session_id
+
+
+@pytest.mark.parametrize("field", ["user", "agent"])
+@pytest.mark.parametrize("bad", ["a\nb", "a\tb", "a\x7f", "a\x85", "a\u2028b"])
+def test_a_user_or_agent_id_with_a_control_character_is_refused_by_name(
+    tmp_path: Path, field: str, bad: str,
+) -> None:
+    # breaker finding: user="a\nb" was stored, and the CLI's and inspector's one-line listings
+    # of that user's sessions split in two
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+        with pytest.raises(ValidationError, match=f"{field} .* control character") as caught:
+            mem.session("s1", **{field: bad})
+        assert repr(bad) in str(caught.value)
+        with pytest.raises(ValidationError, match=field):
+            AsyncMemory(mem).session("s1", **{field: bad})
+        with pytest.raises(ValidationError, match="tenant"):
+            mem.for_tenant(f"t{bad}")
+        assert mem.store.list_streams(mem.scope(user=ANY, agent=ANY, session=ANY)) == []  # nothing stored
+        assert mem.session("s1", **{field: "Mia Wong-Li"}).id == "s1"

@@ -1,5 +1,5 @@
-"""Argument checks shared by every layer: integers with a lower bound (budgets, counts, ids)
-and session ids."""
+"""Argument checks shared by every layer: integers with a lower bound (budgets, counts, ids),
+session ids and the other scope ids."""
 
 from __future__ import annotations
 
@@ -52,6 +52,26 @@ def require_session_id(session_id: Any) -> str:
         raise ValidationError(f"session id {session_id!r} contains the control character "
                               f"{bad!a} at offset {session_id.index(bad)}")
     return session_id
+
+
+def require_scope_name(field: str, value: Any) -> Any:
+    """`value` unchanged unless it is text holding a control / line-separator character.
+
+    A tenant, user or agent id is printed on one line by the CLI and the inspector and sent as
+    a query parameter, so a newline, tab, DEL, C1 control or U+2028 / U+2029 in it would split
+    the line or the request; the same rule as :func:`require_session_id` (the other scope
+    checks — type, length, NUL, lone surrogates — are :class:`~mindpalace.scope.Scope`'s).
+    Anything that is not a string (``ANY``) passes through.
+
+    Raises:
+        ValidationError: naming `field`, the id and the character's offset.
+    """
+    if isinstance(value, str):
+        bad = next((c for c in value if _is_control(c)), None)
+        if bad is not None:
+            raise ValidationError(f"{field} {value!r} contains the control character "
+                                  f"{bad!a} at offset {value.index(bad)}")
+    return value
 
 
 def _is_control(char: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 from mindpalace.archive import ArchiveOutcome, SessionArchive
 from mindpalace.blocks import Message, ToolSchema
-from mindpalace.checks import require_int, require_session_id
+from mindpalace.checks import require_int, require_scope_name, require_session_id
 from mindpalace.context import BuiltContext, ContextBuilder, SessionSources, check_queries
 from mindpalace.errors import NotFoundError, ValidationError
 from mindpalace.facts import FactMemory, Recall, RecallHit, Remembered
@@ -131,6 +131,9 @@ class Memory:
         store: the store protocol every component writes through.
         tenant: the tenant every scope of this handle belongs to (I10).
         event_registry: task event models beyond the built-in ones (see :meth:`open`).
+
+    Raises:
+        ValidationError: `tenant` holds a control / line-separator character.
     """
 
     def __init__(
@@ -144,7 +147,7 @@ class Memory:
         self.workspace = workspace
         self.settings: Settings = workspace.settings
         self.store = store
-        self.tenant = tenant
+        self.tenant = require_scope_name("tenant", tenant)
         self.event_registry = event_registry
         self._owns_store = True
 
@@ -377,7 +380,7 @@ class Memory:
         Raises:
             ValidationError: `tenant` is not a storable scope value.
         """
-        Scope(tenant)  # validates the name before anything is shared
+        Scope(require_scope_name("tenant", tenant))  # validates the name before anything is shared
         other = Memory(self.workspace, self.store, tenant=tenant, event_registry=self.event_registry)
         for name in _SHARED_SERVICES:
             other.__dict__[name] = getattr(self, name)
@@ -386,8 +389,13 @@ class Memory:
 
     # -- sessions, tasks, maintenance ---------------------------------------------------------
     def scope(self, *, user: str = "", agent: str = "", session: str = "") -> Scope:
-        """A concrete scope in this handle's tenant."""
-        return Scope(self.tenant, user, agent, session)
+        """A scope in this handle's tenant (concrete unless a field is ``ANY``).
+
+        Raises:
+            ValidationError: a field is not storable (see :class:`Scope`), or the user or agent
+                id holds a control / line-separator character (:func:`require_scope_name`).
+        """
+        return Scope(self.tenant, require_scope_name("user", user), require_scope_name("agent", agent), session)
 
     def session(self, session_id: str, *, user: str = "", agent: str = "") -> Session:
         """The session `session_id` of (`user`, `agent`); created on first write.

@@ -48,11 +48,12 @@ def mcp(
             f"the MCP server needs the [mcp] extra: pip install 'mindpalace[mcp]' ({exc})"
         ) from exc
     from mindpalace.aio import AsyncMemory
-    from mindpalace.checks import require_session_id
+    from mindpalace.checks import require_scope_name, require_session_id
     from mindpalace.cli.app import open_memory
     from mindpalace.scope import Scope
 
-    Scope(tenant, user, agent, require_session_id(session))  # refuse a bad default scope before serving
+    Scope(require_scope_name("tenant", tenant), require_scope_name("user", user),  # refuse a bad
+          require_scope_name("agent", agent), require_session_id(session))  # default before serving
     http = HttpOptions(host=host, port=port, auth=not no_auth).check() \
         if transport is Transport.http else None
     defaults = ToolDefaults(tenant=tenant, user_id=user, agent_id=agent, session_id=session)

@@ -37,7 +37,9 @@ def validate_message(message: Any) -> dict[str, Any]:
     """Check the OpenAI chat shape and return a storable copy (NUL / lone surrogates escaped).
 
     Raises:
-        ValidationError: not a dict, unknown role, content of the wrong type, a ``name`` that
+        ValidationError: not a dict, unknown role, content of the wrong type or missing (a
+            system, user or tool message needs ``content``; an assistant message needs
+            ``content`` or ``tool_calls``, as the chat API does), a ``name`` that
             is not one line of text, a tool message without ``tool_call_id``, malformed ``tool_calls`` (each needs an id and a function
             name; arguments must be a JSON string or object).
     """
@@ -49,6 +51,9 @@ def validate_message(message: Any) -> dict[str, Any]:
     content = message.get("content")
     if content is not None and not isinstance(content, str | list):
         raise ValidationError(f"message content must be text or a list of parts, got {type(content).__name__}")
+    if content is None and not _may_omit_content(message):
+        raise ValidationError(f"a message with role {role!r} needs content (text or a list of parts), got {_excerpt(message)}"
+                              + ("; an assistant message may instead carry tool_calls" if role == "assistant" else ""))
     if isinstance(content, list) and not all(isinstance(p, dict) and p.get("type") for p in content):
         raise ValidationError(
             'message content parts must be objects with a "type", e.g. {"type": "text", "text": "…"}'
@@ -96,6 +101,14 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
         except ValidationError as exc:
             raise ValidationError(f"messages[{i}]: {exc}") from exc
     return out
+
+
+def _may_omit_content(message: dict[str, Any]) -> bool:
+    """True for an assistant turn that carries something else instead: tool calls (or the
+    legacy function_call), a refusal or audio — the only messages the chat API takes without
+    content."""
+    return message.get("role") == "assistant" and any(
+        message.get(k) is not None for k in ("tool_calls", "function_call", "refusal", "audio"))
 
 
 def _excerpt(value: Any, limit: int = 120) -> str:
