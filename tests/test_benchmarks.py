@@ -85,6 +85,20 @@ class TestBenchPromptRecall:
         assert merged == 0
 
 
+class TestPromptFraming:
+    def test_tiny_run_splits_each_prompt_into_parts_that_add_up_to_it(self, tmp_path: Path, shared_data: Path) -> None:
+        out = tmp_path / "parts.json"
+        code = load("prompt_framing").main(["--data", str(shared_data), "--conversations", "conv-26",
+                                            "--questions", "3", "--budgets", "1000", "--embed", "hashing",
+                                            "--json", str(out)])
+        parts = json.loads(out.read_text())["1000"]
+        assert code == 0
+        assert 900 < sum(parts.values()) <= 1_000  # the prompt, under its budget, nothing left out
+        for framing in ("memory call", "archived pointer", "headers", "envelopes", "day lines", "message dates"):
+            assert parts[framing] > 0, framing
+        assert parts["quoted"] > 500 and parts["conversation"] > 0
+
+
 class TestBenchDream:
     def test_tiny_run_dreams_idempotently_under_budget_beside_its_baselines(self, tmp_path: Path, shared_data: Path) -> None:
         out = tmp_path / "rows.json"
