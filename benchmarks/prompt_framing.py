@@ -57,7 +57,8 @@ _OPEN = re.compile(r"^<memory [^>]*>")
 _CLOSE = "</memory>"
 _DAY_LINE = re.compile(r"^\[[^\]]*message:[^\]]*\]$")
 _NOTE = re.compile(r" \[[^\[\]]* = [^\[\]]*\]")
-_SENT = re.compile(r"^message:\S+ sent ")
+_SENT = re.compile(r"^message:\S+ sent ")  # the message-dates note of one run
+_DATES_RUN = re.compile(r"^(?:#\d|message:\S+: )")  # a run's line below the note's header
 _HEADERS = (RECALLED_HEADER, COMPACT_RECALLED_HEADER)
 _DATES = (DATES_HEADER, COMPACT_DATES_HEADER)
 
@@ -82,7 +83,7 @@ def parts_of(messages: Sequence[dict[str, Any]], counter: TokenCounter) -> Count
 def _memory_text(text: str, counter: TokenCounter, out: Counter[str]) -> None:
     """Adds the framing parts of one memory message's text to `out` (its quoted lines are the
     remainder :func:`parts_of` computes)."""
-    archived = False
+    archived = dates = False
     for line in text.split("\n"):
         opened = _OPEN.match(line)
         if opened and 'source="archived summary"' in opened.group(0):
@@ -94,7 +95,8 @@ def _memory_text(text: str, counter: TokenCounter, out: Counter[str]) -> None:
         if line in _HEADERS:
             out["headers"] += counter.count(line) + 1
             continue
-        if line in _DATES or _SENT.match(line):
+        dates = line in _DATES or (dates and bool(_DATES_RUN.match(line)))
+        if dates or _SENT.match(line):
             out["message dates"] += counter.count(line) + 1
             continue
         if opened:
