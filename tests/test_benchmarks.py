@@ -85,6 +85,52 @@ class TestBenchPromptRecall:
         assert merged == 0
 
 
+class TestPromptFraming:
+    def test_tiny_run_splits_each_prompt_into_parts_that_add_up_to_it(self, tmp_path: Path, shared_data: Path) -> None:
+        out = tmp_path / "parts.json"
+        code = load("prompt_framing").main(["--data", str(shared_data), "--conversations", "conv-26",
+                                            "--questions", "3", "--budgets", "1000", "--embed", "hashing",
+                                            "--json", str(out)])
+        parts = json.loads(out.read_text())["1000"]
+        assert code == 0
+        assert 900 < sum(parts.values()) <= 1_000  # the prompt, under its budget, nothing left out
+        for framing in ("memory call", "archived pointer", "headers", "envelopes", "day lines", "message dates"):
+            assert parts[framing] > 0, framing
+        assert parts["quoted"] > 500 and parts["conversation"] > 0
+
+
+    def test_each_framing_line_is_counted_in_its_part(self) -> None:
+        from mindpalace.tokens import get_counter
+
+        framing = load("prompt_framing")
+        counter = get_counter()
+        memory = "\n".join([
+            '<memory source="archived summary">Not shown (read_files): messages 1-9 · history:1.</memory>',
+            "Recalled memory (quoted, UTC; read_files(ref)):",
+            '<memory source="conversation" speakers="Ann (user)">[8 May 2023 message:3–4]',
+            "Ann: I went there yesterday. [yesterday = 7 May 2023]",
+            "Ann: It rained.</memory>",
+            "Sent (UTC):",
+            "message:10: 9 May 2023, 10:00",
+            "message:11: 10 May 2023, 10:00",
+        ])
+        messages = [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "mp-memory-1", "type": "function", "function": {"name": "memory", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "mp-memory-1", "content": memory},
+            {"role": "user", "content": "Where did Ann go?"},
+        ]
+        parts = framing.parts_of(messages, counter)
+        assert sum(parts.values()) == counter.count_messages(messages)
+        assert parts["day lines"] == counter.count("[8 May 2023 message:3–4]") + 1
+        assert parts["date notes"] == counter.count(" [yesterday = 7 May 2023]")
+        assert parts["message dates"] == sum(counter.count(x) + 1 for x in (
+            "Sent (UTC):", "message:10: 9 May 2023, 10:00", "message:11: 10 May 2023, 10:00"))
+        assert parts["conversation"] == counter.count_message(messages[2])
+        assert parts["headers"] > 0 and parts["archived pointer"] > 0 and parts["envelopes"] > 0
+        assert parts["quoted"] > counter.count("Ann: It rained.")
+
+
 class TestBenchDream:
     def test_tiny_run_dreams_idempotently_under_budget_beside_its_baselines(self, tmp_path: Path, shared_data: Path) -> None:
         out = tmp_path / "rows.json"
