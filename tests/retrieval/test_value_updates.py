@@ -75,6 +75,7 @@ class TestValueKinds:
         ("I take the tram to work.", "I cycle in every morning since the move.", True),  # tram -> bike
         ("I take my bike to work.", "Switched to the bus, much less stressful.", True),
         ("I take my bike to work.", "My bike helmet strap broke yesterday.", False),  # the same bike again
+        ("I take the bus to work.", "My foot hurts after the run, my flight is late.", False),  # no means
         ("Couldn't resist the sale, that's bike number 3 for me.", "My bike helmet strap broke yesterday.", False),
         ("I'll think about it.", "I'll think about it.", False),  # the same sentence again
     ])
