@@ -808,6 +808,8 @@ def test_a_message_cut_while_fitting_gets_back_the_room_left_over(mem: Memory) -
     ("Wow, that's awesome! You're so kind.", "Haha, fair enough. Lucky you!", False),
     ("Hey Caroline, so good to hear from you!", "Glad you have support, Caro!", False),
     ("I take the bus to work.", "Sounds fun, enjoy the ride!", False),
+    ("I take the bus to work.", "Switched to the train, much less stressful.", True),  # another means
+    ("I take the bus to work.", None, True),  # the newer text is not at hand: the value decides
 ])
 def test_a_correction_is_marked_only_where_a_value_can_be_outdated(
     older: str, newer: str | None, marked: bool,

@@ -67,7 +67,13 @@ from mindpalace.facts.recall import WORKING_MIN_TERM_SHARE
 from mindpalace.knowledge.index import KIND as KNOWLEDGE_KIND
 from mindpalace.knowledge.index import file_of_ref
 from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, asks, stems
-from mindpalace.retrieval.supersession import says_it_changed, sentences, value_words
+from mindpalace.retrieval.supersession import (
+    new_travel,
+    says_it_changed,
+    sentences,
+    travel_words,
+    value_words,
+)
 from mindpalace.scope import ANY, Scope, add_scopes
 from mindpalace.settings import ContextSettings, FactSettings
 from mindpalace.store import Store
@@ -753,7 +759,9 @@ def marks_a_correction(older: str, newer: str | None, speakers: frozenset[str]) 
     (``[corrected later: …]``): only where a value can be outdated. `older` gives a value (a
     number, a date, a name — :func:`~mindpalace.retrieval.supersession.value_words`, sentence
     by sentence) other than the name of one of `speakers` or a short form of it ("Mel" for
-    Melanie: a greeting or thanks addresses them, it states nothing), or `newer` (None when
+    Melanie: a greeting or thanks addresses them, it states nothing) and, for a means of travel
+    (:func:`~mindpalace.retrieval.supersession.travel_words`), one `newer` names another of
+    (:func:`~mindpalace.retrieval.supersession.new_travel`), or `newer` (None when
     its text is not at hand) says that something changed ("… now", "no longer …").
 
     The retriever's link also orders the ranking (the newer first) and stays; this only keeps
@@ -764,7 +772,13 @@ def marks_a_correction(older: str, newer: str | None, speakers: frozenset[str]) 
     def names_a_speaker(word: str) -> bool:
         return len(word) >= 3 and any(name.startswith(word) for name in addressed)
 
-    if any(not names_a_speaker(w) for part in sentences(older) for w in value_words(part)):
+    def outdated_by_newer(part: str, word: str) -> bool:
+        # a means of travel is outdated only by another one ("Sounds fun, enjoy the ride!"
+        # names none after "I take the bus to work"); unknown when the newer text is not at hand
+        return word not in travel_words(part) or newer is None or new_travel(part, newer)
+
+    if any(not names_a_speaker(w) and outdated_by_newer(part, w)
+           for part in sentences(older) for w in value_words(part)):
         return True
     return newer is not None and any(says_it_changed(part) for part in sentences(newer))
 

@@ -254,6 +254,9 @@ class TestVectorFollowups:
         "Caroline: Thanks, Melanie.": [0, 0, 0, 0, 0, 1],
         "Caroline: Cool, thanks Mel!": [0, 0, 0, 0.1, 0, 1],
         "Caroline: Thanks, Melanie, I see Dr. Okafor too.": [0, 0, 0, 0.1, 0.3, 1],
+        "I take my bike to work.": [0, 0, 0.3, 0, 0, 1],
+        "My bike helmet strap broke yesterday.": [0, 0, 0.4, 0, 0, 1],
+        "Since the move I ride the train into town every morning.": [0, 0, 0.1, 0, 0, 1],
     }
 
     @classmethod
@@ -281,6 +284,13 @@ class TestVectorFollowups:
         assert self.followups(texts, 0, vector=None) == {}  # off
         assert self.followups(texts, 0, neighbours=False) == {}  # off
         assert self.followups(texts, 0, vector=0.99) == {}  # not alike enough
+
+    def test_a_new_means_of_travel_is_a_new_value(self) -> None:
+        # no shared word, no capital, no digit: the means of travel is the value that changes;
+        # the helmet is closer but names the same bike again
+        texts = ["I take my bike to work.", "My bike helmet strap broke yesterday.",
+                 "Since the move I ride the train into town every morning."]
+        assert self.followups(texts, 0) == {0: 2}
 
     def test_a_chain_of_updates_ends_at_the_newest(self) -> None:
         texts = ["I have 3 houseplants.", "Bought two more ferns, 5 in total.",

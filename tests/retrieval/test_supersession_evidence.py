@@ -183,6 +183,9 @@ def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
     kinds: set[str] = set()
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
+        if low in supersession._TRAVEL_WORDS:  # a means of travel is that kind and nothing else
+            kinds.add(supersession.TRAVEL)
+            continue
         digits = any(ch.isdigit() for ch in word)
         if digits or (generous and low in supersession._NUMBER_WORDS):
             kinds.add(supersession.NUMBER)
@@ -200,7 +203,7 @@ def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
 _KIND_WORDS = [
     *_WORDS, "Monday", "monday", "March", "two", "Two", "another", "Another", "second", "3rd", "x²", "²",
     "٣", "Pixel", "7", "6:30", "$1955", "S21", "I'm", "I’m", "The", "Oh", "Update:", "Correction", "Bob's",
-    "and", "me", "Hannah", "Monday's",
+    "and", "me", "Hannah", "Monday's", "bus", "Train", "bikes",
 ]
 
 

@@ -24,6 +24,7 @@ from mindpalace.retrieval.supersession import (
     NAME,
     NUMBER,
     TIME_OF_DAY,
+    TRAVEL,
     amount_units,
     answer_link,
     best_sentence,
@@ -47,12 +48,12 @@ _AT = datetime(2025, 1, 1, tzinfo=UTC)
 
 class TestValueKinds:
     @pytest.mark.parametrize(("text", "kinds"), [
-        ("I have 2 cars.", {NUMBER}),
+        ("I have 2 cars.", {NUMBER, TRAVEL}),  # the same cars said again are no new value (new_travel)
         ("user: My rent is $1450 a month.", {NUMBER}),
         ("Our dog is called Biscuit.", {NAME}),
         ("Biscuit sleeps all day.", set()),  # first word: capitalised by position, read strictly
         ("My pottery class is on Wednesday evenings.", {CALENDAR}),
-        ("I take the tram to work.", set()),
+        ("I take the tram to work.", {TRAVEL}),  # a means of travel is a value, capital or not
         ("Oh, one more thing: The dog needs a bath.", set()),  # a stop word after a colon
         ("I'm learning Dutch.", {NAME}),
     ])
@@ -71,7 +72,11 @@ class TestValueKinds:
         ("Our dog is called Biscuit.", "The dog needs a bath this weekend.", False),
         ("My brother lives in Oslo.", "My brother's wedding is next Saturday.", False),  # a day is no place
         ("My brother lives in Oslo.", "He packed up and is in Bergen for good.", True),
-        ("I take the tram to work.", "I cycle in every morning since the move.", True),  # no value to keep
+        ("I take the tram to work.", "I cycle in every morning since the move.", True),  # tram -> bike
+        ("I take my bike to work.", "Switched to the bus, much less stressful.", True),
+        ("I take my bike to work.", "My bike helmet strap broke yesterday.", False),  # the same bike again
+        ("I take the bus to work.", "My foot hurts after the run, my flight is late.", False),  # no means
+        ("Couldn't resist the sale, that's bike number 3 for me.", "My bike helmet strap broke yesterday.", False),
         ("I'll think about it.", "I'll think about it.", False),  # the same sentence again
     ])
     def test_a_new_value_of_the_same_kind(self, older: str, newer: str, gives: bool) -> None:
@@ -283,7 +288,11 @@ class TestValuesReadCloser:
         ("I have 3 houseplants.", "Bought two more ferns, 5 in total.", True),
         ("My best friend is Carlos.", "Honestly Jonah is the one I call first about anything.", True),
         ("I have 4 houseplants.", "One of my plants has yellow leaves.", False),  # "One" is no value read strictly
-        ("I take the train to work.", "My office moved to the fifth floor.", False),  # neither gives one
+        ("I take the train to work.", "My office moved to the fifth floor.", False),  # no value in the newer
+        ("I take the bus to work.", "Sold my season pass, I'm using the train for the trip downtown.", True),
+        ("My commute is by the train.", "I cycle in since the move.", True),  # a verb naming the means
+        ("I take the bus to work.", "Work is driving me crazy.", False),  # "driving" names no means
+        ("I have 3 bikes.", "I'm planning a long bike ride this weekend.", False),  # the same means again
         ("I pay $1515 monthly for the flat.", "My weekly mileage is 16 km.", False),  # other units
         ("I have 3 houseplants.", "I have 3 houseplants.", False),  # the same sentence gives nothing new
     ])

@@ -48,6 +48,7 @@ from mindpalace.retrieval.supersession import (
     CALENDAR,
     NAME,
     NUMBER,
+    TRAVEL,
     amount_units,
     best_sentence,
     choose_corrections,
@@ -60,6 +61,7 @@ from mindpalace.retrieval.supersession import (
     says_it_changed,
     sentences,
     subject_terms,
+    travel_words,
     value_kinds,
 )
 from mindpalace.retrieval.temporal import query_periods
@@ -1327,9 +1329,9 @@ def _values_given(n: int, found: tuple[Any, _Evidence] | None) -> np.ndarray:
     out = np.ones((n, n), dtype=bool)
     if found is None:
         return out
-    at, (strict, generous, changed, same_text, apart) = found
+    at, (strict, generous, changed, same_text, apart, travel) = found
     # gives_new_value: not the same text, and no old value or one of its kinds or a change
-    ok = ~same_text & ((strict[:, None] == 0) | _kinds_given(strict, generous, apart) | changed[None, :])
+    ok = ~same_text & ((strict[:, None] == 0) | _kinds_given(strict, generous, apart, travel) | changed[None, :])
     later = np.triu(np.ones(ok.shape, dtype=bool), k=1)  # (older, newer): the pairs checked
     out[at] = np.where(later, ok, True)
     return out
@@ -1349,8 +1351,8 @@ def _values_on_shared_words(n: int, shared: np.ndarray, found: tuple[Any, _Evide
     out = np.zeros((n, n), dtype=bool)
     if found is None:
         return out
-    at, (strict, _, _, same_text, apart) = found
-    ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart)
+    at, (strict, _, _, same_text, apart, travel) = found
+    ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart, travel)
     out[at] = np.triu(ok, k=1)  # (older, newer) pairs only
     return out
 
@@ -1364,15 +1366,15 @@ def _answer_links(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool
     out = np.ones((len(texts), len(texts)), dtype=bool)
     if (found := _marked_evidence(texts, among)) is None:
         return out
-    at, (strict, generous, changed, _, apart) = found
-    link = shared[at].astype(bool) | _kinds_given(strict, generous, apart) | changed[None, :]
+    at, (strict, generous, changed, _, apart, travel) = found
+    link = shared[at].astype(bool) | _kinds_given(strict, generous, apart, travel) | changed[None, :]
     later = np.triu(np.ones(link.shape, dtype=bool), k=1)
     # (i, j), i < j, read with texts[i] as the older; (j, i) holds the same answer
     out[at] = np.where(later, link, np.where(later.T, link.T, True))
     return out
 
 
-_Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_Evidence = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _marked_evidence(texts: Sequence[str], among: Sequence[bool]) -> tuple[Any, _Evidence] | None:
@@ -1384,7 +1386,7 @@ def _marked_evidence(texts: Sequence[str], among: Sequence[bool]) -> tuple[Any, 
     return np.ix_(marked, marked), _value_evidence([texts[i] for i in marked])
 
 
-_KIND_BITS = {NUMBER: 1, NAME: 2, CALENDAR: 4}
+_KIND_BITS = {NUMBER: 1, NAME: 2, CALENDAR: 4, TRAVEL: 8}
 
 
 def _kind_bits(kinds: frozenset[str]) -> int:
@@ -1402,8 +1404,10 @@ def _value_evidence(texts: Sequence[str]) -> _Evidence:
     read strictly and generously (int64 bit sets, :data:`_KIND_BITS`), whether it says that
     something changed (bool), the (n, n) bool of which texts are the same once
     whitespace-stripped, and the (n, n) bool of which texts' amounts are in different units
-    (:func:`~mindpalace.retrieval.supersession.amount_units`, both known and no kind shared)
-    (shapes (n,), (n,), (n,), (n, n), (n, n))."""
+    (:func:`~mindpalace.retrieval.supersession.amount_units`, both known and no kind shared),
+    and the (n, n) bool of which later texts name a means of travel the earlier does not
+    (:func:`~mindpalace.retrieval.supersession.new_travel`) (shapes (n,), (n,), (n,), (n, n),
+    (n, n), (n, n))."""
     strict = np.array([_kind_bits(value_kinds(t)) for t in texts], dtype=np.int64)
     generous = np.array([_kind_bits(value_kinds(t, generous=True)) for t in texts], dtype=np.int64)
     changed = np.array([says_it_changed(t) for t in texts], dtype=bool)
@@ -1415,14 +1419,28 @@ def _value_evidence(texts: Sequence[str]) -> _Evidence:
     for a, ua in known:  # only texts whose every amount has a unit: few
         for b, ub in known:
             apart[a, b] = not (ua & ub)
-    return strict, generous, changed, code[:, None] == code[None, :], apart
+    return strict, generous, changed, code[:, None] == code[None, :], apart, _travel_changes(texts)
 
 
-def _kinds_given(old: np.ndarray, new: np.ndarray, apart: np.ndarray) -> np.ndarray:
+def _travel_changes(texts: Sequence[str]) -> np.ndarray:
+    """(n, n) bool: whether text j names a means of travel text i does not
+    (:func:`~mindpalace.retrieval.supersession.new_travel`); only texts naming one are read."""
+    out = np.zeros((len(texts), len(texts)), dtype=bool)
+    named = [(i, travel_words(t)) for i, t in enumerate(texts)]
+    named = [(i, w) for i, w in named if w]
+    for a, wa in named:
+        for b, wb in named:
+            out[a, b] = bool(wb - wa)
+    return out
+
+
+def _kinds_given(old: np.ndarray, new: np.ndarray, apart: np.ndarray, travel: np.ndarray) -> np.ndarray:
     """(n, n) bool: whether text j gives a value of a kind text i gives (bit sets `old` for i,
     `new` for j), numbers counting only when their amounts are not in different units
-    (`apart`) — the kind test of :func:`~mindpalace.retrieval.supersession.gives_new_value`."""
+    (`apart`), means of travel only when j names one i does not (`travel`) — the kind test of
+    :func:`~mindpalace.retrieval.supersession.gives_new_value`."""
     both = old[:, None] & new[None, :]
+    both = np.where(travel, both, both & ~_KIND_BITS[TRAVEL])
     only_numbers = both == _KIND_BITS[NUMBER]
     kinds: np.ndarray = (both != 0) & ~(only_numbers & apart)
     return kinds

@@ -363,12 +363,27 @@ def other_holders(a: str | None, b: str | None) -> bool:
 # needs her vaccinations in spring", "I dropped my phone and cracked the case" — however alike
 # the two sentences are to an embedder.
 
-NUMBER, NAME, CALENDAR = "number", "name", "calendar"
+NUMBER, NAME, CALENDAR, TRAVEL = "number", "name", "calendar", "travel"
 _CALENDAR_WORDS = frozenset([
     "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
     "january", "february", "march", "april", "june", "july", "august", "september", "october",
     "november", "december",
 ])
+# means of travel: a common noun that is the whole value of "how do I get there" ("I take the
+# bus to work" -> "Switched to the train"): no capital and no digit, so no other kind reads it.
+# Each word maps to its singular, so "bikes" and "bike" are one value.
+_TRAVEL_WORDS = {
+    **{w: w for w in ("bus", "train", "tram", "subway", "metro", "underground", "ferry", "car", "bike",
+                      "bicycle", "scooter", "motorbike", "motorcycle", "taxi", "cab", "carpool", "plane",
+                      "boat", "coach", "shuttle")},
+    # not "foot" nor "flight": said of anything else as often ("my foot hurts", "my flight is late")
+    **{"buses": "bus", "trains": "train", "trams": "tram", "ferries": "ferry", "cars": "car", "bikes": "bike",
+       "bicycles": "bicycle", "scooters": "scooter", "taxis": "taxi", "cabs": "cab", "planes": "plane",
+       "boats": "boat"},
+    # the verb that names one ("I cycle in every morning"); not "drive", said of anything that
+    # pushes ("my passion is driving me", LoCoMo conv-30)
+    **dict.fromkeys(("cycle", "cycles", "cycling", "cycled"), "bike"),
+}
 _NUMBER_WORDS = frozenset([
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
     "twelve", "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "dozen", "half", "another",
@@ -378,8 +393,10 @@ _NUMBER_WORDS = frozenset([
 
 def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
     """The kinds of value an (English) sentence gives: :data:`NUMBER` (a word with a digit:
-    "3", "$1955", "6:30", "Pixel 7"), :data:`CALENDAR` (a weekday or month name) and
-    :data:`NAME` (another capitalised word: a place, a person, a brand). A leading label
+    "3", "$1955", "6:30", "Pixel 7"), :data:`CALENDAR` (a weekday or month name),
+    :data:`TRAVEL` (a means of travel: "the bus", "my bike", "I cycle"; a value only where
+    it changes, :func:`new_travel`) and :data:`NAME` (another capitalised word: a place, a
+    person, a brand). A leading label
     (``user:``), "I", stop words and openers are not values; nor is the first word (capitalised
     by position), unless `generous`, which also counts number words ("two", "another") as
     numbers. The older statement's kinds are read
@@ -411,6 +428,11 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozense
         if counted:
             generous.add(NUMBER)  # "one" names nothing
         calendar = low in _CALENDAR_WORDS
+        if low in _TRAVEL_WORDS:
+            for kinds in (strict, generous):
+                kinds.add(TRAVEL)
+            words.add(_TRAVEL_WORDS[low])
+            continue
         # a stop word or opener is capitalised by position ("…: The cat …")
         name = word[:1].isupper() and not _plain(low)
         if calendar and at > 0:
@@ -508,7 +530,21 @@ def _one_thing(kinds: frozenset[str], older: str, newer: str) -> bool:
     one thing: some kind, and numbers alone only when the two sentences' amounts are not in
     different units (:func:`amount_units`: "$1515 a month" and "16 km a week" are two
     quantities)."""
+    if TRAVEL in kinds and not new_travel(older, newer):
+        kinds = kinds - {TRAVEL}
     return bool(kinds) and (kinds != {NUMBER} or _units_agree(older, newer))
+
+
+def travel_words(sentence: str) -> frozenset[str]:
+    """The means of travel `sentence` names (singular, lower-cased: "bus", "bike")."""
+    return frozenset(w for w in value_words(sentence) if w in _TRAVEL_WORDS)
+
+
+def new_travel(older: str, newer: str) -> bool:
+    """Whether `newer` names a means of travel `older` does not: a travel value changes only
+    then ("I take the bus" -> "I use the train"); "My bike helmet strap broke" names the bike
+    of "that's bike number 3" again and gives no new value of that kind."""
+    return bool(travel_words(newer) - travel_words(older))
 
 
 MONEY, TIME_OF_DAY, DISTANCE, WEIGHT, DURATION, PERCENT = (
