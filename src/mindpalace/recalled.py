@@ -68,10 +68,10 @@ from mindpalace.knowledge.index import KIND as KNOWLEDGE_KIND
 from mindpalace.knowledge.index import file_of_ref
 from mindpalace.retrieval.hybrid import MESSAGE_KIND, HybridRetriever, RetrievalHit, asks, stems
 from mindpalace.retrieval.supersession import (
-    new_travel,
+    new_noun_value,
+    noun_values,
     says_it_changed,
     sentences,
-    travel_words,
     value_words,
 )
 from mindpalace.scope import ANY, Scope, add_scopes
@@ -760,8 +760,8 @@ def marks_a_correction(older: str, newer: str | None, speakers: frozenset[str]) 
     number, a date, a name — :func:`~mindpalace.retrieval.supersession.value_words`, sentence
     by sentence) other than the name of one of `speakers` or a short form of it ("Mel" for
     Melanie: a greeting or thanks addresses them, it states nothing) and, for a means of travel
-    (:func:`~mindpalace.retrieval.supersession.travel_words`), one `newer` names another of
-    (:func:`~mindpalace.retrieval.supersession.new_travel`), or `newer` (None when
+    or a role (:func:`~mindpalace.retrieval.supersession.noun_values`), one `newer` gives another
+    of (:func:`~mindpalace.retrieval.supersession.new_noun_value`), or `newer` (None when
     its text is not at hand) says that something changed ("… now", "no longer …").
 
     The retriever's link also orders the ranking (the newer first) and stays; this only keeps
@@ -773,9 +773,9 @@ def marks_a_correction(older: str, newer: str | None, speakers: frozenset[str]) 
         return len(word) >= 3 and any(name.startswith(word) for name in addressed)
 
     def outdated_by_newer(part: str, word: str) -> bool:
-        # a means of travel is outdated only by another one ("Sounds fun, enjoy the ride!"
+        # a means of travel or a role is outdated only by another one ("Sounds fun, enjoy the ride!"
         # names none after "I take the bus to work"); unknown when the newer text is not at hand
-        return word not in travel_words(part) or newer is None or new_travel(part, newer)
+        return word not in noun_values(part) or newer is None or new_noun_value(part, newer)
 
     if any(not names_a_speaker(w) and outdated_by_newer(part, w)
            for part in sentences(older) for w in value_words(part)):

@@ -23,6 +23,7 @@ from mindpalace.retrieval.supersession import (
     MONEY,
     NAME,
     NUMBER,
+    ROLE,
     TIME_OF_DAY,
     TRAVEL,
     amount_units,
@@ -33,6 +34,7 @@ from mindpalace.retrieval.supersession import (
     gives_new_value,
     gives_value_of_kind,
     gives_value_on_subject,
+    noun_values,
     says_it_changed,
     sentences,
     value_kinds,
@@ -56,6 +58,11 @@ class TestValueKinds:
         ("I take the tram to work.", {TRAVEL}),  # a means of travel is a value, capital or not
         ("Oh, one more thing: The dog needs a bath.", set()),  # a stop word after a colon
         ("I'm learning Dutch.", {NAME}),
+        ("I've been an architect for six years.", {ROLE}),  # what the speaker is: a value
+        ("I work as a software engineer.", {ROLE}),
+        ("I'm a big fan of pottery.", set()),  # a phrase that goes on ("of …") names no role
+        ("I'm a bit tired today.", set()),
+        ("My cousin is a pharmacist.", set()),  # someone else's role: not the speaker's value
     ])
     def test_kinds_read_strictly(self, text: str, kinds: set[str]) -> None:
         assert value_kinds(text) == frozenset(kinds)
@@ -78,9 +85,22 @@ class TestValueKinds:
         ("I take the bus to work.", "My foot hurts after the run, my flight is late.", False),  # no means
         ("Couldn't resist the sale, that's bike number 3 for me.", "My bike helmet strap broke yesterday.", False),
         ("I'll think about it.", "I'll think about it.", False),  # the same sentence again
+        ("I've been an architect for six years.", "Handed in my notice, from next week I'm a nurse.", True),
+        ("I work as a software engineer.", "I started a new position as a data analyst on Monday.", True),
+        ("My job is a data analyst at a firm.", "I'm a business analyst now.", True),  # another analyst
+        ("I've been an architect for six years.", "My job has been really stressful this month.", False),
+        ("I've been an architect for six years.", "I'm an architect, and the hours are long.", False),  # the same
     ])
     def test_a_new_value_of_the_same_kind(self, older: str, newer: str, gives: bool) -> None:
         assert gives_new_value(older, newer) is gives
+
+
+def test_a_role_is_read_after_a_first_person_copula_or_as() -> None:
+    assert noun_values("Got the offer! I'll be working as a teacher.") == {"teacher"}
+    assert noun_values("My job is a data analyst at a logistics firm.") == {"data", "analyst"}
+    assert noun_values("I take the bus; I'm a nurse.") == {"bus", "nurse"}  # travel and role
+    assert noun_values("She works as a nurse at the clinic.") == {"nurse"}  # the holder is checked elsewhere
+    assert noun_values("I'm a member of the club.") == frozenset()
 
 
 class TestChangeAndAnswerLinks:

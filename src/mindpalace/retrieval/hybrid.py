@@ -48,6 +48,7 @@ from mindpalace.retrieval.supersession import (
     CALENDAR,
     NAME,
     NUMBER,
+    ROLE,
     TRAVEL,
     amount_units,
     best_sentence,
@@ -57,11 +58,11 @@ from mindpalace.retrieval.supersession import (
     holder,
     identifiers,
     names_another,
+    noun_values,
     same_subject,
     says_it_changed,
     sentences,
     subject_terms,
-    travel_words,
     value_kinds,
 )
 from mindpalace.retrieval.temporal import query_periods
@@ -1329,9 +1330,9 @@ def _values_given(n: int, found: tuple[Any, _Evidence] | None) -> np.ndarray:
     out = np.ones((n, n), dtype=bool)
     if found is None:
         return out
-    at, (strict, generous, changed, same_text, apart, travel) = found
+    at, (strict, generous, changed, same_text, apart, nouns) = found
     # gives_new_value: not the same text, and no old value or one of its kinds or a change
-    ok = ~same_text & ((strict[:, None] == 0) | _kinds_given(strict, generous, apart, travel) | changed[None, :])
+    ok = ~same_text & ((strict[:, None] == 0) | _kinds_given(strict, generous, apart, nouns) | changed[None, :])
     later = np.triu(np.ones(ok.shape, dtype=bool), k=1)  # (older, newer): the pairs checked
     out[at] = np.where(later, ok, True)
     return out
@@ -1351,8 +1352,8 @@ def _values_on_shared_words(n: int, shared: np.ndarray, found: tuple[Any, _Evide
     out = np.zeros((n, n), dtype=bool)
     if found is None:
         return out
-    at, (strict, _, _, same_text, apart, travel) = found
-    ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart, travel)
+    at, (strict, _, _, same_text, apart, nouns) = found
+    ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart, nouns)
     out[at] = np.triu(ok, k=1)  # (older, newer) pairs only
     return out
 
@@ -1366,8 +1367,8 @@ def _answer_links(texts: Sequence[str], shared: np.ndarray, among: Sequence[bool
     out = np.ones((len(texts), len(texts)), dtype=bool)
     if (found := _marked_evidence(texts, among)) is None:
         return out
-    at, (strict, generous, changed, _, apart, travel) = found
-    link = shared[at].astype(bool) | _kinds_given(strict, generous, apart, travel) | changed[None, :]
+    at, (strict, generous, changed, _, apart, nouns) = found
+    link = shared[at].astype(bool) | _kinds_given(strict, generous, apart, nouns) | changed[None, :]
     later = np.triu(np.ones(link.shape, dtype=bool), k=1)
     # (i, j), i < j, read with texts[i] as the older; (j, i) holds the same answer
     out[at] = np.where(later, link, np.where(later.T, link.T, True))
@@ -1386,7 +1387,8 @@ def _marked_evidence(texts: Sequence[str], among: Sequence[bool]) -> tuple[Any, 
     return np.ix_(marked, marked), _value_evidence([texts[i] for i in marked])
 
 
-_KIND_BITS = {NUMBER: 1, NAME: 2, CALENDAR: 4, TRAVEL: 8}
+_KIND_BITS = {NUMBER: 1, NAME: 2, CALENDAR: 4, TRAVEL: 8, ROLE: 16}
+_NOUN_BITS = _KIND_BITS[TRAVEL] | _KIND_BITS[ROLE]  # values only where they change
 
 
 def _kind_bits(kinds: frozenset[str]) -> int:
@@ -1405,8 +1407,8 @@ def _value_evidence(texts: Sequence[str]) -> _Evidence:
     something changed (bool), the (n, n) bool of which texts are the same once
     whitespace-stripped, and the (n, n) bool of which texts' amounts are in different units
     (:func:`~mindpalace.retrieval.supersession.amount_units`, both known and no kind shared),
-    and the (n, n) bool of which later texts name a means of travel the earlier does not
-    (:func:`~mindpalace.retrieval.supersession.new_travel`) (shapes (n,), (n,), (n,), (n, n),
+    and the (n, n) bool of which later texts give a common-noun value (a means of travel, a
+    role) the earlier does not (:func:`~mindpalace.retrieval.supersession.new_noun_value`) (shapes (n,), (n,), (n,), (n, n),
     (n, n), (n, n))."""
     strict = np.array([_kind_bits(value_kinds(t)) for t in texts], dtype=np.int64)
     generous = np.array([_kind_bits(value_kinds(t, generous=True)) for t in texts], dtype=np.int64)
@@ -1419,14 +1421,14 @@ def _value_evidence(texts: Sequence[str]) -> _Evidence:
     for a, ua in known:  # only texts whose every amount has a unit: few
         for b, ub in known:
             apart[a, b] = not (ua & ub)
-    return strict, generous, changed, code[:, None] == code[None, :], apart, _travel_changes(texts)
+    return strict, generous, changed, code[:, None] == code[None, :], apart, _noun_value_changes(texts)
 
 
-def _travel_changes(texts: Sequence[str]) -> np.ndarray:
-    """(n, n) bool: whether text j names a means of travel text i does not
-    (:func:`~mindpalace.retrieval.supersession.new_travel`); only texts naming one are read."""
+def _noun_value_changes(texts: Sequence[str]) -> np.ndarray:
+    """(n, n) bool: whether text j gives a common-noun value text i does not
+    (:func:`~mindpalace.retrieval.supersession.new_noun_value`); only texts giving one are read."""
     out = np.zeros((len(texts), len(texts)), dtype=bool)
-    named = [(i, travel_words(t)) for i, t in enumerate(texts)]
+    named = [(i, noun_values(t)) for i, t in enumerate(texts)]
     named = [(i, w) for i, w in named if w]
     for a, wa in named:
         for b, wb in named:
@@ -1434,13 +1436,13 @@ def _travel_changes(texts: Sequence[str]) -> np.ndarray:
     return out
 
 
-def _kinds_given(old: np.ndarray, new: np.ndarray, apart: np.ndarray, travel: np.ndarray) -> np.ndarray:
+def _kinds_given(old: np.ndarray, new: np.ndarray, apart: np.ndarray, nouns: np.ndarray) -> np.ndarray:
     """(n, n) bool: whether text j gives a value of a kind text i gives (bit sets `old` for i,
     `new` for j), numbers counting only when their amounts are not in different units
-    (`apart`), means of travel only when j names one i does not (`travel`) — the kind test of
+    (`apart`), means of travel and roles only when j gives one i does not (`nouns`) — the kind test of
     :func:`~mindpalace.retrieval.supersession.gives_new_value`."""
     both = old[:, None] & new[None, :]
-    both = np.where(travel, both, both & ~_KIND_BITS[TRAVEL])
+    both = np.where(nouns, both, both & ~_NOUN_BITS)
     only_numbers = both == _KIND_BITS[NUMBER]
     kinds: np.ndarray = (both != 0) & ~(only_numbers & apart)
     return kinds

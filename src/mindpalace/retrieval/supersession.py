@@ -363,7 +363,7 @@ def other_holders(a: str | None, b: str | None) -> bool:
 # needs her vaccinations in spring", "I dropped my phone and cracked the case" — however alike
 # the two sentences are to an embedder.
 
-NUMBER, NAME, CALENDAR, TRAVEL = "number", "name", "calendar", "travel"
+NUMBER, NAME, CALENDAR, TRAVEL, ROLE = "number", "name", "calendar", "travel", "role"
 _CALENDAR_WORDS = frozenset([
     "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
     "january", "february", "march", "april", "june", "july", "august", "september", "october",
@@ -384,6 +384,18 @@ _TRAVEL_WORDS = {
     # pushes ("my passion is driving me", LoCoMo conv-30)
     **dict.fromkeys(("cycle", "cycles", "cycling", "cycled"), "bike"),
 }
+# a role: the noun phrase a speaker says they are or work as ("I've been an architect for six
+# years" -> "from next week I'm a nurse", "I work as a software engineer" -> "a new position as
+# a data analyst"): common nouns, so no other kind reads them. Read after a first-person copula
+# or "as"/"job is", one or two words after the article, and only where the phrase ends there
+# (end of sentence or a preposition): "I'm a big fan of pottery" and "I'm a bit tired" name no role.
+_ROLE = re.compile(
+    r"\b(?:i'?m|i am|i've been|i have been|i was|i'll be|i will be|(?:job|role|position|occupation) is|"
+    r"(?:work|works|worked|working|employed|job|position|role|career|hired|trained) as)"
+    r"\s+(?:now\s+|still\s+|currently\s+)?an?\s+([a-z][a-z-]*(?:\s+[a-z][a-z-]*)?)"
+    r"(?=\s*(?:$|[.,;:!?)]|\s(?:at|in|for|with|from|on|by|since|now|these|this|again|too)\b))",
+    re.IGNORECASE)
+_NO_ROLE = frozenset(("bit", "little", "lot", "few", "couple", "kind", "sort", "part", "fan"))
 _NUMBER_WORDS = frozenset([
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
     "twelve", "twenty", "thirty", "forty", "fifty", "hundred", "thousand", "dozen", "half", "another",
@@ -394,8 +406,9 @@ _NUMBER_WORDS = frozenset([
 def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
     """The kinds of value an (English) sentence gives: :data:`NUMBER` (a word with a digit:
     "3", "$1955", "6:30", "Pixel 7"), :data:`CALENDAR` (a weekday or month name),
-    :data:`TRAVEL` (a means of travel: "the bus", "my bike", "I cycle"; a value only where
-    it changes, :func:`new_travel`) and :data:`NAME` (another capitalised word: a place, a
+    :data:`TRAVEL` (a means of travel: "the bus", "my bike", "I cycle") and :data:`ROLE` (what the
+    speaker is or works as: "I'm a nurse", "I work as a data analyst") — values only where they
+    change, :func:`new_noun_value` — and :data:`NAME` (another capitalised word: a place, a
     person, a brand). A leading label
     (``user:``), "I", stop words and openers are not values; nor is the first word (capitalised
     by position), unless `generous`, which also counts number words ("two", "another") as
@@ -406,13 +419,18 @@ def value_kinds(sentence: str, *, generous: bool = False) -> frozenset[str]:
 
 
 @lru_cache(maxsize=65_536)
-def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozenset[str], frozenset[str]]:
     """(:func:`value_kinds` of `sentence` read strictly, read generously; the
-    :func:`value_words` of the strict reading)."""
-    raw = _WORD.findall(_LABEL.sub("", sentence, count=1))
+    :func:`value_words` of the strict reading; the :func:`noun_values` among them)."""
+    text = _LABEL.sub("", sentence, count=1)
+    raw = _WORD.findall(text)
     strict: set[str] = set()
     generous: set[str] = set()
     words: set[str] = set()
+    nouns = _role_words(text)
+    if nouns:
+        strict.add(ROLE)
+        generous.add(ROLE)
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
         # a letter is never a digit: an all-letter word (most words) needs no digit scan
@@ -431,7 +449,7 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozense
         if low in _TRAVEL_WORDS:
             for kinds in (strict, generous):
                 kinds.add(TRAVEL)
-            words.add(_TRAVEL_WORDS[low])
+            nouns.add(_TRAVEL_WORDS[low])
             continue
         # a stop word or opener is capitalised by position ("…: The cat …")
         name = word[:1].isupper() and not _plain(low)
@@ -446,7 +464,17 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozense
             generous.add(CALENDAR)
         elif name and not counted:
             generous.add(NAME)
-    return frozenset(strict), frozenset(generous), frozenset(words)
+    return frozenset(strict), frozenset(generous), frozenset(words | nouns), frozenset(nouns)
+
+
+def _role_words(text: str) -> set[str]:
+    """The words of the roles `text` says the speaker has (lower-cased; see :data:`_ROLE`)."""
+    out: set[str] = set()
+    for m in _ROLE.finditer(text):
+        words = m.group(1).lower().split()
+        if words[0] not in _NO_ROLE and not any(w in STOP_WORDS for w in words):
+            out.update(words)
+    return out
 
 
 def value_words(sentence: str) -> frozenset[str]:
@@ -530,21 +558,27 @@ def _one_thing(kinds: frozenset[str], older: str, newer: str) -> bool:
     one thing: some kind, and numbers alone only when the two sentences' amounts are not in
     different units (:func:`amount_units`: "$1515 a month" and "16 km a week" are two
     quantities)."""
-    if TRAVEL in kinds and not new_travel(older, newer):
-        kinds = kinds - {TRAVEL}
+    if kinds & _NOUN_KINDS and not new_noun_value(older, newer):
+        kinds = kinds - _NOUN_KINDS
     return bool(kinds) and (kinds != {NUMBER} or _units_agree(older, newer))
 
 
-def travel_words(sentence: str) -> frozenset[str]:
-    """The means of travel `sentence` names (singular, lower-cased: "bus", "bike")."""
-    return frozenset(w for w in value_words(sentence) if w in _TRAVEL_WORDS)
+_NOUN_KINDS = frozenset((TRAVEL, ROLE))  # common-noun values: a value only where they change
 
 
-def new_travel(older: str, newer: str) -> bool:
-    """Whether `newer` names a means of travel `older` does not: a travel value changes only
-    then ("I take the bus" -> "I use the train"); "My bike helmet strap broke" names the bike
-    of "that's bike number 3" again and gives no new value of that kind."""
-    return bool(travel_words(newer) - travel_words(older))
+def noun_values(sentence: str) -> frozenset[str]:
+    """The common-noun values `sentence` gives (lower-cased): the means of travel it names
+    (singular: "bus", "bike") and the words of the role the speaker says they have ("data",
+    "analyst")."""
+    return _both_kinds(sentence)[3]
+
+
+def new_noun_value(older: str, newer: str) -> bool:
+    """Whether `newer` gives a common-noun value `older` does not: a means of travel or a role
+    changes only then ("I take the bus" -> "I use the train", "I'm a nurse" -> "I work as an
+    architect"); "My bike helmet strap broke" names the bike of "that's bike number 3" again and
+    gives no new value of that kind."""
+    return bool(noun_values(newer) - noun_values(older))
 
 
 MONEY, TIME_OF_DAY, DISTANCE, WEIGHT, DURATION, PERCENT = (
