@@ -47,11 +47,7 @@ def require_session_id(session_id: Any) -> str:
     if "/" in session_id or session_id in (".", ".."):
         raise ValidationError(f"session id {session_id!r} must be one path segment: no '/', "
                               "not '.' or '..' (it would be unreachable over REST)")
-    bad = next((c for c in session_id if _is_control(c)), None)
-    if bad is not None:
-        raise ValidationError(f"session id {session_id!r} contains the control character "
-                              f"{bad!a} at offset {session_id.index(bad)}")
-    return session_id
+    return require_scope_name("session id", session_id)
 
 
 def require_scope_name(field: str, value: Any) -> Any:
@@ -59,8 +55,8 @@ def require_scope_name(field: str, value: Any) -> Any:
 
     A tenant, user or agent id is printed on one line by the CLI and the inspector and sent as
     a query parameter, so a newline, tab, DEL, C1 control or U+2028 / U+2029 in it would split
-    the line or the request; the same rule as :func:`require_session_id` (the other scope
-    checks — type, length, NUL, lone surrogates — are :class:`~mindpalace.scope.Scope`'s).
+    the line or the request; :func:`require_session_id` applies it to session ids too (the
+    other scope checks — type, length, NUL, lone surrogates — are :class:`~mindpalace.scope.Scope`'s).
     Anything that is not a string (``ANY``) passes through.
 
     Raises:

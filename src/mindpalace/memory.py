@@ -380,7 +380,7 @@ class Memory:
         Raises:
             ValidationError: `tenant` is not a storable scope value.
         """
-        Scope(require_scope_name("tenant", tenant))  # validates the name before anything is shared
+        Scope(tenant)  # validates the name (the constructor, its control characters) before anything is shared
         other = Memory(self.workspace, self.store, tenant=tenant, event_registry=self.event_registry)
         for name in _SHARED_SERVICES:
             other.__dict__[name] = getattr(self, name)
