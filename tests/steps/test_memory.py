@@ -120,6 +120,33 @@ class TestRepeatedErrors:
             steps.evaluate(sid, "success", analysis="booked", tool_outputs=["ok"])
         assert [r.count for r in steps.state.recent] == [1, 1, 1, 1]
 
+    @pytest.mark.parametrize("attempts", [
+        # (action, evaluation, analysis, output): the same call and error, written differently
+        [('book_hotel({"city": "Tokyo", "nights": 2})', "failed: timeout", "", '{"error": "timeout", "code": 504}'),
+         ('book_hotel({"nights":2,"city":"Tokyo"})', "failed: timeout", "", '{"code":504,"error":"timeout"}')],
+        [("book_hotel({'city': 'Tokyo', 'nights': 2})", "failed", "", "x"),
+         ("book_hotel(nights=2, city='Tokyo')", "failed", "", "x"),
+         ("book_hotel(city='Tokyo', nights=2)", "failed", "", "x")],
+        [("book_hotel(Tokyo)", "failed:  timeout\n", " host   unreachable ", "Error: timeout\r\n"),
+         (" book_hotel( Tokyo ) ", "failed: timeout", "host unreachable", "Error:  timeout")],
+    ])
+    def test_key_order_and_spacing_do_not_make_a_new_error(
+        self, memory: Memory, attempts: list[tuple[str, str, str, str]]
+    ) -> None:
+        steps = step_memory(memory)
+        for action, evaluation, analysis, output in attempts:
+            sid = steps.begin("book the hotel", action=action)
+            steps.evaluate(sid, evaluation, analysis=analysis, tool_outputs=[output])
+        assert [r.count for r in steps.state.recent] == [len(attempts)]  # main: one line per attempt
+
+    def test_other_arguments_are_another_error(self, memory: Memory) -> None:
+        steps = step_memory(memory)
+        for action in ('book({"city": "Tokyo"})', 'book({"city": "Kyoto"})', "book(city='Osaka')",
+                       "book(city)", "book(town)"):
+            sid = steps.begin("book the hotel", action=action)
+            steps.evaluate(sid, "failed", tool_outputs=["timeout"])
+        assert [r.count for r in steps.state.recent] == [1] * 5
+
 
 class TestOrphans:
     def test_sweep_marks_pending_lines_unknown_and_writes_their_records(self, small_memory: Memory) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -543,12 +545,68 @@ class _Superseded(Exception):
 def repeat_key(p: PendingStep, evaluation: str, analysis: str, outputs: Sequence[str]) -> str:
     """The de-duplication key of a failed step: a digest of its action (tool and arguments;
     the goal when there is none), evaluation, analysis and tool outputs; ``""`` for a success
-    (only errors are folded)."""
+    (only errors are folded).
+
+    Each part is compared in a canonical form (:func:`canonical_action`,
+    :func:`canonical_text`): the same call with its arguments in another key order, or the
+    same error with other spacing, is the same attempt repeated."""
     if evaluation.strip().lower().startswith(SUCCESS):
         return ""
-    what = p.action or p.goal
-    text = json.dumps([what, evaluation, analysis, list(outputs)], ensure_ascii=False)
+    what = canonical_action(p.action) if p.action else canonical_text(p.goal)
+    parts = [what, canonical_text(evaluation), canonical_text(analysis), [canonical_text(o) for o in outputs]]
+    text = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+_CALL_TEXT = re.compile(r"\A\s*([^\s()]+)\s*\((.*)\)\s*\Z", re.DOTALL)
+_MAX_PARSED_CHARS = 20_000  # longer arguments are compared as text (parsing them costs more than it saves)
+
+
+def canonical_text(text: str) -> str:
+    """`text` as compared for a repeat: a JSON object or array as sorted compact JSON, any
+    other text with its whitespace runs collapsed to single spaces (and stripped)."""
+    return _json_arguments(text.strip()) or " ".join(text.split())
+
+
+def canonical_action(action: str) -> str:
+    """A step's action as compared for a repeat: ``name(arguments)`` with the arguments in a
+    canonical form — JSON (``{"b": 1, "a": 2}``) as sorted compact JSON, Python call
+    arguments (``a=2, b=1`` or a dict literal) as their sorted values — else
+    :func:`canonical_text`."""
+    m = _CALL_TEXT.match(action)
+    if m is None:
+        return canonical_text(action)
+    name, args = m.group(1), m.group(2).strip()
+    return f"{name}({_json_arguments(args) or _python_arguments(args)})"
+
+
+def _json_arguments(args: str) -> str | None:
+    """JSON arguments as sorted compact JSON; None when `args` is not JSON."""
+    if args[:1] not in ("{", "[") or len(args) > _MAX_PARSED_CHARS:
+        return None
+    try:
+        return json.dumps(json.loads(args), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _python_arguments(args: str) -> str:
+    """Literal Python call arguments (``'x', n=1``) as sorted compact JSON of
+    ``[positional, keywords]`` (one dict alone is the keywords); anything else (names, expressions, a long text) as
+    :func:`canonical_text`."""
+    if len(args) > _MAX_PARSED_CHARS:
+        return canonical_text(args)
+    try:
+        call = ast.parse(f"f({args})", mode="eval").body
+        assert isinstance(call, ast.Call)
+        positional = [ast.literal_eval(a) for a in call.args]
+        keywords = {str(k.arg): ast.literal_eval(k.value) for k in call.keywords}
+        if not keywords and len(positional) == 1 and isinstance(positional[0], dict):
+            positional, keywords = [], positional[0]  # f({'a': 1}) is the call f(a=1)
+        return json.dumps([positional, keywords], ensure_ascii=False, sort_keys=True,
+                          separators=(",", ":"), default=repr)
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, AssertionError):
+        return canonical_text(args)
 
 
 def _step_id(step: Any) -> int:
