@@ -184,8 +184,9 @@ class SessionSettings(_Section):
         "consolidation target ratio·budget (tokens), and never more than summary_max_tokens.",
     )
     summary_input_max_tokens: int = Field(
-        8_000, ge=256, description="Largest chunk sent to the summarizer in one call (tokens); a longer "
-        "archive is split at safe boundaries into several history entries.",
+        8_000, ge=512, description="Largest summarizer request (tokens: the text and the summarize "
+        "instructions, about 250 of them); a longer archive is split at safe boundaries into several "
+        "history entries, and a longer message is summarized in chunks, then the chunk summaries.",
     )
     idle_keep_recent_messages: int = Field(
         8, ge=0, description="Recent window an idle session keeps in the prompt (messages, snapped to a "

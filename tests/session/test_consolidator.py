@@ -288,7 +288,7 @@ class TestSummaryGate:
         llm = FakeLLM(fail_times=100, settings=LLMSettings(max_retries=0))
         s = mem.session(f"s-{uuid.uuid4().hex[:8]}")
         c = wiring.consolidator(s, llm)
-        c.settings = c.settings.model_copy(update={"summary_input_max_tokens": 256})
+        c.settings = c.settings.model_copy(update={"summary_input_max_tokens": 512})
         for i in range(60):
             s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)})
         r = c.maybe_consolidate()
@@ -596,6 +596,62 @@ def test_an_oversized_group_is_summarized_in_requests_under_the_input_cap(mem: M
     assert r.consolidated and c.last_consolidated == 3 and r.raw_fallbacks == 0 and r.entries == 1
     assert r.summary_calls == len(sizes)
     assert c.history.read(session=s.scope)[-1].kind == "summary"
+
+
+HUGE = {  # one message each, of every shape a chunker can stumble on
+    "lines": "\n".join(f"module {i}: compiled TK{i:04d}" for i in range(900)),
+    "one line of words": " ".join(f"w{i}" for i in range(6_000)),
+    "one line, no spaces": "x" * 30_000,
+    "CJK, no spaces": "日本語のテキスト" * 1_500,
+    "emoji": "😀🎉" * 3_000,
+    "JSON": "{" + ",".join(f'"k{i}":{i}' for i in range(3_000)) + "}",
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cap=st.integers(512, 900), kind=st.sampled_from(sorted(HUGE)),
+       role=st.sampled_from(["user", "assistant", "tool"]))
+def test_no_summarizer_request_exceeds_the_input_cap_at_any_valid_setting(
+    tmp_path_factory: pytest.TempPathFactory, cap: int, kind: str, role: str
+) -> None:
+    """Every valid ``summary_input_max_tokens`` (512 and up) bounds whole requests — text and
+    instructions — for a huge user, assistant or tool message of any shape. (Main also took
+    256-511, where a cap under twice the instructions carried half the cap of text beside
+    them: requests of 412 tokens at a cap of 318; such a cap is now refused on load.)"""
+    with Memory.open(tmp_path_factory.mktemp("ws"), embed={"provider": "none"},
+                     session={**SMALL, "summary_input_max_tokens": cap}) as m:
+        llm = FakeLLM(settings=LLMSettings(max_retries=0))
+        s, c = session_with(m, llm)
+        s.add_message({"role": "user", "content": "Build everything."})
+        if role == "tool":
+            s.add_message({"role": "assistant", "content": None, "tool_calls": [call("b1", "build")]})
+            s.add_message({"role": "tool", "tool_call_id": "b1", "content": HUGE[kind]})
+        else:
+            s.add_message({"role": role, "content": HUGE[kind]})
+        s.add_message({"role": "assistant", "content": "done"})
+        s.add_message({"role": "user", "content": "what failed?"})
+        r = c.maybe_consolidate()
+        sizes = [c.counter.count_messages(req["messages"]) for req in llm.requests]
+        assert r.consolidated and sizes and max(sizes) <= cap
+
+
+def test_a_cap_below_the_instructions_and_some_text_is_refused_on_load(tmp_path) -> None:
+    from mindpalace.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="summary_input_max_tokens"):
+        Memory.open(tmp_path / "ws", embed={"provider": "none"}, session={"summary_input_max_tokens": 300})
+
+
+def test_a_cap_that_leaves_no_room_for_text_archives_raw_without_a_call(mem: Memory) -> None:
+    llm = FakeLLM(settings=LLMSettings(max_retries=0))
+    s, c = session_with(mem, llm)
+    cap = c.summarizer.request_overhead_tokens(99_999) + 5  # only reachable by editing settings in code
+    c.settings = c.settings.model_copy(update={"summary_input_max_tokens": cap})
+    for i in range(40):
+        s.add_message({"role": "user" if i % 2 == 0 else "assistant", "content": text(20, i)})
+    r = c.maybe_consolidate()
+    assert r.consolidated and llm.calls == 0 and r.raw_fallbacks == r.entries
+    assert "leaves 5 tokens of text beside the summarize instructions" in c.history.read(session=s.scope)[0].content
 
 
 def test_the_dates_of_archived_messages_do_not_make_the_target_unreachable(tmp_path) -> None:

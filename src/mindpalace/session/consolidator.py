@@ -573,9 +573,10 @@ class Consolidator:
 
     def _input_limit(self) -> int:
         """Tokens of text one summarizer request may carry: ``summary_input_max_tokens`` less
-        the request's instructions (their size at a 5-digit ``max_tokens``, an upper bound)."""
+        the request's instructions (their size at a 5-digit ``max_tokens``, an upper bound),
+        so the whole request stays under the setting; at least 1."""
         cap = self.settings.summary_input_max_tokens
-        return max(cap - self.summarizer.request_overhead_tokens(99_999), cap // 2)
+        return max(cap - self.summarizer.request_overhead_tokens(99_999), 1)
 
     def _pieces(self, chunk: list[StoredMessage]) -> list[list[StoredMessage]]:
         """Split an archive chunk at group boundaries into summarizer-sized pieces (a group
@@ -643,10 +644,15 @@ class Consolidator:
         (map-reduce) until one summary of at most `max_tokens` is left. Returns the outcome
         (the first failure, if any) and the number of summarizer calls made.
 
-        The limit holds for the whole request — text plus the summarizer's instructions — when
-        the setting leaves room for them; a cap smaller than twice the instructions applies to
-        the text alone (half the cap)."""
+        The limit holds for the whole request — text plus the summarizer's instructions. A
+        setting that leaves too little room beside the instructions to summarize anything
+        (fewer than twice ``summary.min_tokens`` of text) makes no call: the outcome is a
+        failure naming the numbers, and the caller archives a raw breadcrumb."""
         limit = self._input_limit()
+        if limit < 2 * self.summarizer.settings.min_tokens:
+            cap = self.settings.summary_input_max_tokens
+            return SummaryOutcome(None, None, f"summary_input_max_tokens {cap} leaves {limit} tokens of "
+                                  "text beside the summarize instructions"), 0
         calls, spent = 0, 0
         text = source
         while True:
