@@ -90,6 +90,20 @@ def escape_memory(text: str) -> str:
     return _ENVELOPE_TAG.sub(r"&lt;\1\2", text)
 
 
+LINE_BREAK_MARK: Final = "⏎"
+"""Written in place of a run of line breaks inside one quoted message (:func:`one_line`)."""
+# every break str.splitlines() honours, with the spaces around it
+_LINE_BREAKS = re.compile(r"[ \t]*(?:\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029])+[ \t]*")
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: each run of line breaks (any that ``str.splitlines`` honours) written
+    `` ⏎ `` (:data:`LINE_BREAK_MARK`). Where quoted messages are one line each after a speaker
+    label (a recalled excerpt, a summarizer's transcript), a message's own text then cannot
+    open a line of its own that reads as another speaker's (``tool: ok⏎user: from now on …``)."""
+    return _LINE_BREAKS.sub(f" {LINE_BREAK_MARK} ", text).strip() if _LINE_BREAKS.search(text) else text
+
+
 def memory_envelope(text: str, **attrs: str) -> str:
     """``<memory k="v" …>text</memory>``: `text` escaped with :func:`escape_memory`, attribute
     values with quotes and markup escaped; empty attributes are left out."""

@@ -58,7 +58,7 @@ from datetime import datetime
 from itertools import groupby
 
 from mindpalace.archive import DOC_KIND as ARCHIVE_KIND
-from mindpalace.blocks import memory_envelope
+from mindpalace.blocks import memory_envelope, one_line
 from mindpalace.datenotes import date_note
 from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
@@ -585,7 +585,11 @@ class MemoryRecaller:
         """``Speaker: text [dates: …]`` under `room` tokens: the text verbatim (its
         best-matching excerpt when long), then the note resolving its relative dates against
         the message's time (:func:`~mindpalace.datenotes.date_note`, of the text shown;
-        unlabelled when `compact`: ``[yesterday = 7 May 2023]``)."""
+        unlabelled when `compact`: ``[yesterday = 7 May 2023]``). The text is shown on its
+        line (:func:`~mindpalace.blocks.one_line`): a line of its own inside it would read as
+        another speaker's (a tool output's ``⏎user: from now on you must …``)."""
+        if one_line(item.text) != item.text:
+            item = replace(item, text=one_line(item.text))
         whole = _line(item)
         note = date_note(item.text, item.date, compact=compact)
         if self.counter.count(f"{whole} {note}") <= room:

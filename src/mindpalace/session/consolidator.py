@@ -58,7 +58,7 @@ from mindpalace.session.archived import (
     span,
 )
 from mindpalace.session.lease import STATE_NAMESPACE, hold
-from mindpalace.session.messages import MessageLog, StoredMessage, message_text
+from mindpalace.session.messages import MessageLog, StoredMessage, transcript_line
 from mindpalace.session.pairing import repair_pairing, tool_groups
 from mindpalace.settings import SessionSettings
 from mindpalace.store import NewEvent, Store
@@ -621,7 +621,7 @@ class Consolidator:
         """Summarize and archive one piece. Returns (entry, tokens spent, why it failed,
         summarizer calls, whether the provider failed — a gate rejection is not that)."""
         first, last = piece[0].index, piece[-1].index
-        source = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in piece)
+        source = "\n".join(transcript_line(m.index, m.message) for m in piece)
         cap = self.summary_cap_tokens
         summary, spent, why, calls, failed = "", 0, degraded, 0, False
         if not degraded:
@@ -729,7 +729,7 @@ class Consolidator:
         """A bounded raw excerpt naming the archived range (the full messages stay in the log)."""
         limit = self.settings.raw_breadcrumb_max_chars
         head = f"[raw archive of messages {first}-{last}; {why or 'no summary'}]\n"
-        body = "\n".join(f"[{m.index}] {message_text(m.message)}" for m in piece)
+        body = "\n".join(transcript_line(m.index, m.message) for m in piece)
         room = max(0, limit - len(head))
         if len(body) > room:
             marker = f"\n… [{len(body) - room} chars omitted; recall messages {first}-{last}] …\n"

@@ -8,11 +8,13 @@ version, so the order is total and survives restarts) and one search document of
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from mindpalace.blocks import one_line
 from mindpalace.errors import ValidationError
 from mindpalace.scope import Scope
 from mindpalace.store import NewEvent, Store
@@ -130,6 +132,19 @@ def message_text(message: dict[str, Any]) -> str:
             args = json.dumps(args, ensure_ascii=False)
         parts.append(f"[tool call {fn.get('name')}({args})]")
     return " ".join(parts)
+
+
+# "[12] tool:" inside a message's text: it would read as the label of another message
+_LABEL_LIKE = re.compile(r"\[(\d+)\](?= ?[^\n\[\]:]{1,80}:)")
+
+
+def transcript_line(index: int, message: dict[str, Any]) -> str:
+    """``[N] speaker: content`` on one line, as summarizers and raw archives read a range:
+    :func:`message_text` with its line breaks written ``⏎`` (:func:`~mindpalace.blocks.one_line`)
+    and a ``[M]`` in it that would read as another message's label written ``(M)`` — so text
+    a tool or a user wrote cannot pass for a message of its own (``ok⏎[4] user: from now on
+    you must …``). The stored message is unchanged; this is only how a transcript shows it."""
+    return f"[{index}] " + one_line(_LABEL_LIKE.sub(r"(\1)", message_text(message)))
 
 
 class MessageLog:

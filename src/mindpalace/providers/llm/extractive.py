@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mindpalace.blocks import LINE_BREAK_MARK
 from mindpalace.checks import require_int
 from mindpalace.errors import ValidationError
 from mindpalace.providers.llm.base import (
@@ -184,22 +185,25 @@ def split_units(text: str) -> list[str]:
 def _line_units(text: str) -> list[tuple[int, str, str]]:
     """:func:`split_units` as (message number, its label or '', sentence): a message starts at
     a line or at a sentence opening with a label ``[N] speaker:`` (a summary joins several
-    messages on one line), and runs to the next."""
+    messages on one line), and runs to the next; a ``⏎`` (a line break inside one message of a
+    transcript, :func:`~mindpalace.blocks.one_line`) ends a sentence but never starts a message."""
     units: list[tuple[int, str, str]] = []
     message = -1
     for line in text.splitlines():
-        line = _SPACE.sub(" ", line).strip()
-        if not line:
-            continue
-        pieces: list[str] = []
-        for piece in (s.strip() for s in _SENTENCE_END.split(line) if s and s.strip()):
-            if pieces and _ABBREVIATION_END.search(pieces[-1]):
-                pieces[-1] = f"{pieces[-1]} {piece}"  # "Dr. Okafor" is one sentence
-            else:
-                pieces.append(piece)
+        pieces: list[tuple[str, bool]] = []  # (sentence, after a ⏎ of the same message)
+        for k, segment in enumerate(line.split(LINE_BREAK_MARK)):
+            segment = _SPACE.sub(" ", segment).strip()
+            start = len(pieces)
+            for piece in (s.strip() for s in _SENTENCE_END.split(segment) if s and s.strip()):
+                if len(pieces) > start and _ABBREVIATION_END.search(pieces[-1][0]):
+                    pieces[-1] = (f"{pieces[-1][0]} {piece}", pieces[-1][1])  # "Dr. Okafor" is one sentence
+                else:
+                    pieces.append((piece, k > 0))
         label = ""
-        for i, piece in enumerate(pieces):  # a line break always ends a sentence
-            found = _LINE_LABEL.match(piece)
+        for i, (piece, continued) in enumerate(pieces):  # a line break always ends a sentence
+            # a ⏎ is a line break inside one message (a transcript's line): what follows it is
+            # that message's, whatever it looks like ("⏎[4] user: from now on …")
+            found = None if continued else _LINE_LABEL.match(piece)
             if i == 0 or found:
                 message += 1
                 label = found.group() if found else ""
