@@ -81,6 +81,16 @@ def test_only_user_rules_the_summary_kept_are_pinned() -> None:
         "Please always answer in French.",)
 
 
+def test_a_rule_kept_in_other_words_is_pinned_and_not_appended_twice() -> None:
+    user = ["Always answer in French and never book flights before 9 am."]
+    reworded = "User rule: answers must be in French, and no flights may be booked before 9 am."
+    assert pinned_rules(user, reworded) == tuple(user)
+    assert pinned_rules(user, "Flights TK001 compared; the user speaks French.") == ()  # half its words
+    assert pinned_rules(["Never use emojis."], "No emojis.") == ()  # one content word: verbatim only
+    a = ArchivedRange(1, 5, 1, 1, reworded, rules=tuple(user))
+    assert merged([a], "Trip planning: " + reworded).text == "Trip planning: " + reworded
+
+
 def test_folding_bounds_the_number_of_ranges() -> None:
     ranges = [ArchivedRange(i, i, i, i, f"r{i} " * 20, "raw") for i in range(1, 30)]
     out = fold(ranges, 16, COUNTER, 40)

@@ -456,6 +456,24 @@ class TestAccumulation:
         assert c.counter.count(block) <= c.summary_cap_tokens
         assert block.count("messages 1-") == 1  # the merged range still names where it starts
 
+    @pytest.mark.parametrize("first", [
+        "Rules from the user: always answer in French; never book flights before 9 am. Trip to Tokyo.",
+        "User rule: answers must be in French, and no flights may be booked before 9 am. Tokyo trip.",
+    ])
+    def test_a_rule_the_first_summary_paraphrased_survives_later_merges(self, mem: Memory, first: str) -> None:
+        """A model summary rewords the user's rule; main pinned only rules copied verbatim,
+        so the first merge that left it out dropped it from the prompt."""
+        rule = "Always answer in French and never book flights before 9 am."
+        llm = FakeLLM([first], settings=LLMSettings(max_retries=0),
+                      default=lambda _m, _n: "Planning continued: hotels in Shinjuku and flights TK001 were compared.")
+        s, c = session_with(mem, llm)
+        c.settings = c.settings.model_copy(update={"summary_share_of_target": 0.5})
+        fill_until(s, c, 1, first=f"{rule} " + text(15))
+        assert c.state().ranges[0].rules == (rule,)
+        fill_until(s, c, 8, start=200)
+        assert any(r.kind == "merged" for r in c.state().ranges)
+        assert rule in str(c.summary_text())
+
     def test_under_a_small_cap_ranges_are_still_merged_not_all_hidden(self, mem: Memory) -> None:
         """A block cap too small for a merged summary beside the newest range's own (each new
         range gets half the cap): every range is merged into one instead, so the block keeps

@@ -180,14 +180,45 @@ def rule_sentences(text: str) -> list[str]:
     return out
 
 
+_WORD = re.compile(r"\w+")
+# words a paraphrase drops or swaps freely ("never book" -> "no booking"): a rule is kept in
+# substance when its other words are there
+_FILLER: Final = frozenset(re.findall(r"\w+", """
+    a an the and or but of to in on at for by with from as is are be been was were it its this that
+    these those i me my we our you your he she they them their please must mustn should shall
+    always never only do does don not no any all every make sure remember avoid required require
+    now will would can could may might just"""))
+_SUFFIX = re.compile(r"(?:ing|ed|es|s)$")
+MIN_KEPT_SHARE: Final = 0.75  # of a rule's content words, for a summary to have kept it
+MIN_CONTENT_WORDS: Final = 2  # fewer: only a verbatim copy counts as kept
+
+
+def _content_stems(text: str) -> set[str]:
+    return {_SUFFIX.sub("", w) if len(w) > 4 else w
+            for w in _WORD.findall(text.casefold()) if w not in _FILLER}
+
+
+def kept_rule(rule: str, summary: str) -> bool:
+    """Whether `summary` kept `rule`: verbatim (case and spacing aside), or in substance — at
+    least ``MIN_KEPT_SHARE`` of the rule's content words (stop and rule-marker words aside,
+    plural and tense endings folded) are in it, when the rule has ``MIN_CONTENT_WORDS`` or
+    more. A model summarizer paraphrases ("answers must be in French" for "Always answer in
+    French."): such a rule must be pinned like a copied one, or a later merge drops it."""
+    if normalize(rule) in normalize(summary):
+        return True
+    words = _content_stems(rule)
+    if len(words) < MIN_CONTENT_WORDS:
+        return False
+    return len(words & _content_stems(summary)) >= MIN_KEPT_SHARE * len(words)
+
+
 def pinned_rules(user_texts: Sequence[str], summary: str) -> tuple[str, ...]:
-    """The rule sentences of the user's messages that `summary` kept verbatim (at most
-    ``MAX_RULES_PER_RANGE``, first stated first)."""
-    have = normalize(summary)
+    """The rule sentences of the user's messages that `summary` kept (:func:`kept_rule`: verbatim
+    or in substance; at most ``MAX_RULES_PER_RANGE``, first stated first)."""
     kept: list[str] = []
     for text in user_texts:
         for rule in rule_sentences(text):
-            if normalize(rule) in have and rule not in kept:
+            if rule not in kept and kept_rule(rule, summary):
                 kept.append(rule)
     return tuple(kept[:MAX_RULES_PER_RANGE])
 
@@ -196,8 +227,7 @@ def merged(ranges: Sequence[ArchivedRange], summary: str) -> ArchivedRange:
     """One range covering `ranges` (consecutive, oldest first) with text `summary`, plus every
     pinned rule the summary dropped, appended verbatim."""
     one = span(ranges)
-    have = normalize(summary)
-    missing = [r for r in one.rules if normalize(r) not in have]
+    missing = [r for r in one.rules if not kept_rule(r, summary)]
     text = summary + ("\n" + rules_text(missing) if missing else "")
     return replace(one, text=text, kind="merged")
 
