@@ -7,8 +7,8 @@
    relevant when its turn is one of the question's evidence turns.
 2. **Train.** Pairwise logistic regression (a linear RankNet): for every question, every
    (relevant, irrelevant) pair of its candidates is one example ``x_pos − x_neg`` with label 1;
-   the weights minimise the mean log loss + ``--l2`` · |w|² (the fused score and rank not
-   penalised: they are the prior) by Newton's method from zero — a
+   the weights minimise the mean log loss + ``--l2`` · |w|² (the fused score not
+   penalised: it is the prior) by Newton's method from zero — a
    convex problem solved exactly, so the same data give the same weights (numpy only).
 3. **Report and write.** Offline R@5 / R@10 of the candidates reordered by the weights against
    the fused order (recall of the question's evidence among the reordered top; a question
@@ -129,9 +129,9 @@ def pairs(groups: Sequence[Group], depth: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-# The fused order is the prior: its features are not shrunk, so a strong penalty gives back
+# The fused order is the prior: its score is not shrunk, so a strong penalty gives back
 # (nearly) the fused order rather than a ranker that knows nothing.
-UNPENALISED = ("final_norm", "final_rr")
+UNPENALISED = ("final_norm",)
 
 
 def fit(diffs: np.ndarray, l2: float, iterations: int = 50) -> np.ndarray:

@@ -382,7 +382,7 @@ class TestTrainRerank:
         from mindpalace.retrieval.rerank import FEATURES
 
         rng = np.random.default_rng(0)
-        col, rank = FEATURES.index("idf_coverage"), FEATURES.index("final_rr")
+        col, rank = FEATURES.index("idf_coverage"), FEATURES.index("final_norm")
         groups = []
         for i in range(12):
             rows = rng.uniform(0, 0.5, (6, len(FEATURES)))

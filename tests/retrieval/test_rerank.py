@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -107,6 +107,19 @@ class TestFeatures:
             assert is_question == float(doc.text.endswith("?"))
         assert _texts(memory, uid, "Which car does Bo drive?", FactSettings()) == plain  # recording ended
 
+    def test_recording_does_not_read_the_weights(self, memory: Memory, uid: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        # training records rows when the shipped weights are for another feature list
+        def stale() -> Ranker:
+            raise ValidationError("rerank weights are for other features")
+
+        monkeypatch.setattr(rerank, "shipped_ranker", stale)
+        memory.session("s1", user=uid, agent="a").messages.add_many(CHAT)
+        with recording() as seen:
+            _texts(memory, uid, "Which car does Bo drive?", FactSettings())
+        assert len(seen) == 1
+        with pytest.raises(ValidationError):
+            _texts(memory, uid, "Which car does Bo drive?", FactSettings(rerank=True))
+
 
 class TestReorder:
     def test_the_ranker_reorders_the_best_candidates(
@@ -126,7 +139,7 @@ class TestReorder:
         s.messages.add_many([{"role": "user", "content": "mazda " * n + "car"} for n in (4, 3, 2, 1)])
         retriever = HybridRetriever(memory.store, None, FactSettings(neighbor_weights=[]))
         before = retriever.search(_scope(memory, uid), "mazda", k=4, kinds=["message"])
-        use_ranker(_ranker(final_rr=-1.0))  # reverses the order of what it reranks
+        use_ranker(_ranker(final_norm=-1.0))  # reverses the order of what it reranks
         retriever.settings = FactSettings(neighbor_weights=[], rerank=True, rerank_depth=2)
         after = retriever.search(_scope(memory, uid), "mazda", k=4, kinds=["message"])
         assert [h.ref for h in after] == [before[1].ref, before[0].ref, before[2].ref, before[3].ref]
@@ -179,7 +192,7 @@ class TestSupersessionAfterRerank:
         monkeypatch.setattr(hybrid, "_group_corrections", spy)
         query = "when is my dentist appointment at the city clinic"
         for on in (False, True):
-            use_ranker(_ranker(final_rr=-1.0))  # reverses the order: every score moves
+            use_ranker(_ranker(final_norm=-1.0))  # reverses the order: every score moves
             HybridRetriever(memory.store, memory.embedder, FactSettings(rerank=on)).search(
                 _scope(memory, uid), query, k=3, kinds=["message"])
         off, on_ = seen

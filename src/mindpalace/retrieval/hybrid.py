@@ -415,16 +415,17 @@ class HybridRetriever:
         score ratio still reads each one's own score, ``unranked``). With the stage
         off the rows are only recorded (inside :func:`~mindpalace.retrieval.rerank.recording`).
         `list_vec`: the vector the vector list searched (None: no embedder)."""
-        ranker = rerank.shipped_ranker()
-        top = _best_first(cands.values(), self.settings.rerank_depth or ranker.depth)
+        depth = self.settings.rerank_depth or rerank.shipped_ranker().depth
+        top = _best_first(cands.values(), depth)
         if len(top) < 2:
             return
         rows = self._rerank_rows(top, cands, query, list_vec, generation)
         rerank.record(query, [c.doc for c in top], rows)
         if not self.settings.rerank:
-            return
+            return  # recording only: the weights are not read (training writes new ones)
         finals = [c.final for c in top]  # best first
-        for c, score in zip((top[i] for i in ranker.order(rows).tolist()), finals, strict=True):
+        order = rerank.shipped_ranker().order(rows).tolist()
+        for c, score in zip((top[i] for i in order), finals, strict=True):
             c.unranked, c.final = c.final, score
 
     def _rerank_rows(
@@ -455,7 +456,6 @@ class HybridRetriever:
             [1.0 / c.vec.rank if c.vec is not None else 0.0 for c in top],
             fused / scale,
             finals / scale,
-            1.0 / np.arange(1, n + 1),
             np.maximum(finals - fused, 0.0) / scale,
             [float(c.neighbor is not None) for c in top],
             plain,

@@ -33,7 +33,11 @@ from mindpalace.store.base import Document
 
 # The feature columns, in order. Every one is scale-free (normalised within the query's
 # candidates, a rank's reciprocal, a cosine, or a 0/1 flag); text length is deliberately absent
-# (it would favour long assistant replies over the short statements holding a fact).
+# (it would favour long assistant replies over the short statements holding a fact), and so is
+# the reciprocal of the fused rank: beside final_norm it only bent the top of the fused list flat
+# (a negative weight), which on the knowledge-update analysis seeds put an older value above a
+# correction the fused order had first (16 seeds: 8 cases lost, 5 won with it; 2 lost, 5 won
+# without; LoCoMo dev unchanged).
 FEATURES: tuple[str, ...] = (
     "keyword_norm",   # BM25 score / the best BM25 score of the candidates (0: not in the list)
     "keyword_rr",     # 1 / BM25 rank (0: not in the list)
@@ -41,7 +45,6 @@ FEATURES: tuple[str, ...] = (
     "vector_rr",      # 1 / vector-list rank (0: not in the list)
     "fused_norm",     # fused score / the best final score of the reranked candidates
     "final_norm",     # final score / the best final score (after context credit and boosts)
-    "final_rr",       # 1 / rank by final score
     "credit_norm",    # max(final − fused, 0) / the best final score: credit and boosts received
     "lifted",         # 1 when a neighbour (or, statement_above_reply, the reply after it) lifted it
     "coverage",       # share of the query's stems in the text
