@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -371,3 +373,47 @@ class TestBenchBm25Topk:
         (row,) = json.loads(out.read_text())
         assert row["mismatches"] == 0 and row["fell_back"] < row["queries"]
         assert 0 < row["scored_p50"] < row["facts"]
+
+
+class TestTrainRerank:
+    def _groups(self, train: ModuleType) -> list[Any]:
+        """Questions whose relevant candidate is the one with the highest `idf_coverage`, while
+        the fused order puts it third: the feature alone separates them."""
+        from mindpalace.retrieval.rerank import FEATURES
+
+        rng = np.random.default_rng(0)
+        col, rank = FEATURES.index("idf_coverage"), FEATURES.index("final_norm")
+        groups = []
+        for i in range(12):
+            rows = rng.uniform(0, 0.5, (6, len(FEATURES)))
+            rows[:, rank] = 1.0 / np.arange(1, 7)
+            rows[2, col] = 1.0
+            labels = np.zeros(6)
+            labels[2] = 1.0
+            groups.append(train.Group(rows, labels, 1, "conv-26" if i % 2 else "conv-30"))
+        return groups
+
+    def test_tiny_set_trains_the_separating_feature_and_writes_loadable_weights(self, tmp_path: Path) -> None:
+        from mindpalace.retrieval.rerank import FEATURES, ranker_from_json
+
+        train = load("train_rerank")
+        groups = self._groups(train)
+        assert train.recall_at(groups, None, 6) == {5: 100.0, 10: 100.0}
+        assert train.recall_at(groups, None, 6, ks=(1,)) == {1: 0.0}  # the fused order: third
+        cache = tmp_path / "rows.npz"
+        train.save(groups, cache)
+        outs = [tmp_path / "a.json", tmp_path / "b.json"]
+        for out in outs:
+            assert train.main(["--cache", str(cache), "--depth", "6", "--out", str(out)]) == 0
+        assert outs[0].read_bytes() == outs[1].read_bytes()  # deterministic
+        ranker = ranker_from_json(json.loads(outs[0].read_text()))
+        assert ranker.depth == 6 and ranker.weights[FEATURES.index("idf_coverage")] > 0
+        assert train.recall_at(groups, ranker.weights, 6, ks=(1,)) == {1: 100.0}
+
+    def test_collected_groups_survive_the_cache(self, tmp_path: Path) -> None:
+        train = load("train_rerank")
+        groups = self._groups(train)
+        train.save(groups, tmp_path / "rows.npz")
+        back = train.load(tmp_path / "rows.npz")
+        assert [g.conversation for g in back] == [g.conversation for g in groups]
+        assert all(np.array_equal(a.rows, b.rows) and np.array_equal(a.labels, b.labels) for a, b in zip(back, groups, strict=True))

@@ -13,7 +13,10 @@ Tiers are the kinds of search documents in the store: ``fact`` (long-term facts)
    best fused score of the messages ``d`` turns before or after it — an answer is often the
    reply to the turn that matches the question (measured on LoCoMo dev conversations); the
    turn right after a matching question earns ``neighbor_reply_weight`` × its score instead;
-4. top-k, each hit saying its tier, the query terms it contains, its rank and score in each
+4. with ``facts.rerank``, the best ``facts.rerank_depth`` candidates reordered by a learned
+   linear ranker over the features the steps above computed (:mod:`mindpalace.retrieval.rerank`),
+   before supersession places corrections above what they correct;
+5. top-k, each hit saying its tier, the query terms it contains, its rank and score in each
    list and, when lifted by a neighbour, which one.
 
 Every store call carries the scope (I10): a query for user A never reads user B's rows,
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mindpalace.retrieval import rerank
 from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
 from mindpalace.retrieval.fetch import (
     MESSAGE_KIND,
@@ -177,6 +181,9 @@ class _Candidate:
     # a statement lifted to the score of the assistant reply right after it (the reply matched
     # the query, and it answers this statement): it matches the query through that reply
     answered: bool = False
+    # the final score before the learned rerank gave it another place's score (None: not
+    # reranked): supersession's score ratio asks how well it matched, not where it was placed
+    unranked: float | None = None
     info: DocFacts = field(init=False)  # position, speaker, stamp … derived once per document
 
     def __post_init__(self) -> None:
@@ -343,6 +350,7 @@ class HybridRetriever:
         n = max(k, self.settings.recall_candidates)
         keyword: list[SearchHit] = []
         vector: list[SearchHit] = []
+        qvec = list_vec = np.zeros(0)
         # One generation read per query, shared by the embedding sync, the searchable scopes,
         # the neighbour cache and the vector cache; read before any document the query reads.
         _, generation = self._sync()
@@ -381,6 +389,9 @@ class HybridRetriever:
             )
         if self.settings.statement_above_reply and (kinds is None or MESSAGE_KIND in kinds):
             self._lift_answered(cands, left_out, generation, window, skip)
+        if self.settings.rerank or rerank.is_recording():
+            # before supersession: a correction is still placed above what it corrects after
+            self._learned_rerank(cands, query, list_vec if self.embedder is not None else None, generation)
         # A named period, or a question in the past tense, asks about then, not the current value.
         about_then = dated_left_out or any(c.date for c in cands.values()) or _asks_about_past(query)
         supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
@@ -394,6 +405,67 @@ class HybridRetriever:
         best = ranked[:k]
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
+
+    def _learned_rerank(
+        self, cands: dict[int, _Candidate], query: str, list_vec: np.ndarray | None, generation: object
+    ) -> None:
+        """Reorder the best ``facts.rerank_depth`` candidates by the shipped linear ranker
+        (:mod:`mindpalace.retrieval.rerank`): each takes the ``final`` score of the position it
+        lands on, so the candidates below, and the fused scale, are unchanged (supersession's
+        score ratio still reads each one's own score, ``unranked``). With the stage
+        off the rows are only recorded (inside :func:`~mindpalace.retrieval.rerank.recording`).
+        `list_vec`: the vector the vector list searched (None: no embedder)."""
+        depth = self.settings.rerank_depth or rerank.shipped_ranker().depth
+        top = _best_first(cands.values(), depth)
+        if len(top) < 2:
+            return
+        rows = self._rerank_rows(top, cands, query, list_vec, generation)
+        rerank.record(query, [c.doc for c in top], rows)
+        if not self.settings.rerank:
+            return  # recording only: the weights are not read (training writes new ones)
+        finals = [c.final for c in top]  # best first
+        order = rerank.shipped_ranker().order(rows).tolist()
+        for c, score in zip((top[i] for i in order), finals, strict=True):
+            c.unranked, c.final = c.final, score
+
+    def _rerank_rows(
+        self, top: list[_Candidate], cands: dict[int, _Candidate], query: str,
+        list_vec: np.ndarray | None, generation: object,
+    ) -> np.ndarray:
+        """(len(top), len(FEATURES)) features of `top` (best first), in
+        :data:`~mindpalace.retrieval.rerank.FEATURES` order."""
+        n = len(top)
+        best_kw = max((c.kw.score for c in cands.values() if c.kw is not None), default=0.0)
+        cosine = np.zeros(n)
+        if list_vec is not None and self.embedder is not None and list_vec.size:
+            # neighbours lifted into the top are in no list: their stored vectors (cached, and
+            # read again by supersession right after)
+            vectors = self._vectors.get(self.store, [c.doc.id for c in top], self.embedder.model_id, generation=generation)
+            cosine = np.array([float(vectors[c.doc.id] @ list_vec) if c.doc.id in vectors else 0.0 for c in top])
+        finals = np.array([c.final for c in top])
+        scale = max(float(finals.max()), 1e-12)
+        fused = np.array([c.fused for c in top])
+        terms = list(stems(query_terms(query)))
+        plain, weighted = rerank.idf_coverage(terms, [c.info.stems() for c in top])
+        words = set(query_terms(query, drop_stop_words=False))
+        named = {c.info.speaker for c in cands.values() if c.info.named} & words
+        columns = [
+            [c.kw.score / best_kw if c.kw is not None and best_kw > 0 else 0.0 for c in top],
+            [1.0 / c.kw.rank if c.kw is not None else 0.0 for c in top],
+            cosine,
+            [1.0 / c.vec.rank if c.vec is not None else 0.0 for c in top],
+            fused / scale,
+            finals / scale,
+            np.maximum(finals - fused, 0.0) / scale,
+            [float(c.neighbor is not None) for c in top],
+            plain,
+            weighted,
+            [float(len(named) == 1 and c.info.message and c.info.speaker in named) for c in top],
+            [float(c.date) for c in top],
+            [float(asks(c.doc.text)) for c in top],
+            rerank.recency([c.info.stamp for c in top]),
+        ]
+        return np.column_stack([np.asarray(col, dtype=np.float64) for col in columns])
 
     def _query_vectors(self, query: str, names: set[str]) -> tuple[np.ndarray, np.ndarray]:
         """(the query's vector for supersession, the vector searched for the vector list).
@@ -645,7 +717,7 @@ class HybridRetriever:
             chosen = _group_corrections(
                 compared, sims,
                 asked,
-                [c.final for c in members],
+                [c.final if c.unranked is None else c.unranked for c in members],
                 members[0].doc, self.settings,
             )
             for i, j in chosen.items():
