@@ -14,11 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mindpalace import Memory
-from mindpalace.providers.embed import HashingEmbedder, make_embedder
+from mindpalace.providers.embed import HashingEmbedder
 from mindpalace.retrieval.embedding_sync import sentence_rows, sync_embeddings
 from mindpalace.retrieval.supersession import sentences
 from mindpalace.scope import Scope
-from mindpalace.settings import EmbedSettings
 from mindpalace.store import SQLiteStore
 from mindpalace.store.base import Document
 
@@ -73,12 +72,6 @@ class TestWhichDocumentsGetRows:
         emb = Recording()
         sync_embeddings(store, emb)
         assert emb.seen == [LONG]
-
-    def test_the_model_id_names_the_rows(self) -> None:
-        plain = make_embedder(EmbedSettings(provider="hashing", sentence_vectors_min_chars=0))
-        rowed = make_embedder(EmbedSettings(provider="hashing", sentence_vectors_min_chars=120))
-        assert plain is not None and rowed is not None
-        assert rowed.model_id == f"{plain.model_id}+sentences120"
 
     @settings(max_examples=200, deadline=None)
     @given(

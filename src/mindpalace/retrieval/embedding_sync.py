@@ -19,7 +19,8 @@ Sentence rows (``embed.sentence_vectors_min_chars``): a long message that states
 also embedded sentence by sentence, each sentence one more vector row under the message
 (:func:`sentence_rows`), so a vector search that matches one sentence — an update said in
 passing inside a message about something else — finds the message by that sentence's score.
-Such vectors are stored under ``<model>+sentences<N>`` as well.
+The rows are the model's own vectors of texts, stored under the plain model id: a store
+embedded before the setting changed keeps its earlier messages' rows until they are re-embedded.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def sync_embeddings(
             retriever embeds the sentences follow-ups compare there, see
             :meth:`~mindpalace.retrieval.hybrid.HybridRetriever.sync_embeddings`).
         sentence_min_chars: the :func:`sentence_rows` threshold (characters; 0 = no sentence
-            rows). Pass the same value the embedder's model id was built with.
+            rows).
     Returns:
         A :class:`SyncReport`.
     Raises:

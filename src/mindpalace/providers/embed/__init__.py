@@ -21,9 +21,7 @@ def make_embedder(settings: EmbedSettings) -> Embedder | None:
     With ``embed.context_turns`` > 0 the embedder's ``model_id`` gets the suffix
     ``+context<N>`` (``+context<N>q`` when only answers to a question get context): its stored vectors embed a message with its preceding turns
     (:mod:`mindpalace.retrieval.embedding_sync`), so they are never compared with, or
-    mistaken for, the plain vectors of the same model. With ``embed.sentence_vectors_min_chars``
-    > 0 it gets ``+sentences<N>`` too: a long message's vectors hold its sentences' rows
-    (:func:`mindpalace.retrieval.embedding_sync.sentence_rows`).
+    mistaken for, the plain vectors of the same model.
 
     Returns:
         The embedder, or None for ``provider = "none"``.
@@ -35,8 +33,6 @@ def make_embedder(settings: EmbedSettings) -> Embedder | None:
     if embedder is not None and settings.context_turns:
         mode = "q" if settings.context_after == "question" else ""
         embedder.model_id = f"{embedder.model_id}+context{settings.context_turns}{mode}"
-    if embedder is not None and settings.sentence_vectors_min_chars:
-        embedder.model_id = f"{embedder.model_id}+sentences{settings.sentence_vectors_min_chars}"
     return embedder
 
 
