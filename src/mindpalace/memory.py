@@ -257,6 +257,7 @@ class Memory:
             chunk_tokens=embed.chunk_tokens, chunk_overlap_tokens=embed.chunk_overlap_tokens,
             context_turns=embed.context_turns,
             context_after_question=embed.context_after == "question",
+            sentence_min_chars=embed.sentence_vectors_min_chars,
         )
 
     @cached_property
@@ -367,6 +368,7 @@ class Memory:
             chunk_tokens=embed.chunk_tokens, overlap_tokens=embed.chunk_overlap_tokens,
             context_turns=embed.context_turns,
             context_after_question=embed.context_after == "question",
+            sentence_min_chars=embed.sentence_vectors_min_chars,
         )
 
     def for_tenant(self, tenant: str) -> Memory:

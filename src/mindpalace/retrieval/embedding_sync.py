@@ -14,6 +14,13 @@ stored and keyword-indexed text is the message's own. The context is capped at
 under their own model id (``<model>+context<N>``, see
 :func:`mindpalace.providers.embed.make_embedder`), so switching the setting re-embeds through
 the model switch above and plain and contextual vectors never mix.
+
+Sentence rows (``embed.sentence_vectors_min_chars``): a long message that states something is
+also embedded sentence by sentence, each sentence one more vector row under the message
+(:func:`sentence_rows`), so a vector search that matches one sentence — an update said in
+passing inside a message about something else — finds the message by that sentence's score.
+The rows are the model's own vectors of texts, stored under the plain model id: a store
+embedded before the setting changed keeps its earlier messages' rows until they are re-embedded.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from mindpalace.retrieval.chunking import (
     chunk_text,
     tail_tokens,
 )
-from mindpalace.retrieval.fetch import MESSAGE_KIND
+from mindpalace.retrieval.fetch import MESSAGE_KIND, NOT_STATING_ROLES
+from mindpalace.retrieval.supersession import sentences
 from mindpalace.store.base import Document, Store
 from mindpalace.store.inputs import embedding_windows
 
@@ -76,6 +84,7 @@ def sync_embeddings(
     context_turns: int = 0,
     context_after_question: bool = False,
     embedded: Embedded | None = None,
+    sentence_min_chars: int = 0,
 ) -> SyncReport:
     """Embed every document lacking a vector for ``embedder.model_id``; retire other models.
 
@@ -99,6 +108,8 @@ def sync_embeddings(
         embedded: called with each batch of documents after their vectors are stored (the
             retriever embeds the sentences follow-ups compare there, see
             :meth:`~mindpalace.retrieval.hybrid.HybridRetriever.sync_embeddings`).
+        sentence_min_chars: the :func:`sentence_rows` threshold (characters; 0 = no sentence
+            rows).
     Returns:
         A :class:`SyncReport`.
     Raises:
@@ -121,7 +132,7 @@ def sync_embeddings(
         count = _embed_missing(
             store, embedder, batch, progress, done, total, chunk_tokens, overlap_tokens,
             context_turns=context_turns, context_after_question=context_after_question,
-            embedded=embedded,
+            embedded=embedded, sentence_min_chars=sentence_min_chars,
         )
         done += count
         # Retire the old models only when nothing is missing, checked inside the same write
@@ -147,13 +158,14 @@ def sync_new_embeddings(
     context_turns: int = 0,
     context_after_question: bool = False,
     embedded: Embedded | None = None,
+    sentence_min_chars: int = 0,
 ) -> tuple[int, int]:
     """Embed the documents above id `after_id` that lack a vector for ``embedder.model_id``
     (the incremental step of :func:`sync_embeddings`: no counting, no retiring of models).
 
     Only complete when nothing but appends happened since every document up to `after_id`
     had a vector (``store.append_only_generation()`` unchanged); the caller checks that.
-    `embedded`: as in :func:`sync_embeddings`.
+    `embedded` / `sentence_min_chars`: as in :func:`sync_embeddings`.
 
     Returns:
         (documents embedded, the highest document id now known to have a vector, ≥ after_id).
@@ -174,14 +186,14 @@ def sync_new_embeddings(
         count += _embed_missing(
             store, embedder, batch, None, 0, 0, chunk_tokens, overlap_tokens, after_id=after_id,
             context_turns=context_turns, context_after_question=context_after_question,
-            embedded=embedded,
+            embedded=embedded, sentence_min_chars=sentence_min_chars,
         )
 
 
 def _embed_missing(
     store: Store, embedder: Embedder, batch: int, progress: Progress | None, done: int, total: int,
     chunk_tokens: int, overlap_tokens: int, *, after_id: int = 0, context_turns: int = 0,
-    context_after_question: bool = False, embedded: Embedded | None = None,
+    context_after_question: bool = False, embedded: Embedded | None = None, sentence_min_chars: int = 0,
 ) -> int:
     model, count, last_ids = embedder.model_id, 0, None
     while docs := store.documents_missing_embeddings(model, limit=max(1, batch), after_id=after_id):
@@ -198,6 +210,9 @@ def _embed_missing(
             for d, parts in zip(docs, chunks, strict=True):
                 if d.id in contexts:
                     parts[0] = f"{contexts[d.id]}\n{parts[0]}"
+        if sentence_min_chars:
+            chunks = [[*parts, *sentence_rows(d, sentence_min_chars, len(parts))]
+                      for d, parts in zip(docs, chunks, strict=True)]
         vectors = embedder.embed([c for parts in chunks for c in parts])
         store.put_embeddings(ids, vectors, model, rows=[len(parts) for parts in chunks])
         last_ids, count = ids, count + len(ids)
@@ -206,6 +221,22 @@ def _embed_missing(
         if progress:
             progress(done + count, max(total, done + count))
     return count
+
+
+def sentence_rows(doc: Document, min_chars: int, windows: int) -> list[str]:
+    """The sentences embedded as extra vector rows of `doc` (after its `windows` embedding
+    windows): those of a message (:data:`~mindpalace.retrieval.fetch.MESSAGE_KIND`) that states
+    something (its ``role`` not an assistant's, a tool's or the system's), fits one window
+    (`windows` 1), has at least `min_chars` characters and holds several sentences
+    (:func:`~mindpalace.retrieval.supersession.sentences`); [] for any other document or when
+    `min_chars` is 0. A whole message's vector averages its sentences: an aside ("Can you
+    help me plan a dinner? … By the way: I'll be working as a nurse.") is far from it, near
+    its own sentence's vector."""
+    if (not min_chars or windows != 1 or doc.kind != MESSAGE_KIND or len(doc.text) < min_chars
+            or doc.meta.get("role") in NOT_STATING_ROLES):
+        return []
+    parts = sentences(doc.text)
+    return parts if len(parts) > 1 else []
 
 
 def preceding_context(

@@ -47,6 +47,7 @@ MAX_DOC_FACTS = 5_000  # documents whose facts are remembered (like the store's 
 MAX_DOC_FACTS_CHARS = 16_384  # longer texts are derived each time (never pinned by the memo)
 MAX_DOC_FACTS_TOTAL_CHARS = 1_000_000  # text the memo's documents may pin in all (~1-4 MB)
 MESSAGE_KIND = "message"
+NOT_STATING_ROLES = frozenset(["assistant", "tool", "system"])  # message roles that state no speaker's fact
 MAX_INDEX_DIGITS = 12  # message indexes past this are not positions (keys are int64)
 
 

@@ -38,8 +38,10 @@ import numpy as np
 
 from mindpalace.retrieval import rerank
 from mindpalace.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS
+from mindpalace.retrieval.embedding_sync import sentence_rows
 from mindpalace.retrieval.fetch import (
     MESSAGE_KIND,
+    NOT_STATING_ROLES,
     DocFacts,
     NeighbourCache,
     VectorCache,
@@ -202,6 +204,9 @@ class HybridRetriever:
         context_turns: session messages are embedded after up to this many preceding
             messages (``embed.context_turns``, see :mod:`mindpalace.retrieval.embedding_sync`);
             context_after_question: only when the previous message asks (``embed.context_after``).
+        sentence_min_chars: a long stated message's sentences get vector rows of their own
+            (``embed.sentence_vectors_min_chars``, see
+            :func:`~mindpalace.retrieval.embedding_sync.sentence_rows`); 0 = none.
 
     Vectors are kept in sync lazily: before a vector search, when the store's
     ``search_generation()`` moved since the last sync, documents lacking a vector for the
@@ -219,6 +224,7 @@ class HybridRetriever:
         chunk_overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
         context_turns: int = 0,
         context_after_question: bool = False,
+        sentence_min_chars: int = 0,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -227,6 +233,7 @@ class HybridRetriever:
         self.chunk_overlap_tokens = chunk_overlap_tokens
         self.context_turns = context_turns
         self.context_after_question = context_after_question
+        self.sentence_min_chars = sentence_min_chars
         self._synced: object = None
         self._synced_upto: int | None = None  # every document up to this id had a vector
         self._synced_appended_only: object = None  # store.append_only_generation() then
@@ -295,6 +302,7 @@ class HybridRetriever:
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
                     context_after_question=self.context_after_question, embedded=warm,
+                    sentence_min_chars=self.sentence_min_chars,
                 )
             else:
                 upto = self.store.last_document_id()  # read first: later ids are above it
@@ -303,6 +311,7 @@ class HybridRetriever:
                     chunk_tokens=self.chunk_tokens, overlap_tokens=self.chunk_overlap_tokens,
                     context_turns=self.context_turns,
                     context_after_question=self.context_after_question, embedded=warm,
+                    sentence_min_chars=self.sentence_min_chars,
                 ).embedded
                 self._synced_upto, self._synced_appended_only = upto, appended_only
             self._synced = generation = self.store.search_generation()
@@ -761,12 +770,13 @@ class HybridRetriever:
         its text alone: one embedding window (at most the window's token count in characters:
         never split, see :func:`~mindpalace.retrieval.chunking.chunk_text`; a long-term fact is
         embedded whole at write time) and no preceding-turn context (``context_turns``, given
-        to session messages only)."""
+        to session messages only) and no sentence rows (``sentence_min_chars``)."""
         if doc.kind == MESSAGE_KIND and self.context_turns:
             return False
         assert self.embedder is not None
         window = self.chunk_tokens or self.embedder.chunk_tokens or DEFAULT_CHUNK_TOKENS
-        return len(doc.text) <= window
+        # a message with sentence rows is stored as the mean of its text's and sentences' vectors
+        return len(doc.text) <= window and not sentence_rows(doc, self.sentence_min_chars, 1)
 
     def _follow_up(
         self, ranked: list[_Candidate], qvec: np.ndarray, scopes: Sequence[Scope], generation: object = None,
@@ -1230,7 +1240,7 @@ def _boost_named_speaker(
             c.final *= 1.0 + boost
 
 
-_NOT_STATING = frozenset(["assistant", "tool", "system"])
+_NOT_STATING = NOT_STATING_ROLES
 _REPLY_ROLE = "assistant"  # the role whose message answers the one before it
 # A reply lifts the statement before it only when it is this many times longer: a long reply
 # talks around the statement's subject (and so matches a paraphrase of it); a reply of a
