@@ -58,7 +58,7 @@ class TestShippedWeights:
     def test_the_shipped_ranker_loads_for_every_feature(self) -> None:
         ranker = shipped_ranker()
         assert ranker.weights.shape == (len(FEATURES),) and np.isfinite(ranker.weights).all()
-        assert ranker.depth == FactSettings().rerank_depth
+        assert ranker.depth == FactSettings(rerank=False).rerank_depth
         assert "conv-26" in ranker.trained_on  # trained on the dev conversations only
 
     def test_a_document_for_other_features_or_with_bad_values_is_refused(self) -> None:
@@ -92,9 +92,9 @@ class TestFeatures:
 
     def test_recording_collects_the_rows_without_changing_the_ranking(self, memory: Memory, uid: str) -> None:
         memory.session("s1", user=uid, agent="a").messages.add_many(CHAT)
-        plain = _texts(memory, uid, "Which car does Bo drive?", FactSettings())
+        plain = _texts(memory, uid, "Which car does Bo drive?", FactSettings(rerank=False))
         with recording() as seen:
-            recorded = _texts(memory, uid, "Which car does Bo drive?", FactSettings())
+            recorded = _texts(memory, uid, "Which car does Bo drive?", FactSettings(rerank=False))
         assert recorded == plain
         (row,) = seen
         assert row.query == "Which car does Bo drive?"
@@ -105,7 +105,7 @@ class TestFeatures:
         for doc, is_named, is_question in zip(row.docs, named, asks, strict=True):
             assert is_named == float(doc.meta.get("name") == "Bo")
             assert is_question == float(doc.text.endswith("?"))
-        assert _texts(memory, uid, "Which car does Bo drive?", FactSettings()) == plain  # recording ended
+        assert _texts(memory, uid, "Which car does Bo drive?", FactSettings(rerank=False)) == plain  # recording ended
 
     def test_recording_does_not_read_the_weights(self, memory: Memory, uid: str, monkeypatch: pytest.MonkeyPatch) -> None:
         # training records rows when the shipped weights are for another feature list
@@ -115,7 +115,7 @@ class TestFeatures:
         monkeypatch.setattr(rerank, "shipped_ranker", stale)
         memory.session("s1", user=uid, agent="a").messages.add_many(CHAT)
         with recording() as seen:
-            _texts(memory, uid, "Which car does Bo drive?", FactSettings())
+            _texts(memory, uid, "Which car does Bo drive?", FactSettings(rerank=False))
         assert len(seen) == 1
         with pytest.raises(ValidationError):
             _texts(memory, uid, "Which car does Bo drive?", FactSettings(rerank=True))
@@ -127,7 +127,7 @@ class TestReorder:
     ) -> None:
         memory.session("s1", user=uid, agent="a").messages.add_many(CHAT)
         use_ranker(_ranker(final_norm=1.0, asks=-10.0))  # a question never outranks a statement
-        off = _texts(memory, uid, "which car do you drive red mazda", FactSettings(neighbor_weights=[]))
+        off = _texts(memory, uid, "which car do you drive red mazda", FactSettings(neighbor_weights=[], rerank=False))
         assert off[0] == "Ann: " + CHAT[0]["content"]  # the question matches best: the case the stage changes
         on = _texts(memory, uid, "which car do you drive red mazda", FactSettings(neighbor_weights=[], rerank=True))
         assert on[:2] == ["Bo: " + CHAT[1]["content"], "Ann: " + CHAT[0]["content"]]
@@ -137,7 +137,7 @@ class TestReorder:
     ) -> None:
         s = memory.session("s1", user=uid, agent="a")
         s.messages.add_many([{"role": "user", "content": "mazda " * n + "car"} for n in (4, 3, 2, 1)])
-        retriever = HybridRetriever(memory.store, None, FactSettings(neighbor_weights=[]))
+        retriever = HybridRetriever(memory.store, None, FactSettings(neighbor_weights=[], rerank=False))
         before = retriever.search(_scope(memory, uid), "mazda", k=4, kinds=["message"])
         use_ranker(_ranker(final_norm=-1.0))  # reverses the order of what it reranks
         retriever.settings = FactSettings(neighbor_weights=[], rerank=True, rerank_depth=2)
