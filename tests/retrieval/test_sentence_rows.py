@@ -123,7 +123,7 @@ _ASIDES = [  # (stated first, the update said in passing inside a long message, 
 
 @pytest.fixture(scope="module")
 def aside_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
-    mem = Memory.open(Path(tmp_path_factory.mktemp("asides")) / "ws", embed={"provider": "use"})
+    mem = Memory.open(Path(tmp_path_factory.mktemp("asides")) / "ws", embed={"provider": "use", "sentence_vectors_min_chars": 100})
     reply = "Noted. Let me know if anything else about that changes and I will keep it in mind."
     for n, (first, update, _) in enumerate(_ASIDES):
         for day, text in ((0, first), (10, update)):
