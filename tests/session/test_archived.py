@@ -87,6 +87,8 @@ def test_a_rule_kept_in_other_words_is_pinned_and_not_appended_twice() -> None:
     assert pinned_rules(user, reworded) == tuple(user)
     assert pinned_rules(user, "Flights TK001 compared; the user speaks French.") == ()  # half its words
     assert pinned_rules(["Never use emojis."], "No emojis.") == ()  # one content word: verbatim only
+    scattered = "Answers went out in French. Flights were booked. We met before 9 am."
+    assert pinned_rules(user, scattered) == ()  # its words, spread over sentences, are not the rule
     a = ArchivedRange(1, 5, 1, 1, reworded, rules=tuple(user))
     assert merged([a], "Trip planning: " + reworded).text == "Trip planning: " + reworded
 

@@ -201,7 +201,7 @@ def _content_stems(text: str) -> set[str]:
 def kept_rule(rule: str, summary: str) -> bool:
     """Whether `summary` kept `rule`: verbatim (case and spacing aside), or in substance — at
     least ``MIN_KEPT_SHARE`` of the rule's content words (stop and rule-marker words aside,
-    plural and tense endings folded) are in it, when the rule has ``MIN_CONTENT_WORDS`` or
+    plural and tense endings folded) are in one of its sentences, when the rule has ``MIN_CONTENT_WORDS`` or
     more. A model summarizer paraphrases ("answers must be in French" for "Always answer in
     French."): such a rule must be pinned like a copied one, or a later merge drops it."""
     if normalize(rule) in normalize(summary):
@@ -209,7 +209,9 @@ def kept_rule(rule: str, summary: str) -> bool:
     words = _content_stems(rule)
     if len(words) < MIN_CONTENT_WORDS:
         return False
-    return len(words & _content_stems(summary)) >= MIN_KEPT_SHARE * len(words)
+    # within one sentence: a long merged summary holds most words somewhere, the rule nowhere
+    return any(len(words & _content_stems(part)) >= MIN_KEPT_SHARE * len(words)
+               for part in _SENTENCE_END.split(summary))
 
 
 def pinned_rules(user_texts: Sequence[str], summary: str) -> tuple[str, ...]:
