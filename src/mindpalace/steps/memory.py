@@ -598,14 +598,15 @@ def _python_arguments(args: str) -> str:
         return canonical_text(args)
     try:
         call = ast.parse(f"f({args})", mode="eval").body
-        assert isinstance(call, ast.Call)
+        if not isinstance(call, ast.Call):  # "1) or (2" parses as f(1) or (2)
+            return canonical_text(args)
         positional = [ast.literal_eval(a) for a in call.args]
         keywords = {str(k.arg): ast.literal_eval(k.value) for k in call.keywords}
         if not keywords and len(positional) == 1 and isinstance(positional[0], dict):
             positional, keywords = [], positional[0]  # f({'a': 1}) is the call f(a=1)
         return json.dumps([positional, keywords], ensure_ascii=False, sort_keys=True,
                           separators=(",", ":"), default=repr)
-    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, AssertionError):
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
         return canonical_text(args)
 
 
