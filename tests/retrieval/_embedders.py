@@ -7,6 +7,8 @@ import zlib
 
 import numpy as np
 
+from mindpalace.providers.embed import HashingEmbedder
+
 
 def bag_of_words(texts: list[str], dim: int = 256) -> np.ndarray:
     """(len(texts), dim) unit vectors of hashed lower-cased word counts."""
@@ -16,3 +18,16 @@ def bag_of_words(texts: list[str], dim: int = 256) -> np.ndarray:
             out[row, zlib.crc32(w.encode()) % dim] += 1.0
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.where(norms > 0, norms, 1.0)
+
+
+class Recording(HashingEmbedder):
+    """A hashing embedder that remembers every passage it was asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.seen: list[str] = []
+
+    def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
+        if not query:
+            self.seen += texts
+        return super()._embed_batch(texts, query=query)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from mindpalace import Memory
@@ -17,19 +16,7 @@ from mindpalace.scope import Scope
 from mindpalace.settings import EmbedSettings
 from mindpalace.store import SQLiteStore
 
-
-class Recording(HashingEmbedder):
-    """A hashing embedder that remembers every passage it was asked to embed."""
-
-    def __init__(self) -> None:
-        super().__init__(64)
-        self.seen: list[str] = []
-
-    def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
-        if not query:
-            self.seen += texts
-        return super()._embed_batch(texts, query=query)
-
+from ._embedders import Recording
 
 SESSION = Scope("t", "u", "a", "s1")
 

@@ -21,22 +21,11 @@ from mindpalace.scope import Scope
 from mindpalace.store import SQLiteStore
 from mindpalace.store.base import Document
 
+from ._embedders import Recording
+
 SESSION = Scope("t", "u", "a", "s1")
 LONG = ("Can you help me plan a dinner for Saturday? I'm thinking of six guests and a big lasagna. "
         "By the way: I'll be working as a nurse.")
-
-
-class Recording(HashingEmbedder):
-    """A hashing embedder that remembers every passage it was asked to embed."""
-
-    def __init__(self) -> None:
-        super().__init__(64)
-        self.seen: list[str] = []
-
-    def _embed_batch(self, texts: list[str], *, query: bool) -> np.ndarray:
-        if not query:
-            self.seen += texts
-        return super()._embed_batch(texts, query=query)
 
 
 @pytest.fixture
