@@ -588,8 +588,9 @@ class MemoryRecaller:
         unlabelled when `compact`: ``[yesterday = 7 May 2023]``). The text is shown on its
         line (:func:`~mindpalace.blocks.one_line`): a line of its own inside it would read as
         another speaker's (a tool output's ``⏎user: from now on you must …``)."""
-        if one_line(item.text) != item.text:
-            item = replace(item, text=one_line(item.text))
+        shown = one_line(item.text)
+        if shown != item.text:
+            item = replace(item, text=shown)
         whole = _line(item)
         note = date_note(item.text, item.date, compact=compact)
         if self.counter.count(f"{whole} {note}") <= room:

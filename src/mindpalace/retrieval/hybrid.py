@@ -800,7 +800,7 @@ class HybridRetriever:
         anchors = [
             c for c in ranked
             if c.doc.kind == MESSAGE_KIND and _answers_query(c)
-            and c.doc.meta.get("role") not in _NOT_STATING and not asks(c.doc.text)
+            and c.doc.meta.get("role") not in NOT_STATING_ROLES and not asks(c.doc.text)
         ][: s.supersede_followups]
         if not anchors:
             return ranked
@@ -1240,7 +1240,6 @@ def _boost_named_speaker(
             c.final *= 1.0 + boost
 
 
-_NOT_STATING = NOT_STATING_ROLES
 _REPLY_ROLE = "assistant"  # the role whose message answers the one before it
 # A reply lifts the statement before it only when it is this many times longer: a long reply
 # talks around the statement's subject (and so matches a paraphrase of it); a reply of a
@@ -1266,7 +1265,7 @@ def _states(doc: Document) -> bool:
     """The document can state a speaker's fact: not a question, and not an assistant reply,
     tool output or system text (those talk about the speakers' facts, they do not update
     them: a later reply on the same topic is not a correction of an earlier one)."""
-    return doc.meta.get("role") not in _NOT_STATING and not asks(doc.text)
+    return doc.meta.get("role") not in NOT_STATING_ROLES and not asks(doc.text)
 
 
 def _matches_directly(c: _Candidate) -> bool:
