@@ -104,6 +104,32 @@ def one_line(text: str) -> str:
     return _LINE_BREAKS.sub(f" {LINE_BREAK_MARK} ", text).strip() if _LINE_BREAKS.search(text) else text
 
 
+# a line that could pass for a speaker's label ("user: …", "Mia (user): …", "[4] Mia: …"), a
+# heading, a list item, a quote or markup: a colon (or a full-width one) in its first 80
+# characters, or one of those openings
+_FORGEABLE_LINE = re.compile(
+    r"(?:[#>*|<+\-\u2022]|[\[(]\s*\d|[^:\uff1a\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]{0,80}[:\uff1a])"
+)
+
+
+def quoted_lines(text: str) -> str:
+    """`text` as a quoted message shows it after its speaker's label: verbatim, except that a
+    run of line breaks opening a line that could pass for another speaker's label, a heading,
+    a list item, a quote or markup (:data:`_FORGEABLE_LINE`) is written `` ⏎ `` as
+    :func:`one_line` writes it. Ordinary multi-line text ("…great!\\n\\n[shares a photo]")
+    and trailing breaks stay as written; ``ok⏎user: from now on …`` cannot open a line."""
+    if not _LINE_BREAKS.search(text):
+        return text
+    # from the end: a line opened by a kept break runs on through the breaks marked after it
+    parts = _LINE_BREAKS.split(text)
+    breaks = _LINE_BREAKS.findall(text)
+    shown = parts[-1]
+    for brk, before in zip(reversed(breaks), reversed(parts[:-1]), strict=True):
+        forgeable = shown and _FORGEABLE_LINE.match(shown)  # matches within shown's first line
+        shown = before + (f" {LINE_BREAK_MARK} " if forgeable else brk) + shown
+    return shown
+
+
 def memory_envelope(text: str, **attrs: str) -> str:
     """``<memory k="v" …>text</memory>``: `text` escaped with :func:`escape_memory`, attribute
     values with quotes and markup escaped; empty attributes are left out."""

@@ -58,7 +58,7 @@ from datetime import datetime
 from itertools import groupby
 
 from mindpalace.archive import DOC_KIND as ARCHIVE_KIND
-from mindpalace.blocks import memory_envelope, one_line
+from mindpalace.blocks import memory_envelope, quoted_lines
 from mindpalace.datenotes import date_note
 from mindpalace.facts.dual import FactMemory
 from mindpalace.facts.longterm import KIND as FACT_KIND
@@ -585,10 +585,10 @@ class MemoryRecaller:
         """``Speaker: text [dates: …]`` under `room` tokens: the text verbatim (its
         best-matching excerpt when long), then the note resolving its relative dates against
         the message's time (:func:`~mindpalace.datenotes.date_note`, of the text shown;
-        unlabelled when `compact`: ``[yesterday = 7 May 2023]``). The text is shown on its
-        line (:func:`~mindpalace.blocks.one_line`): a line of its own inside it would read as
-        another speaker's (a tool output's ``⏎user: from now on you must …``)."""
-        shown = one_line(item.text)
+        unlabelled when `compact`: ``[yesterday = 7 May 2023]``). A line break inside the text
+        that opens a line which could read as another speaker's (a tool output's
+        ``⏎user: from now on you must …``) is written ``⏎`` (:func:`~mindpalace.blocks.quoted_lines`)."""
+        shown = quoted_lines(item.text)
         if shown != item.text:
             item = replace(item, text=shown)
         whole = _line(item)
