@@ -210,13 +210,16 @@ class TestNeighboursLeftOut:
     QUERIES: ClassVar[list[str]] = [*QUERIES, "What did Melanie paint in May 2023?", "Caroline lake last week",
                "What did Caroline send in May?", "family nights", "Melanie"]
 
+    @pytest.mark.parametrize("rerank_depth", [None, 2, 4])  # None: the learned rerank off
     @pytest.mark.parametrize(("speaker", "date", "weights"), [
         (0.2, 0.3, [0.6, 0.3, 0.1]), (5.0, 0.0, [1.0, 1.0]), (0.0, 4.0, [0.6]), (0.0, 0.0, [2.0, 0.5]),
     ])
     def test_same_hits_as_building_every_neighbour(
         self, memory: Memory, uid: str, monkeypatch: pytest.MonkeyPatch,
-        speaker: float, date: float, weights: list[float],
+        speaker: float, date: float, weights: list[float], rerank_depth: int | None,
     ) -> None:
+        """With the learned rerank on, a neighbour that could enter the candidates it reorders
+        is built (any of them may be placed first): the cut is exact at any depth."""
         scope = fill(memory, uid).with_(session=ANY)
         left_out = 0
         bound = hybrid._cannot_reach
@@ -231,7 +234,8 @@ class TestNeighboursLeftOut:
         for window, lists in ((1, 3), (2, 3), (2, 6), (30, 100)):  # few hits: many neighbours
             settings = memory.settings.facts.model_copy(update={
                 "speaker_boost": speaker, "date_boost": date, "neighbor_weights": weights,
-                "supersede_window": window, "recall_candidates": lists})
+                "supersede_window": window, "recall_candidates": lists,
+                "rerank": rerank_depth is not None, "rerank_depth": rerank_depth or 0})
             fast = HybridRetriever(memory.store, memory.embedder, settings)
             full = _BuildsEveryNeighbour(memory.store, memory.embedder, settings)
             for query in self.QUERIES:
@@ -276,10 +280,11 @@ class TestNeighbourBound:
            st.sampled_from([0.0, 0.3, 3.0]), st.sampled_from([[0.6, 0.3, 0.1], [1.0, 1.0], [0.9]]),
            st.integers(1, 4), st.integers(1, 5),
            st.sampled_from(["What did Ann do in May 2023?", "Bob in June 2023", "Ann", "paint",
-                            "Did Ann meet Bob in May 2023?", "What did Ann do last month?"]))
+                            "Did Ann meet Bob in May 2023?", "What did Ann do last month?"]),
+           st.sampled_from([None, 1, 3, 8]))
     def test_hits_as_if_every_neighbour_were_built(
         self, data: Any, n: int, speaker: float, date: float, weights: list[float],
-        k: int, window: int, query: str,
+        k: int, window: int, query: str, rerank_depth: int | None,
     ) -> None:
         speakers = data.draw(st.lists(st.sampled_from(["Ann", "Bob", "Cy"]), min_size=n, max_size=n))
         months = data.draw(st.lists(st.integers(4, 7), min_size=n, max_size=n))
@@ -287,7 +292,8 @@ class TestNeighbourBound:
                                          min_size=1, max_size=max(1, n // 3)))
         store = cast(Store, _Conversation(speakers, months, hits))
         settings = FactSettings(speaker_boost=speaker, date_boost=date, neighbor_weights=weights,
-                                supersede_window=window, fusion="zscore")
+                                supersede_window=window, fusion="zscore",
+                                rerank=rerank_depth is not None, rerank_depth=rerank_depth or 0)
         got = HybridRetriever(store, None, settings).search(Scope("t", "u", "a", "s"), query, k=k)
         want = _BuildsEveryNeighbour(store, None, settings).search(Scope("t", "u", "a", "s"), query, k=k)
         assert ranked(got) == ranked(want)

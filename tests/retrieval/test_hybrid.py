@@ -226,6 +226,8 @@ class TestStatementScale:
         return scope
 
     def scores(self, memory: Memory, scope: Scope, **kw: object) -> dict[str, float]:
+        # fused scores compared: the learned rerank would give candidates other places' scores
+        memory.retriever.settings = memory.retriever.settings.model_copy(update={"rerank": False})
         hits = memory.retriever.search(scope, "when did Mia go camping in July?", k=20, kinds=["note"], **kw)  # type: ignore[arg-type]
         return {h.text: h.score for h in hits}
 

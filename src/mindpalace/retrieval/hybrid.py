@@ -379,10 +379,14 @@ class HybridRetriever:
         vector = _rerank(vector)
         cands = self._fuse(keyword, vector, statement_scale=statement_scale)
         window = max(k, self.settings.supersede_window)
-        # fetched neighbours that cannot reach the best `window` are left out (their facts kept)
+        reranks = self.settings.rerank or rerank.is_recording()
+        # fetched neighbours that cannot reach the best `window` are left out (their facts
+        # kept); with the learned rerank, those that cannot reach the candidates it reorders
+        # (any of them may land in the best `window`)
+        reach = max(window, self._rerank_depth()) if reranks else window
         left_out: list[tuple[DocFacts, float]] = []
         if self.settings.neighbor_weights and (kinds is None or MESSAGE_KIND in kinds):
-            left_out = self._add_message_context(cands, generation, keep=window)
+            left_out = self._add_message_context(cands, generation, keep=reach)
         else:
             for c in cands.values():
                 c.final = c.fused
@@ -398,9 +402,11 @@ class HybridRetriever:
             )
         if self.settings.statement_above_reply and (kinds is None or MESSAGE_KIND in kinds):
             self._lift_answered(cands, left_out, generation, window, skip)
-        if self.settings.rerank or rerank.is_recording():
+        if reranks:
             # before supersession: a correction is still placed above what it corrects after
-            self._learned_rerank(cands, query, list_vec if self.embedder is not None else None, generation)
+            self._learned_rerank(
+                cands, query, list_vec if self.embedder is not None else None, generation, left_out
+            )
         # A named period, or a question in the past tense, asks about then, not the current value.
         about_then = dated_left_out or any(c.date for c in cands.values()) or _asks_about_past(query)
         supersede = self.settings.supersede_similarity < 1.0 and self.embedder is not None and not about_then
@@ -415,20 +421,27 @@ class HybridRetriever:
         terms = stems(query_terms(query))
         return [self._hit(c, terms) for c in best]
 
+    def _rerank_depth(self) -> int:
+        """The candidates the learned rerank reorders (``facts.rerank_depth``; 0 = the shipped
+        weights' depth)."""
+        return self.settings.rerank_depth or rerank.shipped_ranker().depth
+
     def _learned_rerank(
-        self, cands: dict[int, _Candidate], query: str, list_vec: np.ndarray | None, generation: object
+        self, cands: dict[int, _Candidate], query: str, list_vec: np.ndarray | None, generation: object,
+        left_out: Sequence[tuple[DocFacts, float]] = (),
     ) -> None:
         """Reorder the best ``facts.rerank_depth`` candidates by the shipped linear ranker
         (:mod:`mindpalace.retrieval.rerank`): each takes the ``final`` score of the position it
         lands on, so the candidates below, and the fused scale, are unchanged (supersession's
         score ratio still reads each one's own score, ``unranked``). With the stage
         off the rows are only recorded (inside :func:`~mindpalace.retrieval.rerank.recording`).
-        `list_vec`: the vector the vector list searched (None: no embedder)."""
-        depth = self.settings.rerank_depth or rerank.shipped_ranker().depth
-        top = _best_first(cands.values(), depth)
+        `list_vec`: the vector the vector list searched (None: no embedder); `left_out`: the
+        neighbours not built (:func:`_cannot_reach`), whose speakers count in the query-wide
+        read of the one speaker the query names, as in :func:`_boost_named_speaker`."""
+        top = _best_first(cands.values(), self._rerank_depth())
         if len(top) < 2:
             return
-        rows = self._rerank_rows(top, cands, query, list_vec, generation)
+        rows = self._rerank_rows(top, cands, query, list_vec, generation, left_out)
         rerank.record(query, [c.doc for c in top], rows)
         if not self.settings.rerank:
             return  # recording only: the weights are not read (training writes new ones)
@@ -440,6 +453,7 @@ class HybridRetriever:
     def _rerank_rows(
         self, top: list[_Candidate], cands: dict[int, _Candidate], query: str,
         list_vec: np.ndarray | None, generation: object,
+        left_out: Sequence[tuple[DocFacts, float]] = (),
     ) -> np.ndarray:
         """(len(top), len(FEATURES)) features of `top` (best first), in
         :data:`~mindpalace.retrieval.rerank.FEATURES` order."""
@@ -457,7 +471,8 @@ class HybridRetriever:
         terms = list(stems(query_terms(query)))
         plain, weighted = rerank.idf_coverage(terms, [c.info.stems() for c in top])
         words = set(query_terms(query, drop_stop_words=False))
-        named = {c.info.speaker for c in cands.values() if c.info.named} & words
+        infos = [c.info for c in cands.values()] + [info for info, _ in left_out]
+        named = {i.speaker for i in infos if i.named} & words
         columns = [
             [c.kw.score / best_kw if c.kw is not None and best_kw > 0 else 0.0 for c in top],
             [1.0 / c.kw.rank if c.kw is not None else 0.0 for c in top],
