@@ -869,3 +869,22 @@ def test_a_correction_is_marked_only_where_a_value_can_be_outdated(
     # left-alone finding: "[corrected later: …]" was put on chit-chat (a thank-you "corrected" by
     # a later thank-you), telling the model a sentence stating no fact was outdated
     assert marks_a_correction(older, newer, frozenset({"Caroline", "Melanie"})) is marked
+
+
+def test_the_blocks_search_reads_the_vectors_as_they_were_embedded(tmp_path: Path) -> None:
+    """The recalled block searches with the retriever's embedding layout (windows, preceding-turn
+    context, sentence rows): what a stored vector is (a text's own, or the mean of its rows) is
+    read off it, so the block ranks a query's hits as recall does."""
+    with Memory.open(tmp_path / "ws", embed={"provider": "hashing", "chunk_tokens": 64, "chunk_overlap_tokens": 8,
+                                             "context_turns": 2, "context_after": "any",
+                                             "sentence_vectors_min_chars": 100}) as mem:
+        s = mem.session("s", user="u", agent="a")
+        s.add_message({"role": "user", "content": "I planned the dinner all week. Then we talked about gardens. "
+                                                   "It was a long day with my sister."})
+        recaller = s.context_builder.recaller
+        assert recaller is not None
+        got, want = recaller.search, mem.retriever
+        assert (got.chunk_tokens, got.chunk_overlap_tokens, got.context_turns, got.context_after_question,
+                got.sentence_min_chars) == (64, 8, 2, False, 100)
+        assert (want.chunk_tokens, want.chunk_overlap_tokens, want.context_turns, want.context_after_question,
+                want.sentence_min_chars) == (64, 8, 2, False, 100)

@@ -200,7 +200,14 @@ class MemoryRecaller:
         self.fact_settings = fact_settings or retriever.settings
         # working memory and long-term facts, read through their read-only views only
         self.facts = facts or FactMemory(store, self.scope, settings=self.fact_settings)
-        self.search = _ReadOnlyRetriever(retriever.store, retriever.embedder, retriever.settings)
+        # the same embedding layout as the retriever's (windows, preceding-turn context,
+        # sentence rows): it says what a stored vector is (a text's own, or a mean of rows)
+        self.search = _ReadOnlyRetriever(
+            retriever.store, retriever.embedder, retriever.settings,
+            chunk_tokens=retriever.chunk_tokens, chunk_overlap_tokens=retriever.chunk_overlap_tokens,
+            context_turns=retriever.context_turns, context_after_question=retriever.context_after_question,
+            sentence_min_chars=retriever.sentence_min_chars,
+        )
         self._memo: dict[tuple[object, ...], tuple[str, int]] = {}  # item → (shown text, tokens)
         self._shell: int | None = None
         self._stamps: dict[tuple[Scope, int], datetime | None] = {}  # (scope, message) → written
