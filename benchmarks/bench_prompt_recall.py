@@ -28,7 +28,9 @@ question included):
 - ``whole conversation``: every turn with its session date, no budget (the ceiling).
 
 Dev conversations (conv-26, conv-30, where the defaults were tuned) and the held-out eight are
-reported apart.
+reported apart. ``--dump PATH`` (a diagnostic, for the dev conversations) writes every prompt
+of every method with the gold turns it holds (and prepare's report rows and recalled items),
+to list the questions one method holds a gold turn for and another does not.
 
     python benchmarks/bench_prompt_recall.py --fast
 """
@@ -104,6 +106,24 @@ class Results:
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     prepare_ms: list[float] = field(default_factory=list)
+    dump: list[dict[str, Any]] | None = None  # every prompt, scored (--dump), else None
+
+    def record(self, method: str, budget: int, conv: str, qa: QA, text: str, found: Score,
+               turns: dict[str, Turn], report: Any = None) -> None:
+        """Add `found` and, with --dump, the prompt itself: which gold turns it holds, the
+        prompt's rows and recalled items (prepare), to see why one method holds a turn another
+        does not."""
+        self.add(method, budget, conv, qa.category, found)
+        if self.dump is None:
+            return
+        row: dict[str, Any] = {
+            "method": method, "budget": budget, "conversation": conv, "question": qa.question,
+            "answer": qa.answer, "evidence": list(qa.evidence), "held": [turns[e].text in text for e in qa.evidence],
+            "answer_held": found.answer, "tokens": found.tokens, "text": text}
+        if report is not None:
+            row["blocks"] = report.blocks
+            row["recalled"] = [item.ref for item in report.recalled]
+        self.dump.append(row)
 
     def add(self, method: str, budget: int, conv: str, category: int, score: Score) -> None:
         self.scores[(method, budget)][conv][category].append(score)
@@ -234,8 +254,9 @@ def run_conversation(
             results.prepare_ms.append(ms)
             results.seconds["mindpalace prepare"] += ms / 1000
             assert built.report.total_tokens <= budget
-            results.add("mindpalace prepare", budget, name, qa.category,
-                        score(prompt_text(built.messages), qa, turns, built.report.total_tokens))
+            text = prompt_text(built.messages)
+            results.record("mindpalace prepare", budget, name, qa, text,
+                           score(text, qa, turns, built.report.total_tokens), turns, built.report)
             asked.append({"role": "user", "content": qa.question})
             if not baselines:
                 continue
@@ -245,19 +266,20 @@ def run_conversation(
                 if counter.count_messages([m, *window]) > budget:
                     break
                 window.insert(0, m)
-            results.add("newest messages", budget, name, qa.category,
-                        score(prompt_text(window), qa, turns, counter.count_messages(window)))
+            text = prompt_text(window)
+            results.record("newest messages", budget, name, qa, text,
+                           score(text, qa, turns, counter.count_messages(window)), turns)
             results.seconds["newest messages"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             s = bm.scores(qa.question)
             order = [i for i in np.argsort(-s, kind="stable") if s[i] > 0]
             lines = [f"{conv.turns[i].speaker}: {conv.turns[i].text}" for i in order]
             text, tokens = pack(counter, lines, qa.question, budget)
-            results.add("BM25 turns", budget, name, qa.category, score(text, qa, turns, tokens))
+            results.record("BM25 turns", budget, name, qa, text, score(text, qa, turns, tokens), turns)
             results.seconds["BM25 turns"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             text, tokens = pack(counter, recalled[n], qa.question, budget)
-            results.add("recall packed", budget, name, qa.category, score(text, qa, turns, tokens))
+            results.record("recall packed", budget, name, qa, text, score(text, qa, turns, tokens), turns)
             results.seconds["recall packed"] += time.perf_counter() - t0
 
 
@@ -318,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", action="store_true", help="conv-26, 12 questions, 2,000 tokens, hashing embedder")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     ap.add_argument("--scores", type=Path, default=None, help="write every question's scores here")
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="write every prompt with the gold turns it holds here (JSON; a diagnostic, "
+                    "for dev conversations)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="print the tables of several --scores files (runs over parts of the data)")
     args = ap.parse_args(argv)
@@ -325,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     if not file.exists():
         print(f"LoCoMo data not found at {file}", file=sys.stderr)
         return 2
-    results = Results()
+    results = Results(dump=[] if args.dump else None)
     started = time.perf_counter()
     if args.merge:
         for part in args.merge:
@@ -356,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = memory.settings.context
     setting = (f"embedder {embedder}; recall_share {ctx.recall_share}, recall_candidates "
                f"{ctx.recall_candidates}, item ≤ {ctx.recall_item_max_tokens} tokens, memory_role {ctx.memory_role}")
+    if args.dump and results.dump is not None:
+        args.dump.write_text(json.dumps(results.dump, ensure_ascii=False), encoding="utf-8")
     if args.scores:
         args.scores.write_text(json.dumps({"setting": setting, **results.to_json()}), encoding="utf-8")
     return report(results, args, setting, started)

@@ -71,9 +71,9 @@ class TestBenchFaults:
 class TestBenchPromptRecall:
     def test_fast_run_scores_every_method_under_its_budget(self, tmp_path: Path, shared_data: Path) -> None:
         data = shared_data
-        out, scores = tmp_path / "rows.json", tmp_path / "scores.json"
+        out, scores, dump = tmp_path / "rows.json", tmp_path / "scores.json", tmp_path / "dump.json"
         code = load("bench_prompt_recall").main(["--fast", "--data", str(data), "--json", str(out),
-                                                 "--scores", str(scores)])
+                                                 "--scores", str(scores), "--dump", str(dump)])
         rows = json.loads(out.read_text())["rows"]
         assert code == 0
         methods = {r["method"] for r in rows if r["split"] == "all"}
@@ -85,6 +85,15 @@ class TestBenchPromptRecall:
         assert ours["evidence"] > newest["evidence"]
         merged = load("bench_prompt_recall").main(["--merge", str(scores)])
         assert merged == 0
+        # --dump: every prompt of every method, with the gold turns it holds and prepare's rows
+        prompts = json.loads(dump.read_text())
+        assert {p["method"] for p in prompts} == methods - {"whole conversation"}
+        assert len(prompts) == 4 * 12
+        for p in prompts:
+            assert len(p["held"]) == len(p["evidence"]) and p["tokens"] <= 2_000
+        built = [p for p in prompts if p["method"] == "mindpalace prepare"]
+        assert all(sum(tokens for _, tokens in p["blocks"]) == p["tokens"] for p in built)
+        assert any(p["recalled"] for p in built)
 
 
 class TestPromptFraming:
