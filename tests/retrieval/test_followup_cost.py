@@ -138,8 +138,9 @@ class TestBatchedFollowups:
               "embed": _bag_of_words, "similarity": 0.3}
         first = find_followups(corpus[:2], qvec, search=search, answers=answers, **kw)  # type: ignore[arg-type]
         assert {k: v.id for k, v in first.items()} == {1: 3}
-        got = answers[(1, texts[0], None)]
-        assert got is not None and got[0] is corpus[2] and answers[(2, texts[1], None)] is None
+        # the key: (statement, its sentence compared, the extra candidate, the retrieved read)
+        got = answers[(1, texts[0], None, ())]
+        assert got is not None and got[0] is corpus[2] and answers[(2, texts[1], None, ())] is None
         n = len(searched)
         again = find_followups(corpus[:2], qvec, search=search, answers=answers, **kw)  # type: ignore[arg-type]
         assert again == first and len(searched) == n

@@ -17,6 +17,7 @@ from mindpalace.retrieval.supersession import (
     choose_followup,
     find_followups,
     followup_similarity,
+    said_sentences,
     sentences,
     subject_terms,
     value_words,
@@ -127,6 +128,45 @@ class TestFollowups:
         assert sentences("user: [shares a photo: a dog] My dog is called Rex.") == [
             "user: [shares a photo: a dog]", "My dog is called Rex."]
         assert sentences("Caroline: Hi. I moved.") == ["Caroline: Hi.", "I moved."]
+
+    def test_each_sentence_is_compared_as_its_speaker_said_it_alone(self) -> None:
+        # a message's label goes with every sentence; a label of openers only does not
+        assert said_sentences("user: I need a speech. Oh, one more thing: I ride the ferry now.") == (
+            "user: I need a speech.", "user: I ride the ferry now.")
+        assert said_sentences("user: By the way: I ride the ferry now. Cool.") == (
+            "user: I ride the ferry now.", "Cool.")
+        # a sentence with no aside label is as written
+        assert said_sentences("Caroline: Hi. I moved.") == ("Caroline: Hi.", "I moved.")
+        # one sentence, or no speaker label: as sentences() gives them
+        assert said_sentences("user: Oh, one more thing: I moved.") == ("user: Oh, one more thing: I moved.",)
+        assert said_sentences("By the way: I moved. Cool.") == ("By the way: I moved.", "Cool.")
+        assert said_sentences("I moved. New race target: a marathon.") == ("I moved.", "New race target: a marathon.")
+        # a label with any word besides openers is kept (it says what follows)
+        assert said_sentences("user: Hi. New race target: a marathon.") == (
+            "user: Hi.", "New race target: a marathon.")
+
+    def test_an_aside_is_compared_with_the_speaker_label(self) -> None:
+        # the follow-up compares the update's sentence as said alone ("user: …"), like the
+        # one-sentence anchor it updates: compared bare, an embedder hears the label's absence
+        scope = Scope(tenant="t", user="u", agent="a", session="s")
+        texts = ["user: I take the car to work.",
+                 "user: I need to write a speech. Oh, one more thing: since the move I take the ferry to work."]
+        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {"role": "user"}, _AT + timedelta(days=i))
+                  for i, t in enumerate(texts)]
+        embedded: list[str] = []
+
+        def embed(batch: list[str]) -> np.ndarray:
+            embedded.extend(batch)
+            return _bag_of_words(batch)
+
+        got = find_followups(
+            corpus[:1], _bag_of_words(["car to work"])[0], search=lambda _a, _w: corpus[1:],
+            same_speaker=lambda a, b: True, later=lambda a, b: a.id < b.id, states=lambda d: True,
+            embed=embed, similarity=0.4, speaker_terms=lambda d: ["user"],
+        )
+        assert {k: v.id for k, v in got.items()} == {1: 2}
+        assert "user: since the move I take the ferry to work." in embedded
+        assert not any(t.startswith("Oh, one more thing") for t in embedded)
 
     def test_the_speaker_label_is_no_subject_word(self) -> None:
         # A speaker with few statements uses their own label ("user:", a name) in every one, so
@@ -257,6 +297,10 @@ class TestVectorFollowups:
         "I take my bike to work.": [0, 0, 0.3, 0, 0, 1],
         "My bike helmet strap broke yesterday.": [0, 0, 0.4, 0, 0, 1],
         "Since the move I ride the train into town every morning.": [0, 0, 0.1, 0, 0, 1],
+        "I need to write a speech for a farewell.": [0, 0, 0, 0.3, 0, 0.1],
+        "Oh, one more thing: I ride the train to work now.": [0, 0, 0.1, 0, 0, 1],
+        "I need to write a speech for a farewell. Oh, one more thing: I ride the train to work now.":
+            [0, 0, 0, 1, 0, 0.1],
     }
 
     @classmethod
@@ -265,14 +309,17 @@ class TestVectorFollowups:
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
     def followups(self, texts: list[str], anchor: int, *, vector: float | None = 0.25,
-                  neighbours: bool = True) -> dict[int, int]:
+                  neighbours: bool = True, near: list[int] | None = None,
+                  retrieved: tuple[int, ...] = ()) -> dict[int, int]:
         docs = [_doc(i, t) for i, t in enumerate(texts)]
+        pool = docs if near is None else [docs[i] for i in near]
         got = find_followups(
             [docs[anchor]], self.embed([texts[anchor]])[0], search=lambda _a, _w: [],
             speaker_terms=lambda d: ["caroline", "melanie"] if d.text.startswith("Caroline") else ["user"],
             same_speaker=lambda a, b: True, later=lambda a, b: a.id < b.id, states=lambda d: True,
             embed=self.embed, similarity=0.4,
-            neighbours=(lambda _d, _v: list(docs)) if neighbours else None, vector_similarity=vector,
+            neighbours=(lambda _d, _v: list(pool)) if neighbours else None, vector_similarity=vector,
+            retrieved=[docs[i] for i in retrieved],
         )
         return {k: v.id for k, v in got.items()}
 
@@ -291,6 +338,17 @@ class TestVectorFollowups:
         texts = ["I take my bike to work.", "My bike helmet strap broke yesterday.",
                  "Since the move I ride the train into town every morning."]
         assert self.followups(texts, 0) == {0: 2}
+
+    def test_a_retrieved_long_message_is_a_candidate_though_no_neighbour(self) -> None:
+        # the long message's one vector is far from the anchor sentence (not among its
+        # neighbours), its last sentence is the update; the query reached it all the same
+        texts = ["I take my bike to work.",
+                 "I need to write a speech for a farewell. Oh, one more thing: I ride the train to work now."]
+        assert self.followups(texts, 0, near=[0]) == {}
+        assert self.followups(texts, 0, near=[0], retrieved=(1,)) == {0: 1}
+        assert self.followups(texts, 0, near=[0], retrieved=(0,)) == {}  # the anchor itself
+        # an earlier retrieved statement is no update of a later one
+        assert self.followups(texts[::-1], 1, near=[1], retrieved=(0,)) == {}
 
     def test_a_chain_of_updates_ends_at_the_newest(self) -> None:
         texts = ["I have 3 houseplants.", "Bought two more ferns, 5 in total.",

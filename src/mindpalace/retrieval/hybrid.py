@@ -56,6 +56,7 @@ from mindpalace.retrieval.supersession import (
     NUMBER,
     ROLE,
     TRAVEL,
+    FollowupKey,
     amount_units,
     best_sentence,
     choose_corrections,
@@ -65,9 +66,9 @@ from mindpalace.retrieval.supersession import (
     identifiers,
     names_another,
     noun_values,
+    said_sentences,
     same_subject,
     says_it_changed,
-    sentences,
     subject_terms,
     value_kinds,
 )
@@ -83,10 +84,11 @@ if TYPE_CHECKING:
 
 _SENTENCE_MEMO = 16_384  # sentence vectors a retriever remembers for follow-ups
 _WARM_MAX_CHARS = 4_096  # longer statements' sentences are embedded when a query needs them
-_FOLLOWUP_MEMO = 20_000  # follow-up answers (statement, sentence, extra) kept per search generation
-# (statement id, its sentence compared, the extra candidate's id) → its current value and that
-# value's sentence vector, or None (see find_followups' `answers`)
-_FollowupAnswers = dict[tuple[int, str, int | None], "tuple[Document, np.ndarray] | None"]
+_FOLLOWUP_MEMO = 20_000  # follow-up answers (statement, sentence, extra, retrieved) kept per search generation
+# (statement id, its sentence compared, the extra candidate's id, the retrieved statements' ids it
+# may read) → its current value and that value's sentence vector, or None (see find_followups'
+# `answers`)
+_FollowupAnswers = dict[FollowupKey, "tuple[Document, np.ndarray] | None"]
 _USES_MEMO = 50_000  # words whose top keyword hits follow-ups keep per search generation
 _FLOOR_STD = 1e-6  # a list whose scores are all equal still contributes (each hit = 1 std)
 
@@ -729,7 +731,7 @@ class HybridRetriever:
             # ("[shares a photo: a photo of …]") that makes unrelated messages look alike;
             # a sentence found verbatim in another of the speaker's statements is passed over
             texts = [c.doc.text for c in members]
-            counts = Counter(p for t in texts for p in set(sentences(t)))
+            counts = Counter(p for t in texts for p in set(said_sentences(t)))
             repeated = frozenset(p for p, n in counts.items() if n > 1)
             compared = [best_sentence(t, qvec, self._embed_sentences, repeated) for t in texts]
             mat = self._compared_vectors(members, compared, vectors)
@@ -805,7 +807,9 @@ class HybridRetriever:
         anchors (when :meth:`_supersede` already marked one, its choice is one more candidate,
         replaced by a closer statement the search finds); a follow-up's own follow-ups are
         looked for up to ``supersede_followup_depth`` steps; the search reads only `scopes`
-        (I10). The anchor is marked ``superseded_by``. `generation`: the store's search
+        (I10); the vector follow-up also reads the statements this list retrieved (a long
+        message holding an update as an aside is far from the anchor as a whole, and no
+        neighbour of it). The anchor is marked ``superseded_by``. `generation`: the store's search
         generation of this query: the speaker's word counts and each step's answer are
         remembered while it stays (None: not remembered). Sentence vectors are remembered
         (:meth:`_embed_sentences`). `named`: as in :meth:`_supersede` — a follow-up naming
@@ -912,6 +916,7 @@ class HybridRetriever:
             prefetch_search=prefetch_search,
             neighbours=neighbours if s.supersede_followup_vector_similarity < 1.0 else None,
             vector_similarity=s.supersede_followup_vector_similarity,
+            retrieved=[c.doc for c in ranked if c.doc.kind == MESSAGE_KIND and _answers_query(c) and _states(c.doc)],
         )
         if not found:
             return ranked
