@@ -148,11 +148,8 @@ class TestFollowups:
     def test_an_aside_is_compared_with_the_speaker_label(self) -> None:
         # the follow-up compares the update's sentence as said alone ("user: …"), like the
         # one-sentence anchor it updates: compared bare, an embedder hears the label's absence
-        scope = Scope(tenant="t", user="u", agent="a", session="s")
-        texts = ["user: I take the car to work.",
-                 "user: I need to write a speech. Oh, one more thing: since the move I take the ferry to work."]
-        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {"role": "user"}, _AT + timedelta(days=i))
-                  for i, t in enumerate(texts)]
+        corpus = _user_messages(["user: I take the car to work.",
+                                 "user: I need to write a speech. Oh, one more thing: since the move I take the ferry to work."])
         embedded: list[str] = []
 
         def embed(batch: list[str]) -> np.ndarray:
@@ -171,11 +168,8 @@ class TestFollowups:
     def test_the_speaker_label_is_no_subject_word(self) -> None:
         # A speaker with few statements uses their own label ("user:", a name) in every one, so
         # it passed the max_uses test and linked unrelated statements as corrections.
-        scope = Scope(tenant="t", user="u", agent="a", session="s")
-        texts = ["user: The weather is lovely today, I went for a walk in the park.",
-                 "user: Actually, my favourite color is now green, blue got boring."]
-        corpus = [Document(i + 1, scope, "message", str(i + 1), t, {"role": "user"}, _AT + timedelta(days=i))
-                  for i, t in enumerate(texts)]
+        corpus = _user_messages(["user: The weather is lovely today, I went for a walk in the park.",
+                                 "user: Actually, my favourite color is now green, blue got boring."])
         searched: list[str] = []
 
         def search(anchor: Document, terms: str) -> list[Document]:
@@ -376,6 +370,13 @@ class TestVectorFollowups:
 
 def _bag_of_words(texts: list[str]) -> np.ndarray:
     return bag_of_words(texts, 256)
+
+
+def _user_messages(texts: list[str]) -> list[Document]:
+    """The user's messages `texts`, ids 1, 2, …, one day apart from _AT."""
+    scope = Scope(tenant="t", user="u", agent="a", session="s")
+    return [Document(i + 1, scope, "message", str(i + 1), t, {"role": "user"}, _AT + timedelta(days=i))
+            for i, t in enumerate(texts)]
 
 
 def _doc(i: int, text: str) -> Document:
