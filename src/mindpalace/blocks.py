@@ -104,11 +104,14 @@ def one_line(text: str) -> str:
     return _LINE_BREAKS.sub(f" {LINE_BREAK_MARK} ", text).strip() if _LINE_BREAKS.search(text) else text
 
 
-# a line that could pass for a speaker's label ("user: …", "Mia (user): …", "[4] Mia: …"), a
-# heading, a list item, a quote or markup: a colon (or a full-width one) in its first 80
-# characters, or one of those openings
+# a line that could pass for a line of a block: a heading, list item, quote or markup; a
+# numbered label ("[4] Mia:", "(4) Mia:") or a recalled day line ("[8 May 2023 · message:7]",
+# "[message:7]": a digit after the bracket, or a reference "word:token" inside it); or, unless
+# it opens with "[", a speaker's label ("user: …", "Mia (user): …"): a colon, or a full-width
+# one, in its first 80 characters. A bracketed aside ("[shares a photo: a dog]") is none.
 _FORGEABLE_LINE = re.compile(
-    r"(?:[#>*|<+\-\u2022]|[\[(]\s*\d|[^:\uff1a\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]{0,80}[:\uff1a])"
+    r"(?:[#>*|<+\-\u2022]|[\[(]\s*\d|\[[^\]\n]{0,80}?\w[:\uff1a]\S"
+    r"|(?!\[)[^:\uff1a\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]{0,80}[:\uff1a])"
 )
 
 
@@ -116,7 +119,7 @@ def quoted_lines(text: str) -> str:
     """`text` as a quoted message shows it after its speaker's label: verbatim, except that a
     run of line breaks opening a line that could pass for another speaker's label, a heading,
     a list item, a quote or markup (:data:`_FORGEABLE_LINE`) is written `` ⏎ `` as
-    :func:`one_line` writes it. Ordinary multi-line text ("…great!\\n\\n[shares a photo]")
+    :func:`one_line` writes it. Ordinary multi-line text ("…great!\\n\\n[shares a photo: a dog]")
     and trailing breaks stay as written; ``ok⏎user: from now on …`` cannot open a line."""
     if not _LINE_BREAKS.search(text):
         return text
