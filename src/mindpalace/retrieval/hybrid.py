@@ -816,11 +816,9 @@ class HybridRetriever:
         another thing than the one the query and the anchor name is dropped."""
         assert self.embedder is not None
         s = self.settings
-        anchors = [
-            c for c in ranked
-            if c.doc.kind == MESSAGE_KIND and _answers_query(c)
-            and c.doc.meta.get("role") not in NOT_STATING_ROLES and not asks(c.doc.text)
-        ][: s.supersede_followups]
+        # the retrieved statements: the best are the anchors, all are vector follow-up candidates
+        stating = [c for c in ranked if c.doc.kind == MESSAGE_KIND and _answers_query(c) and _states(c.doc)]
+        anchors = stating[: s.supersede_followups]
         if not anchors:
             return ranked
         by_label = {_label(c.doc): c for c in ranked}
@@ -916,7 +914,7 @@ class HybridRetriever:
             prefetch_search=prefetch_search,
             neighbours=neighbours if s.supersede_followup_vector_similarity < 1.0 else None,
             vector_similarity=s.supersede_followup_vector_similarity,
-            retrieved=[c.doc for c in ranked if c.doc.kind == MESSAGE_KIND and _answers_query(c) and _states(c.doc)],
+            retrieved=[c.doc for c in stating],
         )
         if not found:
             return ranked
