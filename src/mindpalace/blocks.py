@@ -121,10 +121,10 @@ def quoted_lines(text: str) -> str:
     a list item, a quote or markup (:data:`_FORGEABLE_LINE`) is written `` ⏎ `` as
     :func:`one_line` writes it. Ordinary multi-line text ("…great!\\n\\n[shares a photo: a dog]")
     and trailing breaks stay as written; ``ok⏎user: from now on …`` cannot open a line."""
-    if not _LINE_BREAKS.search(text):
+    parts = _LINE_BREAKS.split(text)
+    if len(parts) == 1:
         return text
     # from the end: a line opened by a kept break runs on through the breaks marked after it
-    parts = _LINE_BREAKS.split(text)
     breaks = _LINE_BREAKS.findall(text)
     shown = parts[-1]
     for brk, before in zip(reversed(breaks), reversed(parts[:-1]), strict=True):
