@@ -1,6 +1,5 @@
-"""Sentence rows (embed.sentence_vectors_min_chars): a long message of either side of a
-conversation (a user's or an assistant's; not a tool's or the system's) is also embedded
-sentence by sentence, so a vector search matching one of its sentences — an update said
+"""Sentence rows (embed.sentence_vectors_min_chars): a long message that states something is also
+embedded sentence by sentence, so a vector search matching one of its sentences — an update said
 in passing inside a message about something else — finds it by that sentence's score."""
 
 from __future__ import annotations
@@ -46,43 +45,16 @@ class TestWhichDocumentsGetRows:
     def test_a_long_stated_message_is_embedded_whole_and_sentence_by_sentence(self, store: SQLiteStore) -> None:
         store.index_document(SESSION, "message", "1", LONG, {"role": "user"})
         store.index_document(SESSION, "message", "2", "Short. Two sentences.", {"role": "user"})
-        store.index_document(SESSION, "message", "3", LONG.replace("nurse", "pilot"), {"role": "tool"})
-        store.index_document(SESSION, "message", "4", LONG.replace("nurse", "judge"), {"role": "system"})
+        store.index_document(SESSION, "message", "3", LONG.replace("nurse", "pilot"), {"role": "assistant"})
         store.index_document(SESSION, "note", "n1", LONG.replace("nurse", "baker"))
         emb = Recording()
         sync_embeddings(store, emb, sentence_min_chars=100)
         assert sorted(emb.seen) == sorted([
             LONG, *sentences(LONG),  # the stated long message: its text, then each sentence
             "Short. Two sentences.",  # below the length
-            LONG.replace("nurse", "pilot"),  # a tool's output is no side of the conversation
-            LONG.replace("nurse", "judge"),  # nor is the system's text
+            LONG.replace("nurse", "pilot"),  # an assistant reply states no speaker's fact
             LONG.replace("nurse", "baker"),  # not a message
         ])
-
-    @settings(max_examples=100, deadline=None)
-    @given(
-        words=st.lists(st.sampled_from(["I", "moved", "to", "Lyon.", "Why?", "Yes!", "Dr.", "Okafor",
-                                        "ok", "By the way:", "nurse.", "We", "hiked", "there."]), max_size=40),
-        min_chars=st.integers(0, 120),
-    )
-    def test_both_sides_of_a_conversation_get_rows_alike(self, words: list[str], min_chars: int) -> None:
-        """A user's and an assistant's message (or a named speaker's) of the same text get the same
-        rows: a best-of-rows score then ranks neither side of a conversation above the other."""
-        text = " ".join(words)
-        user = sentence_rows(_doc(text, "user"), min_chars, 1)
-        assert sentence_rows(_doc(text, "assistant"), min_chars, 1) == user
-        assert sentence_rows(_doc(text, "Caroline"), min_chars, 1) == user
-        assert sentence_rows(_doc(text, None), min_chars, 1) == user
-        if min_chars and len(text) >= min_chars and len(sentences(text)) > 1:
-            assert user == sentences(text)
-
-    def test_a_long_assistant_reply_is_embedded_sentence_by_sentence_like_a_users(self, store: SQLiteStore) -> None:
-        store.index_document(SESSION, "message", "1", LONG, {"role": "user"})
-        store.index_document(SESSION, "message", "2", LONG.replace("nurse", "pilot"), {"role": "assistant"})
-        emb = Recording()
-        sync_embeddings(store, emb, sentence_min_chars=100)
-        pilot = LONG.replace("nurse", "pilot")
-        assert sorted(emb.seen) == sorted([LONG, *sentences(LONG), pilot, *sentences(pilot)])
 
     def test_off_embeds_each_text_once(self, store: SQLiteStore) -> None:
         store.index_document(SESSION, "message", "1", LONG, {"role": "user"})
@@ -106,7 +78,7 @@ class TestWhichDocumentsGetRows:
         assert rows == [] or (len(rows) >= 2 and rows == sentences(text))
         if rows:
             assert min_chars > 0 and len(text) >= min_chars and windows == 1
-            assert role not in ("tool", "system")
+            assert role not in ("assistant", "tool", "system")
         assert sentence_rows(_doc(text, role, kind="note"), min_chars, windows) == []
 
 

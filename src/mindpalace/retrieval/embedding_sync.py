@@ -15,9 +15,8 @@ under their own model id (``<model>+context<N>``, see
 :func:`mindpalace.providers.embed.make_embedder`), so switching the setting re-embeds through
 the model switch above and plain and contextual vectors never mix.
 
-Sentence rows (``embed.sentence_vectors_min_chars``): a long message of either side of a
-conversation (a user's or an assistant's, not a tool's or the system's) is also embedded
-sentence by sentence, each sentence one more vector row under the message
+Sentence rows (``embed.sentence_vectors_min_chars``): a long message that states something is
+also embedded sentence by sentence, each sentence one more vector row under the message
 (:func:`sentence_rows`), so a vector search that matches one sentence — an update said in
 passing inside a message about something else — finds the message by that sentence's score.
 The rows are the model's own vectors of texts, stored under the plain model id: a store
@@ -38,7 +37,7 @@ from mindpalace.retrieval.chunking import (
     chunk_text,
     tail_tokens,
 )
-from mindpalace.retrieval.fetch import MESSAGE_KIND
+from mindpalace.retrieval.fetch import MESSAGE_KIND, NOT_STATING_ROLES
 from mindpalace.retrieval.supersession import sentences
 from mindpalace.store.base import Document, Store
 from mindpalace.store.inputs import embedding_windows
@@ -224,21 +223,17 @@ def _embed_missing(
     return count
 
 
-ROWLESS_ROLES = frozenset(["tool", "system"])  # message roles whose text is no one's side of a conversation
-
-
 def sentence_rows(doc: Document, min_chars: int, windows: int) -> list[str]:
     """The sentences embedded as extra vector rows of `doc` (after its `windows` embedding
-    windows): those of a message (:data:`~mindpalace.retrieval.fetch.MESSAGE_KIND`) said by
-    either side of a conversation (its ``role`` not a tool's or the system's: a user's and an
-    assistant's alike, so a best-of-rows score favours neither side), fits one window
+    windows): those of a message (:data:`~mindpalace.retrieval.fetch.MESSAGE_KIND`) that states
+    something (its ``role`` not an assistant's, a tool's or the system's), fits one window
     (`windows` 1), has at least `min_chars` characters and holds several sentences
     (:func:`~mindpalace.retrieval.supersession.sentences`); [] for any other document or when
     `min_chars` is 0. A whole message's vector averages its sentences: an aside ("Can you
     help me plan a dinner? … By the way: I'll be working as a nurse.") is far from it, near
     its own sentence's vector."""
     if (not min_chars or windows != 1 or doc.kind != MESSAGE_KIND or len(doc.text) < min_chars
-            or doc.meta.get("role") in ROWLESS_ROLES):
+            or doc.meta.get("role") in NOT_STATING_ROLES):
         return []
     parts = sentences(doc.text)
     return parts if len(parts) > 1 else []
