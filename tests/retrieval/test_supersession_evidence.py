@@ -194,7 +194,7 @@ def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
     """value_kinds as it was written before both readings were made in one pass (the reference)."""
     text = supersession._LABEL.sub("", sentence, count=1)
     raw = supersession._WORD.findall(text)
-    exclaimed = supersession._INTERJECTION.match(text) is not None  # "Haha, true.": no name first
+    exclaimed = supersession._content_free(text, raw)  # "Haha, true.": no name first
     kinds: set[str] = set()
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")

@@ -62,6 +62,9 @@ class TestContentFreeReplies:
     def test_an_interjection_first_is_no_name(self, text: str) -> None:
         assert NAME not in value_kinds(text, generous=True)
 
+    def test_a_reply_that_goes_on_is_read_as_before(self) -> None:
+        assert NAME in value_kinds("Yeah, our trip got off to a bad start.", generous=True)
+
     def test_a_name_first_is_still_one_generously(self) -> None:
         assert NAME in value_kinds("Mei is my person.", generous=True)
         assert NAME in value_kinds("Bob's, the one on Main Street.", generous=True)  # a possessive

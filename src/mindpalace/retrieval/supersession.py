@@ -508,10 +508,12 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozense
     if nouns:
         strict.add(ROLE)
         generous.add(ROLE)
-    # a first word that punctuation ends is an interjection or a greeting ("Haha, true.",
-    # "Morning!", "Wow, lucky you"): no name, however generously read — a reply with no content
-    # gave a name "value" and corrected "My best friend is Hannah"
-    exclaimed = _INTERJECTION.match(text) is not None
+    # a reply with no content — a first word that punctuation ends (an interjection, a
+    # greeting) and at most one other word that names anything: "Haha, true.", "Morning!",
+    # "Wow, lucky you" — gives no name, however generously read: "Haha, true." gave a name
+    # "value" and corrected "Jonah and I have become inseparable". A sentence that goes on
+    # ("Yeah, our trip got off to a bad start.") is read as before.
+    exclaimed = _content_free(text, raw)
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
         # a letter is never a digit: an all-letter word (most words) needs no digit scan
@@ -546,6 +548,14 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozense
         elif name and not counted and (at > 0 or not exclaimed or _named_first(raw)):
             generous.add(NAME)
     return frozenset(strict), frozenset(generous), frozenset(words | nouns), frozenset(nouns)
+
+
+def _content_free(text: str, raw: Sequence[str]) -> bool:
+    """Whether `text` (its words `raw`) is a reply with no content: its first word ends at a
+    comma or a mark (:data:`_INTERJECTION`) and at most one later word is not :func:`_plain`."""
+    if _INTERJECTION.match(text) is None:
+        return False
+    return sum(1 for w in raw[1:] if not _plain(w.lower().replace("’", "'"))) <= 1
 
 
 def _role_words(text: str) -> set[str]:
