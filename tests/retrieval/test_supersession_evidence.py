@@ -18,13 +18,16 @@ from mindpalace.retrieval.hybrid import (
     _answer_links,
     _gives_values,
     _group_corrections,
+    _marked_evidence,
     _share_words,
+    _typed_values,
     _values_on_subject,
 )
 from mindpalace.retrieval.supersession import (
     answer_link,
     choose_corrections,
     gives_new_value,
+    gives_typed_value,
     gives_value_on_subject,
     holder,
     sentences,
@@ -103,6 +106,16 @@ class TestPairwiseEquivalence:
         assert got.shape == want.shape and (got == want).all()
 
     @settings(max_examples=300)
+    @given(_statements, st.data())
+    def test_typed_values_is_gives_typed_value_on_each_marked_pair(
+        self, texts: list[str], data: st.DataObject
+    ) -> None:
+        among, _ = _marks(texts, data)
+        got = _typed_values(len(texts), _marked_evidence(texts, among))
+        want = _pairwise(texts, among, False, lambda i, j: gives_typed_value(texts[i], texts[j]))
+        assert got.shape == want.shape and (got == want).all()
+
+    @settings(max_examples=300)
     @given(_statements, st.data(), st.sampled_from(["Caroline", "user", ""]))
     def test_share_words_is_a_set_intersection_per_pair(
         self, texts: list[str], data: st.DataObject, speaker: str
@@ -172,14 +185,16 @@ class TestEvidenceOnlyWhereItCanMatter:
             answers=answers, min_score_ratio=fs.supersede_min_score_ratio, answer_share=share,
             holders=[holder(t) for t in texts], shared=shared, values=_gives_values(texts, every),
             answer_evidence=_answer_links(texts, shared, every),
-            strong=_values_on_subject(texts, shared, every),
+            strong=_values_on_subject(texts, shared, every), typed=_typed_values(len(texts), _marked_evidence(texts, every)),
         )
         assert _group_corrections(texts, sims, query_sims, scores, doc, fs) == want
 
 
 def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
     """value_kinds as it was written before both readings were made in one pass (the reference)."""
-    raw = supersession._WORD.findall(supersession._LABEL.sub("", sentence, count=1))
+    text = supersession._LABEL.sub("", sentence, count=1)
+    raw = supersession._WORD.findall(text)
+    exclaimed = supersession._content_free(text, raw)  # "Haha, true.": no name first
     kinds: set[str] = set()
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
@@ -195,7 +210,7 @@ def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
             kinds.add(supersession.CALENDAR)
         elif word[:1].isupper() and low not in supersession.STOP_WORDS and low not in supersession._OPENERS \
                 and low not in supersession._SELF and not low.startswith("i'") \
-                and (at > 0 or generous or supersession._named_first(raw)):
+                and (at > 0 or (generous and not exclaimed) or supersession._named_first(raw)):
             kinds.add(supersession.NAME)
     return frozenset(kinds)
 
@@ -203,7 +218,7 @@ def _value_kinds_one_reading(sentence: str, generous: bool) -> frozenset[str]:
 _KIND_WORDS = [
     *_WORDS, "Monday", "monday", "March", "two", "Two", "another", "Another", "second", "3rd", "x²", "²",
     "٣", "Pixel", "7", "6:30", "$1955", "S21", "I'm", "I’m", "The", "Oh", "Update:", "Correction", "Bob's",
-    "and", "me", "Hannah", "Monday's", "bus", "Train", "bikes",
+    "and", "me", "Hannah", "Monday's", "bus", "Train", "bikes", "Haha,", "Wow!", "true.", "Mei,",
 ]
 
 

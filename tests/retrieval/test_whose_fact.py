@@ -74,7 +74,8 @@ class TestHolder:
         ("A colleague has 4 bikes too.", "colleague"),
         ("Helped my sister pack up, she is settled in Austin.", None),
         ("The kids insisted on renaming the cat Luna.", None),
-        ("Hannah and I have been best friends since school.", None),
+        # the speaker and someone named: the speaker's own fact (never "my cousin's best friend is …")
+        ("Hannah and I have been best friends since school.", SELF),
     ])
     def test_whose_fact_a_sentence_states(self, text: str, whose: str | None) -> None:
         assert holder(text) == whose

@@ -1411,6 +1411,7 @@ def _group_corrections(
         values=_values_given(n, evidence),
         answer_evidence=links,
         strong=_values_on_shared_words(n, shared, evidence),
+        typed=_typed_values(n, evidence),
     )
 
 
@@ -1454,6 +1455,19 @@ def _values_on_shared_words(n: int, shared: np.ndarray, found: tuple[Any, _Evide
     at, (strict, _, _, same_text, apart, nouns) = found
     ok = shared[at].astype(bool) & ~same_text & _kinds_given(strict, strict, apart, nouns)
     out[at] = np.triu(ok, k=1)  # (older, newer) pairs only
+    return out
+
+
+def _typed_values(n: int, found: tuple[Any, _Evidence] | None) -> np.ndarray:
+    """(n, n) bool: whether the later of one speaker's texts gives a value of a kind the earlier
+    gives other than a name, both read strictly (:func:`~mindpalace.retrieval.supersession.
+    gives_typed_value`), from their :func:`_marked_evidence` `found` (pairs not marked: False)."""
+    out = np.zeros((n, n), dtype=bool)
+    if found is None:
+        return out
+    at, (strict, _, _, same_text, apart, nouns) = found
+    typed = strict & ~_KIND_BITS[NAME]
+    out[at] = np.triu(~same_text & _kinds_given(typed, typed, apart, nouns), k=1)
     return out
 
 

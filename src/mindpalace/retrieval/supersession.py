@@ -124,6 +124,7 @@ def choose_corrections(
     values: np.ndarray | None = None,
     answer_evidence: np.ndarray | None = None,
     strong: np.ndarray | None = None,
+    typed: np.ndarray | None = None,
 ) -> dict[int, int]:
     """For each of one speaker's statements, the later statement that corrects it, if any.
 
@@ -145,12 +146,21 @@ def choose_corrections(
             statements that correct i, those that do are taken first (then the closest); and
             a later C that does for i or for i's chosen correction B (and can give B's value,
             alike at `answer_similarity`) is B's update: i's current value. None = neither.
+        typed: (n, n) bool, whether j gives a value of a kind i gives other than a name (a
+            number, a day, a means of travel, a role), both read strictly
+            (:func:`gives_typed_value`; read for i < j only). Two updates B < C of A that each
+            give such a value of A's and C one of B's are a chain of values of one thing: C
+            is A's current value even when B is closer to A ("My job is a teacher" → "… By the
+            way: from next week I'm an architect." → "Got the offer! I'll be working as a
+            pharmacist."; "I get to the office by the train" → "I'm using the ferry" →
+            "Switched to the car"), and B is corrected by C. A name alone is not such a value:
+            any capitalised word is one. None = not checked.
         Two updates B < C of one statement A: when C is taken as A's current value, B (corrected
         by nothing else; C able to give its value, with the `answer_evidence` for the pair, not
-        another person's fact; and B gives A's value on a shared word, or C gives B's: `strong`)
-        is marked corrected by C as well. Without `strong`, not: a predicate every statement
-        shares ("my violin lessons start next week", "my garden tomatoes start next week") is no
-        evidence that they are values of one thing.
+        another person's fact; and B gives A's value on a shared word, or C gives B's: `strong`,
+        or both give typed values, `typed`) is marked corrected by C as well. Without either,
+        not: a predicate every statement shares ("my violin lessons start next week", "my
+        garden tomatoes start next week") is no evidence that they are values of one thing.
     Returns:
         ``{older index: newer index}`` (newer > older); statements corrected by nothing are
         absent.
@@ -199,17 +209,26 @@ def choose_corrections(
                 j for j in later if j > closest and sims[closest, j] >= answer_similarity
                 and values[closest, j] and (strong[i, j] or strong[closest, j])
             ]
-        out[i] = chain[-1] if chain else closest
+        current = chain[-1] if chain else closest
+        if typed is not None and typed[i, current]:
+            # a newer typed update of A that is one of the current one's too is the newest value
+            newer = [j for j in later if j > current and typed[i, j] and typed[current, j]
+                     and (values is None or values[current, j]) and _may_link(current, j, holders, answer_evidence)]
+            if newer:
+                current = newer[-1]
+        out[i] = current
     # two updates of one statement are two values of one thing: the one taken as its current
     # value is also newer than an earlier update that nothing corrected ("I own 3 bikes" →
     # "Oh, one more thing: that's bike number 4" → "I just bought another bike, so 5 now": the
     # middle one, inside a long message, is little alike to the last)
-    if strong is None:
+    if strong is None and typed is None:
         return out
     for i, current in list(out.items()):
         for j in updates[i]:
+            evidence = (strong is not None and bool(strong[i, j] or strong[j, current])) \
+                or (typed is not None and bool(typed[i, j] and typed[j, current]))
             if j < current and j not in out and (values is None or values[j, current]) \
-                    and (strong[i, j] or strong[j, current]) and _may_link(j, current, holders, answer_evidence):
+                    and evidence and _may_link(j, current, holders, answer_evidence):
                 out[j] = current
     return out
 
@@ -385,6 +404,8 @@ def holder(sentence: str) -> str | None:
     first = words[at]
     if first in _SELF:
         return SELF
+    if words[at + 1:at + 2] == ["and"] and words[at + 2:at + 3] in (["i"], ["me"], ["i've"], ["i'm"]):
+        return SELF  # "Jonah and I have become inseparable": the speaker's own fact, with someone
     if first not in ("my", "our", "a", "an"):
         return None
     # the relation word right after the determiner, or after one modifier ("my older sister")
@@ -450,6 +471,7 @@ _ROLE = re.compile(
     r"\s+(?:now\s+|still\s+|currently\s+)?an?\s+([a-z][a-z-]*(?:\s+[a-z][a-z-]*)?)"
     r"(?=\s*(?:$|[.,;:!?)]|\s(?:at|in|for|with|from|on|by|since|now|these|this|again|too)\b))",
     re.IGNORECASE)
+_INTERJECTION = re.compile(r"\s*[\w'’]+\s*[,!?…]")  # the first word, then a comma or a mark
 _NO_ROLE = frozenset(("bit", "little", "lot", "few", "couple", "kind", "sort", "part", "fan"))
 _NUMBER_WORDS = frozenset([
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
@@ -486,6 +508,12 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozense
     if nouns:
         strict.add(ROLE)
         generous.add(ROLE)
+    # a reply with no content — a first word that punctuation ends (an interjection, a
+    # greeting) and at most one other word that names anything: "Haha, true.", "Morning!",
+    # "Wow, lucky you" — gives no name, however generously read: "Haha, true." gave a name
+    # "value" and corrected "Jonah and I have become inseparable". A sentence that goes on
+    # ("Yeah, our trip got off to a bad start.") is read as before.
+    exclaimed = _content_free(text, raw)
     for at, word in enumerate(raw):
         low = word.lower().replace("’", "'")
         # a letter is never a digit: an all-letter word (most words) needs no digit scan
@@ -517,9 +545,17 @@ def _both_kinds(sentence: str) -> tuple[frozenset[str], frozenset[str], frozense
                 words.add(low)
         if calendar and not counted:
             generous.add(CALENDAR)
-        elif name and not counted:
+        elif name and not counted and (at > 0 or not exclaimed or _named_first(raw)):
             generous.add(NAME)
     return frozenset(strict), frozenset(generous), frozenset(words | nouns), frozenset(nouns)
+
+
+def _content_free(text: str, raw: Sequence[str]) -> bool:
+    """Whether `text` (its words `raw`) is a reply with no content: its first word ends at a
+    comma or a mark (:data:`_INTERJECTION`) and at most one later word is not :func:`_plain`."""
+    if _INTERJECTION.match(text) is None:
+        return False
+    return sum(1 for w in raw[1:] if not _plain(w.lower().replace("’", "'"))) <= 1
 
 
 def _role_words(text: str) -> set[str]:
@@ -598,6 +634,18 @@ def gives_value_of_kind(older: str, newer: str) -> bool:
     if older.strip() == newer.strip():
         return False
     return _one_thing(value_kinds(older) & value_kinds(newer), older, newer)
+
+
+def gives_typed_value(older: str, newer: str) -> bool:
+    """Whether `newer` states a value of a kind `older` gives other than a name (a number, a
+    weekday or month, a means of travel, a role), both read strictly (:func:`value_kinds`;
+    amounts in the same units, common nouns changed: :func:`gives_value_of_kind`): "Got the
+    offer! I'll be working as a pharmacist." of "From next week I'm an architect."; not "Our
+    cat is called Tiger." of "I've had a Fairphone for two years." (names only)."""
+    if older.strip() == newer.strip():
+        return False
+    kinds = (value_kinds(older) & value_kinds(newer)) - {NAME}
+    return _one_thing(kinds, older, newer)
 
 
 def _same_kind_or_changed(older: str, newer: str) -> bool:
