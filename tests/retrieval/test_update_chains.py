@@ -7,7 +7,7 @@ assistant), not the knowledge-update generator's output."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,8 @@ from mindpalace.retrieval.supersession import (
     holder,
     value_kinds,
 )
+
+from ._conversations import say_day_by_day
 
 _AT = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
 _OPTS = {"similarity": 0.5, "answer_similarity": 0.25, "answers": 3, "min_score_ratio": 0.4}
@@ -96,10 +98,7 @@ CHAIN = (
 @pytest.fixture(scope="module")
 def chain_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     mem = Memory.open(Path(tmp_path_factory.mktemp("chains")) / "ws", embed={"provider": "use"})
-    for n, (session, text) in enumerate(CHAIN):
-        s = mem.session(session, user="u", agent="a")
-        s.add_message({"role": "user", "content": text}, timestamp=_AT + timedelta(days=n))
-        s.add_message({"role": "assistant", "content": FILLER}, timestamp=_AT + timedelta(days=n, minutes=1))
+    say_day_by_day(mem, CHAIN, FILLER, _AT)
     try:
         yield mem
     finally:

@@ -43,6 +43,7 @@ from mindpalace.retrieval.supersession import (
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
 
+from ._conversations import say_day_by_day
 from ._embedders import bag_of_words
 
 _AT = datetime(2025, 1, 1, tzinfo=UTC)
@@ -188,10 +189,7 @@ FILLER = "Noted. Let me know if anything else about that changes and I will keep
 @pytest.fixture(scope="module")
 def use_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     mem = Memory.open(Path(tmp_path_factory.mktemp("values")) / "ws", embed={"provider": "use"})
-    for n, (session, text) in enumerate(STATEMENTS):
-        s = mem.session(session, user="u", agent="a")
-        s.add_message({"role": "user", "content": text}, timestamp=_AT + timedelta(days=n))
-        s.add_message({"role": "assistant", "content": FILLER}, timestamp=_AT + timedelta(days=n, minutes=1))
+    say_day_by_day(mem, STATEMENTS, FILLER, _AT)
     try:
         yield mem
     finally:

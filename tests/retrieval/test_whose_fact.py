@@ -7,7 +7,7 @@ Lisbon", and small talk chained after it)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,8 @@ import pytest
 
 from mindpalace import Memory
 from mindpalace.retrieval.supersession import SELF, holder, same_subject
+
+from ._conversations import say_day_by_day
 
 FILLER = "Noted. The committee discussed budgets, schedules and staffing for the next quarter. "
 TEXTS = (
@@ -29,10 +31,7 @@ def use_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     """A workspace with the offline default embedder (``use``) holding TEXTS of user "u"."""
     mem = Memory.open(Path(tmp_path_factory.mktemp("whose")) / "ws", embed={"provider": "use"})
     start = datetime(2025, 3, 1, tzinfo=UTC)
-    for n, (session, text) in enumerate(TEXTS):
-        s = mem.session(session, user="u", agent="a")
-        s.add_message({"role": "user", "content": text}, timestamp=start + timedelta(days=n))
-        s.add_message({"role": "assistant", "content": FILLER * 2}, timestamp=start + timedelta(days=n, minutes=1))
+    say_day_by_day(mem, TEXTS, FILLER * 2, start)
     try:
         yield mem
     finally:
