@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from mindpalace import Memory
 
 
-def say_day_by_day(mem: Memory, statements: Iterable[tuple[str, str]], reply: str, start: datetime) -> None:
-    """Write each ``(session, text)`` of `statements` as user "u" (agent "a") on its own day from
-    `start`, each answered a minute later by the assistant's `reply`."""
-    for n, (session, text) in enumerate(statements):
-        s = mem.session(session, user="u", agent="a")
-        s.add_message({"role": "user", "content": text}, timestamp=start + timedelta(days=n))
-        s.add_message({"role": "assistant", "content": reply}, timestamp=start + timedelta(days=n, minutes=1))
+@contextmanager
+def said_day_by_day(
+    folder: Path, statements: Iterable[tuple[str, str]], reply: str, start: datetime
+) -> Iterator[Memory]:
+    """A workspace in `folder` with the offline default embedder (``use``) where user "u"
+    (agent "a") said each ``(session, text)`` of `statements` on its own day from `start`, each
+    answered a minute later by the assistant's `reply`; closed on exit."""
+    mem = Memory.open(folder / "ws", embed={"provider": "use"})
+    try:
+        for n, (session, text) in enumerate(statements):
+            s = mem.session(session, user="u", agent="a")
+            s.add_message({"role": "user", "content": text}, timestamp=start + timedelta(days=n))
+            s.add_message({"role": "assistant", "content": reply}, timestamp=start + timedelta(days=n, minutes=1))
+        yield mem
+    finally:
+        mem.close()

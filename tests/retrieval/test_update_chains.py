@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from mindpalace.retrieval.supersession import (
     value_kinds,
 )
 
-from ._conversations import say_day_by_day
+from ._conversations import said_day_by_day
 
 _AT = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
 _OPTS = {"similarity": 0.5, "answer_similarity": 0.25, "answers": 3, "min_score_ratio": 0.4}
@@ -97,12 +96,8 @@ CHAIN = (
 
 @pytest.fixture(scope="module")
 def chain_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
-    mem = Memory.open(Path(tmp_path_factory.mktemp("chains")) / "ws", embed={"provider": "use"})
-    say_day_by_day(mem, CHAIN, FILLER, _AT)
-    try:
+    with said_day_by_day(tmp_path_factory.mktemp("chains"), CHAIN, FILLER, _AT) as mem:
         yield mem
-    finally:
-        mem.close()
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,7 +42,7 @@ from mindpalace.retrieval.supersession import (
 from mindpalace.scope import Scope
 from mindpalace.store.base import Document
 
-from ._conversations import say_day_by_day
+from ._conversations import said_day_by_day
 from ._embedders import bag_of_words
 
 _AT = datetime(2025, 1, 1, tzinfo=UTC)
@@ -188,12 +187,8 @@ FILLER = "Noted. Let me know if anything else about that changes and I will keep
 
 @pytest.fixture(scope="module")
 def use_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
-    mem = Memory.open(Path(tmp_path_factory.mktemp("values")) / "ws", embed={"provider": "use"})
-    say_day_by_day(mem, STATEMENTS, FILLER, _AT)
-    try:
+    with said_day_by_day(tmp_path_factory.mktemp("values"), STATEMENTS, FILLER, _AT) as mem:
         yield mem
-    finally:
-        mem.close()
 
 
 @pytest.mark.slow

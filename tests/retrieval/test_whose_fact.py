@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from mindpalace import Memory
 from mindpalace.retrieval.supersession import SELF, holder, same_subject
 
-from ._conversations import say_day_by_day
+from ._conversations import said_day_by_day
 
 FILLER = "Noted. The committee discussed budgets, schedules and staffing for the next quarter. "
 TEXTS = (
@@ -29,13 +28,8 @@ TEXTS = (
 @pytest.fixture(scope="module")
 def use_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     """A workspace with the offline default embedder (``use``) holding TEXTS of user "u"."""
-    mem = Memory.open(Path(tmp_path_factory.mktemp("whose")) / "ws", embed={"provider": "use"})
-    start = datetime(2025, 3, 1, tzinfo=UTC)
-    say_day_by_day(mem, TEXTS, FILLER * 2, start)
-    try:
+    with said_day_by_day(tmp_path_factory.mktemp("whose"), TEXTS, FILLER * 2, datetime(2025, 3, 1, tzinfo=UTC)) as mem:
         yield mem
-    finally:
-        mem.close()
 
 
 @pytest.mark.slow
