@@ -159,14 +159,6 @@ class RecalledItem:
 _QUESTION_WEIGHT = 0.5  # score factor of a recalled message that ends by asking (see candidates)
 
 
-class _ReadOnlyRetriever(HybridRetriever):
-    """Hybrid search that never writes: vectors missing for new documents are not computed
-    here (``prepare`` syncs them; a build stays a pure read)."""
-
-    def sync_embeddings(self) -> int:
-        return 0
-
-
 class MemoryRecaller:
     """Recall for the prompt's recalled-memory block of one session. Read-only.
 
@@ -200,14 +192,9 @@ class MemoryRecaller:
         self.fact_settings = fact_settings or retriever.settings
         # working memory and long-term facts, read through their read-only views only
         self.facts = facts or FactMemory(store, self.scope, settings=self.fact_settings)
-        # the same embedding layout as the retriever's (windows, preceding-turn context,
-        # sentence rows): it says what a stored vector is (a text's own, or a mean of rows)
-        self.search = _ReadOnlyRetriever(
-            retriever.store, retriever.embedder, retriever.settings,
-            chunk_tokens=retriever.chunk_tokens, chunk_overlap_tokens=retriever.chunk_overlap_tokens,
-            context_turns=retriever.context_turns, context_after_question=retriever.context_after_question,
-            sentence_min_chars=retriever.sentence_min_chars,
-        )
+        # never computes a vector (``prepare`` syncs them; a build stays a pure read), and reads
+        # stored ones with the retriever's embedding layout
+        self.search = retriever.read_only()
         self._memo: dict[tuple[object, ...], tuple[str, int]] = {}  # item → (shown text, tokens)
         self._shell: int | None = None
         self._stamps: dict[tuple[Scope, int], datetime | None] = {}  # (scope, message) → written

@@ -12,6 +12,8 @@ from mindpalace.scope import ANY, Scope
 from mindpalace.settings import FactSettings
 from mindpalace.store import Record
 
+from ._embedders import Recording
+
 
 def user_scope(memory: Memory, uid: str) -> Scope:
     return memory.scope(user=uid, agent="a").with_(session=ANY)
@@ -179,6 +181,32 @@ def test_changing_the_embedder_re_embeds(tmp_path: Path, uid: str) -> None:
         hits = mem.session("s2", user=uid).recall("ramenn noodle", k=2)
         assert mem.store.embedding_models() == {"hashing-32": (32, 2)}
         assert any(h.why.vector_rank is not None for h in hits)
+
+
+def test_a_read_only_twin_keeps_the_layout_and_never_embeds(tmp_path: Path, uid: str) -> None:
+    """``read_only()``: the same embedding layout (what a stored vector is), no vector computed:
+    a document written after the last sync is found by keyword only, and stays unembedded."""
+    embedder = Recording()
+    with Memory.open(tmp_path / "ws", embed={"provider": "none"}) as mem:
+        scope = mem.scope(user=uid, agent="a", session="s")
+        writer = HybridRetriever(mem.store, embedder, chunk_tokens=64, chunk_overlap_tokens=8, context_turns=2,
+                                 context_after_question=True, sentence_min_chars=100)
+        mem.store.index_document(scope, "note", "n1", "the ferry leaves at nine")
+        writer.sync_embeddings()
+        reader = writer.read_only()
+        assert type(reader) is not HybridRetriever
+        assert (reader.store, reader.embedder, reader.settings) == (writer.store, writer.embedder, writer.settings)
+        assert (reader.chunk_tokens, reader.chunk_overlap_tokens, reader.context_turns,
+                reader.context_after_question, reader.sentence_min_chars) == (64, 8, 2, True, 100)
+        mem.store.index_document(scope, "note", "n2", "the ferry is late again")
+        seen = len(embedder.seen)
+        hits = reader.search(scope, "ferry", k=5, kinds=["note"])
+        assert reader.sync_embeddings() == 0 and len(embedder.seen) == seen
+        assert {h.text for h in hits} == {"the ferry leaves at nine", "the ferry is late again"}
+        late = next(h for h in hits if h.text == "the ferry is late again")
+        assert late.why.vector_rank is None
+        writer.sync_embeddings()
+        assert embedder.seen[seen:] == ["the ferry is late again"]
 
 
 class TestSearchableScopes:

@@ -260,6 +260,18 @@ class HybridRetriever:
         self._searchable_generation: object = None
 
     # -- embedding sync --------------------------------------------------------------------
+    def read_only(self) -> HybridRetriever:
+        """A search over the same store, embedder, settings and embedding layout (windows,
+        preceding-turn context, sentence rows: what a stored vector is) that never computes a
+        vector: its ``sync_embeddings`` returns 0, so documents not yet embedded are found by
+        keyword only. For a pure read such as a prompt build; its caches are its own."""
+        return _ReadOnlyRetriever(
+            self.store, self.embedder, self.settings,
+            chunk_tokens=self.chunk_tokens, chunk_overlap_tokens=self.chunk_overlap_tokens,
+            context_turns=self.context_turns, context_after_question=self.context_after_question,
+            sentence_min_chars=self.sentence_min_chars,
+        )
+
     def sync_embeddings(self) -> int:
         """Embed documents that have no vector for the current embedder; returns how many.
 
@@ -1718,3 +1730,10 @@ def stems(terms: list[str]) -> dict[str, str]:
     """{stem: term} for English words (PyStemmer, like FTS5's porter tokenizer); others as-is.
     Stemmed through :func:`~mindpalace.retrieval.fetch.stem_words` (one stemmer, memoised)."""
     return {s: t for s, t in zip(stem_words(terms), terms, strict=True)}
+
+
+class _ReadOnlyRetriever(HybridRetriever):
+    """:meth:`HybridRetriever.read_only`: hybrid search that never writes vectors."""
+
+    def sync_embeddings(self) -> int:
+        return 0
