@@ -404,7 +404,7 @@ def holder(sentence: str) -> str | None:
     first = words[at]
     if first in _SELF:
         return SELF
-    if words[at + 1:at + 2] == ["and"] and words[at + 2:at + 3] in (["i"], ["me"], ["i've"], ["i'm"]):
+    if _paired_with_speaker(words, at):
         return SELF  # "Jonah and I have become inseparable": the speaker's own fact, with someone
     if first not in ("my", "our", "a", "an"):
         return None
@@ -592,7 +592,13 @@ def _named_first(raw: Sequence[str]) -> bool:
     first = raw[0].lower().replace("’", "'") if raw else ""
     if first.endswith("'s") and len(first) > 2 and not _plain(first):
         return True
-    return len(raw) > 2 and raw[1].lower() == "and" and raw[2].lower() in ("i", "me", "i've", "i'm")
+    return _paired_with_speaker([w.lower() for w in raw[:3]], 0)
+
+
+def _paired_with_speaker(words: Sequence[str], at: int) -> bool:
+    """Whether lower-cased `words` pair the word at `at` with the speaker: "Amara and I",
+    "Hannah and me", "Jonah and I've"."""
+    return words[at + 1:at + 2] == ["and"] and words[at + 2:at + 3] in (["i"], ["me"], ["i've"], ["i'm"])
 
 
 def gives_new_value(older: str, newer: str) -> bool:
